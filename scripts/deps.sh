@@ -1,0 +1,29 @@
+#!/bin/sh
+# deps.sh — install the Debian packages clef builds and tests with.
+#   scripts/deps.sh          install what is missing (as root), or print the apt command
+#   scripts/deps.sh --check  exit 0 if everything is installed, 1 otherwise (prints what is missing)
+set -eu
+PKGS="build-essential cmake pkg-config libpcre2-dev libutf8proc-dev libopenblas-dev libssl-dev libcmocka-dev"
+
+missing=""
+for p in $PKGS; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+
+if [ -z "$missing" ]; then
+    exit 0
+fi
+if [ "${1:-}" = "--check" ]; then
+    echo "missing Debian packages:$missing" >&2
+    exit 1
+fi
+if [ "$(id -u)" -ne 0 ]; then
+    echo "clef needs these Debian packages:$missing" >&2
+    echo "install them with:  sudo apt-get install -y$missing" >&2
+    exit 1
+fi
+echo "installing:$missing" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+# shellcheck disable=SC2086
+apt-get install -y -qq $missing >/dev/null

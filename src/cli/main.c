@@ -1,0 +1,33 @@
+/* clef — command-line entry point; one file per subcommand in src/cli/. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: clef <command> [options]\n"
+            "\n"
+            "commands:\n"
+            "  decide   --model DIR [--max-length N] [--debug] FILE|-   answer one SystemOne request\n"
+            "  demo     [--model DIR]                                    answer the built-in triage request\n"
+            "  inspect  --model DIR                                      describe a checkpoint\n"
+            "  bench    --model DIR [--tokens N] [--iters N]             time prefill + head\n"
+            "\n"
+            "`clef <command> --help` describes a command's flags.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "decide")) return cli_decide(argc - 1, argv + 1);
+    if (!strcmp(cmd, "demo")) return cli_demo(argc - 1, argv + 1);
+    if (!strcmp(cmd, "inspect")) return cli_inspect(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench")) return cli_bench(argc - 1, argv + 1);
+    fprintf(stderr, "clef: unknown command '%s'\n\n", cmd);
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,46 @@
+/* model.h — Clef-Omni on a backend: the thinker text decoder (SPEC.md §6) and
+ * the joint schema head (SPEC.md §7), with weights bound once by tensor name.
+ *
+ * The model borrows the checkpoint's mapped tensors (no copy on the CPU
+ * backend); the checkpoint must outlive the model.
+ */
+#ifndef CLEF_MODEL_MODEL_H
+#define CLEF_MODEL_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "decision/record.h"
+#include "io/checkpoint.h"
+#include "util/err.h"
+
+typedef struct clef_model clef_model;
+
+/* Bind every thinker text-decoder and head tensor of `ck` (names, dtypes and
+ * shapes checked against the config; a missing or mis-shaped tensor is an
+ * error naming it).  `n_threads` <= 0 means all cores.  Returns NULL + err. */
+clef_model *clef_model_create(const clef_checkpoint *ck, int n_threads, clef_err *err);
+void clef_model_free(clef_model *m);
+
+const clef_config *clef_model_config(const clef_model *m);
+
+/* Thinker forward over one record, text positions 0..n-1 on all three M-RoPE
+ * axes.
+ *   ids:            [n] token ids, each < vocab_size (else error 422)
+ *   hidden:         out [n, H] f32, the final-norm hidden states
+ *   layer_hidden:   optional out [(num_hidden_layers + 1), n, H] f32:
+ *                   [0] = embeddings, [l+1] = after layer l (the last one is
+ *                   replaced by the final-norm output, as in transformers'
+ *                   hidden_states), or NULL
+ * Returns 0 or -1 + err. */
+int clef_thinker_forward(clef_model *m, const int32_t *ids, size_t n, float *hidden, float *layer_hidden,
+                         clef_err *err);
+
+/* Joint schema head over one record (SPEC §7.3), in f32.
+ *   hidden: [rec->n_ids, H] from clef_thinker_forward
+ *   logits: out [clef_record_total_options(rec)] in question order, then each
+ *           question's options in encoding order.
+ * An empty question span is an error (422). */
+int clef_head_forward(clef_model *m, const float *hidden, const clef_record *rec, float *logits, clef_err *err);
+
+#endif
