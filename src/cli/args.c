@@ -1,0 +1,62 @@
+#include "cli/args.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/buf.h"
+
+int arg_str(int argc, char **argv, int *i, const char *name, const char **out) {
+    size_t n = strlen(name);
+    const char *a = argv[*i];
+    if (strncmp(a, name, n) != 0) return 0;
+    if (a[n] == '=') {
+        *out = a + n + 1;
+        return 1;
+    }
+    if (a[n] != '\0') return 0;
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "clef: %s needs a value\n", name);
+        return -1;
+    }
+    *out = argv[++*i];
+    return 1;
+}
+
+int arg_size(int argc, char **argv, int *i, const char *name, size_t *out) {
+    const char *v;
+    int r = arg_str(argc, argv, i, name, &v);
+    if (r <= 0) return r;
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (errno || end == v || *end || v[0] == '-' || v[0] == '+') {
+        fprintf(stderr, "clef: %s wants a non-negative integer, got '%s'\n", name, v);
+        return -1;
+    }
+    *out = (size_t)x;
+    return 1;
+}
+
+char *read_all(const char *path, size_t *len) {
+    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+    if (!f) {
+        fprintf(stderr, "clef: cannot open %s: %s\n", path, strerror(errno));
+        return NULL;
+    }
+    clef_buf b = {0};
+    char chunk[65536];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) clef_buf_append(&b, chunk, n);
+    int bad = ferror(f);
+    if (f != stdin) fclose(f);
+    if (bad) {
+        fprintf(stderr, "clef: error reading %s\n", path);
+        clef_buf_free(&b);
+        return NULL;
+    }
+    clef_buf_reserve(&b, 0);
+    *len = b.len;
+    return b.data;
+}

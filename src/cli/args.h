@@ -1,0 +1,18 @@
+/* args.h — tiny flag helpers shared by the subcommands. */
+#ifndef CLEF_CLI_ARGS_H
+#define CLEF_CLI_ARGS_H
+
+#include <stddef.h>
+
+/* If argv[*i] is `name`, consume its value (argv[*i+1]) into *out and return 1;
+ * a missing value prints an error and returns -1; otherwise returns 0.
+ * Also accepts `name=value`. */
+int arg_str(int argc, char **argv, int *i, const char *name, const char **out);
+/* Same for a non-negative integer (rejects junk, signs and overflow). */
+int arg_size(int argc, char **argv, int *i, const char *name, size_t *out);
+
+/* Read a whole file (or stdin for "-") into a heap buffer; returns NULL and
+ * prints an error on failure. */
+char *read_all(const char *path, size_t *len);
+
+#endif

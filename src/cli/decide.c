@@ -1,0 +1,122 @@
+/* clef decide / clef demo — answer one request and print the response. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/args.h"
+#include "cli/cli.h"
+#include "decision/answer.h"
+#include "engine/engine.h"
+
+/* The seed triage request of SPEC.md §3.5 (what `make demo` answers). */
+static const char TRIAGE_REQUEST[] =
+    "{\"model\":\"clef-omni\","
+    "\"state\":\"Our checkout started returning errors and orders are blocked.\","
+    "\"questions\":{"
+    "\"department\":{\"type\":\"choice\",\"instructions\":\"Which team should handle the message?\","
+    "\"criteria\":{\"billing\":\"Payments or invoices\",\"technical\":\"Bugs or outages\"}},"
+    "\"urgency\":{\"type\":\"score\",\"criteria\":[\"Can wait\",\"This week\",\"Today\"]},"
+    "\"outage\":{\"type\":\"noul\",\"instructions\":\"Is a service down?\"}}}";
+
+#define DEFAULT_DEMO_MODEL "tests/fixtures/tiny-clef-omni"
+
+/* Print the response or the error body; exit status 0 / 2 (rejected) / 1 (internal). */
+static int answer(clef_engine *e, const char *body, size_t len, int debug) {
+    clef_buf out = {0};
+    clef_err err;
+    clef_err_clear(&err);
+    clef_decide_params params = {.debug = debug, .truncate_state = -1};
+    int rc = clef_engine_decide(e, body, len, &params, &out, &err);
+    if (rc != 0) {
+        clef_buf eb = {0};
+        clef_render_error(&err, &eb);
+        printf("%s\n", eb.data);
+        clef_buf_free(&eb);
+        return err.status >= 500 ? 1 : 2;
+    }
+    printf("%s\n", out.data);
+    clef_buf_free(&out);
+    return 0;
+}
+
+static clef_engine *open_engine(const char *model, size_t max_length, int threads) {
+    clef_engine_options opt = {.model_dir = model, .max_length = max_length, .truncate_state = 1,
+                               .n_threads = threads};
+    clef_err err;
+    clef_err_clear(&err);
+    clef_engine *e = clef_engine_open(&opt, &err);
+    if (!e) fprintf(stderr, "clef: cannot load model from %s: %s\n", model, err.message);
+    return e;
+}
+
+static void decide_usage(FILE *f) {
+    fprintf(f,
+            "usage: clef decide --model DIR [--max-length N] [--threads N] [--debug] FILE|-\n"
+            "  Answers one SystemOne request (JSON body in FILE, or stdin for -) and prints the\n"
+            "  response JSON.  A rejected request prints {\"error\":{...}} and exits with status 2.\n"
+            "  --max-length N  token budget per record (default 64000); the state's tail is cut to fit,\n"
+            "                  as the reference does\n"
+            "  --debug         add a \"debug\" object: input_ids and per question spans, option ids, raw logits\n");
+}
+
+int cli_decide(int argc, char **argv) {
+    const char *model = NULL, *file = NULL;
+    size_t max_length = 0, threads = 0;
+    int debug = 0;
+    for (int i = 1; i < argc; i++) {
+        int r;
+        if ((r = arg_str(argc, argv, &i, "--model", &model)) || (r = arg_size(argc, argv, &i, "--max-length", &max_length)) ||
+            (r = arg_size(argc, argv, &i, "--threads", &threads))) {
+            if (r < 0) return 2;
+        } else if (!strcmp(argv[i], "--debug")) {
+            debug = 1;
+        } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            decide_usage(stdout);
+            return 0;
+        } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
+            fprintf(stderr, "clef decide: unknown flag %s\n", argv[i]);
+            decide_usage(stderr);
+            return 2;
+        } else if (file) {
+            fprintf(stderr, "clef decide: more than one request file\n");
+            return 2;
+        } else {
+            file = argv[i];
+        }
+    }
+    if (!model || !file) {
+        decide_usage(stderr);
+        return 2;
+    }
+    size_t len;
+    char *body = read_all(file, &len);
+    if (!body) return 1;
+    clef_engine *e = open_engine(model, max_length, (int)threads);
+    if (!e) {
+        free(body);
+        return 1;
+    }
+    int rc = answer(e, body, len, debug);
+    clef_engine_close(e);
+    free(body);
+    return rc;
+}
+
+int cli_demo(int argc, char **argv) {
+    const char *model = DEFAULT_DEMO_MODEL;
+    for (int i = 1; i < argc; i++) {
+        int r = arg_str(argc, argv, &i, "--model", &model);
+        if (r < 0) return 2;
+        if (r == 0) {
+            fprintf(stderr, "usage: clef demo [--model DIR]   (default %s)\n", DEFAULT_DEMO_MODEL);
+            return strcmp(argv[i], "--help") ? 2 : 0;
+        }
+    }
+    fprintf(stderr, "clef demo: answering the built-in triage request with the checkpoint in %s\n", model);
+    fprintf(stderr, "request: %s\n", TRIAGE_REQUEST);
+    clef_engine *e = open_engine(model, 0, 0);
+    if (!e) return 1;
+    int rc = answer(e, TRIAGE_REQUEST, sizeof TRIAGE_REQUEST - 1, 0);
+    clef_engine_close(e);
+    return rc;
+}

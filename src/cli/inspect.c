@@ -1,0 +1,76 @@
+/* clef inspect — describe a checkpoint: config, tensors by dtype, head hash. */
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/args.h"
+#include "cli/cli.h"
+#include "io/checkpoint.h"
+
+/* SHA-256 of a mapped file as 64 lowercase hex chars (OpenSSL EVP). */
+static int sha256_hex(const void *data, size_t n, char hex[65]) {
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int md_len = 0;
+    if (!EVP_Digest(data, n, md, &md_len, EVP_sha256(), NULL)) return -1;
+    for (unsigned i = 0; i < md_len; i++) sprintf(hex + 2 * i, "%02x", md[i]);
+    return 0;
+}
+
+static void print_config(const clef_config *c) {
+    const clef_text_config *t = &c->text;
+    const clef_head_config *h = &c->head;
+    printf("thinker text decoder:\n");
+    printf("  hidden_size %lld, layers %lld, heads %lld (kv %lld) of %lld, vocab %lld\n",
+           (long long)t->hidden_size, (long long)t->num_hidden_layers, (long long)t->num_attention_heads,
+           (long long)t->num_key_value_heads, (long long)t->head_dim, (long long)t->vocab_size);
+    printf("  experts %lld of width %lld, top-%lld%s, rms_norm_eps %g\n", (long long)t->num_experts,
+           (long long)t->moe_intermediate_size, (long long)t->num_experts_per_tok,
+           t->norm_topk_prob ? " (renormalised)" : "", t->rms_norm_eps);
+    printf("  rope theta %g, mrope_section [%lld,%lld,%lld] interleaved, max_position_embeddings %lld\n",
+           t->rope_theta, (long long)t->mrope_section[0], (long long)t->mrope_section[1],
+           (long long)t->mrope_section[2], (long long)t->max_position_embeddings);
+    printf("joint schema head:\n");
+    printf("  width %lld, heads %lld, routing layers %lld, decoder layers %lld, feedforward %lld\n",
+           (long long)h->width, (long long)h->heads, (long long)h->routing_layers, (long long)h->layers,
+           (long long)h->feedforward);
+}
+
+int cli_inspect(int argc, char **argv) {
+    const char *model = NULL;
+    for (int i = 1; i < argc; i++) {
+        int r = arg_str(argc, argv, &i, "--model", &model);
+        if (r < 0) return 2;
+        if (r == 0) {
+            fprintf(stderr, "usage: clef inspect --model DIR\n");
+            return strcmp(argv[i], "--help") ? 2 : 0;
+        }
+    }
+    if (!model) {
+        fprintf(stderr, "usage: clef inspect --model DIR\n");
+        return 2;
+    }
+    clef_checkpoint ck;
+    clef_err err;
+    clef_err_clear(&err);
+    if (clef_checkpoint_open(model, &ck, &err) != 0) {
+        fprintf(stderr, "clef inspect: %s\n", err.message);
+        return 1;
+    }
+    printf("checkpoint %s\n", model);
+    print_config(&ck.config);
+    size_t count[CLEF_DT_COUNT] = {0}, bytes[CLEF_DT_COUNT] = {0}, total = 0;
+    for (size_t i = 0; i < ck.n_tensors; i++) {
+        count[ck.catalog[i]->dtype]++;
+        bytes[ck.catalog[i]->dtype] += ck.catalog[i]->nbytes;
+        total += ck.catalog[i]->nbytes;
+    }
+    printf("tensors: %zu in %zu files, %zu bytes (%.2f GiB)\n", ck.n_tensors, ck.n_shards, total,
+           (double)total / (1024.0 * 1024 * 1024));
+    for (int d = 0; d < CLEF_DT_COUNT; d++)
+        if (count[d]) printf("  %-8s %6zu tensors %14zu bytes\n", clef_dtype_name((clef_dtype)d), count[d], bytes[d]);
+    const st_file *head = &ck.shards[ck.n_shards - 1];
+    char hex[65];
+    if (sha256_hex(head->map, head->size, hex) == 0) printf("joint_head.safetensors sha256 %s\n", hex);
+    clef_checkpoint_close(&ck);
+    return 0;
+}

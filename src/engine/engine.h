@@ -1,0 +1,60 @@
+/* engine.h — a loaded Clef-Omni model and the decision pipeline over it:
+ *   body → decision/request → decision/encode → model/thinker → model/head
+ *        → decision/answer → response JSON.
+ * The engine owns the checkpoint (mapped weights), the tokenizer and the model
+ * bound on a backend.  The CLI and the server only talk to this API.
+ */
+#ifndef CLEF_ENGINE_ENGINE_H
+#define CLEF_ENGINE_ENGINE_H
+
+#include <stddef.h>
+
+#include "decision/encode.h"
+#include "decision/request.h"
+#include "io/checkpoint.h"
+#include "util/buf.h"
+#include "util/err.h"
+
+typedef struct clef_engine_options {
+    const char *model_dir;   /* checkpoint directory (SPEC §1.1), required */
+    int n_threads;           /* CPU threads; <= 0 = all cores */
+    size_t max_length;       /* token budget per record; 0 = CLEF_DEFAULT_MAX_LENGTH; must not exceed
+                                max_position_embeddings */
+    int truncate_state;      /* default when the request says nothing: 1 = cut the state (reference,
+                                `clef decide`), 0 = refuse over-long records (server default) */
+    clef_limits limits;      /* request limits; zeroed = clef_limits_default() */
+    int verbose;             /* progress lines on stderr while loading */
+} clef_engine_options;
+
+typedef struct clef_engine clef_engine;
+
+/* Open the checkpoint, load the tokenizer, bind the model.  Returns NULL with
+ * err (500, message naming the file/tensor) on failure. */
+clef_engine *clef_engine_open(const clef_engine_options *opt, clef_err *err);
+void clef_engine_close(clef_engine *e);
+
+/* Per-call settings of clef_engine_decide; NULL = the engine's defaults. */
+typedef struct clef_decide_params {
+    int debug;          /* 1 = add the debug block of answer.h */
+    size_t max_length;  /* 0 = the engine's; larger than the engine's is clamped to it */
+    int truncate_state; /* -1 = the engine's default; 0/1 override it (a request's own
+                           "truncate_state" field still wins) */
+} clef_decide_params;
+
+/* Answer one SystemOne request body.  On success appends the response JSON
+ * (SPEC §8) to `out` and returns 0.  On a rejected request returns -1 with err
+ * holding status/type/message/param (SPEC §2.2); nothing is appended.
+ * Thread-safe (forwards are serialised). */
+int clef_engine_decide(clef_engine *e, const char *body, size_t len, const clef_decide_params *params, clef_buf *out,
+                       clef_err *err);
+
+/* The tokenizer / checkpoint / config the engine loaded (borrowed). */
+const struct clef_tokenizer *clef_engine_tokenizer(const clef_engine *e);
+const clef_checkpoint *clef_engine_checkpoint(const clef_engine *e);
+struct clef_model *clef_engine_model(clef_engine *e);
+size_t clef_engine_max_length(const clef_engine *e);
+
+/* Seconds spent in clef_engine_open. */
+double clef_engine_load_seconds(const clef_engine *e);
+
+#endif
