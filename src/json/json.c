@@ -753,3 +753,199 @@ void json_object_set(json_value *obj, const char *key, size_t key_len, json_valu
     }
     object_append(obj, clef_xstrndup(key, key_len), key_len, item);
 }
+
+/* ------------------------------------------------------------------ */
+/* Rendering                                                           */
+
+void json_render_string(const char *s, size_t len, clef_buf *out) {
+    static const char hex[] = "0123456789abcdef";
+    clef_buf_reserve(out, len + 2);
+    clef_buf_putc(out, '"');
+    size_t run = 0; /* start of the pending run of bytes emitted raw */
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c >= 0x20 && c != '"' && c != '\\') continue;
+        clef_buf_append(out, s + run, i - run);
+        run = i + 1;
+        switch (c) {
+        case '"': clef_buf_append(out, "\\\"", 2); break;
+        case '\\': clef_buf_append(out, "\\\\", 2); break;
+        case '\n': clef_buf_append(out, "\\n", 2); break;
+        case '\r': clef_buf_append(out, "\\r", 2); break;
+        case '\t': clef_buf_append(out, "\\t", 2); break;
+        case '\b': clef_buf_append(out, "\\b", 2); break;
+        case '\f': clef_buf_append(out, "\\f", 2); break;
+        default: {
+            char u[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
+            clef_buf_append(out, u, 6);
+        }
+        }
+    }
+    clef_buf_append(out, s + run, len - run);
+    clef_buf_putc(out, '"');
+}
+
+/* Digits d1..dn (no sign, no point) and scientific exponent e of the
+ * %.{p}e rendering of positive finite x. */
+static int sci_digits(double x, int p, char *dig, int *exp10) {
+    char t[40];
+    snprintf(t, sizeof t, "%.*e", p, x);
+    int n = 0;
+    const char *q = t;
+    for (; *q && *q != 'e'; q++)
+        if (*q >= '0' && *q <= '9') dig[n++] = *q;
+    dig[n] = '\0';
+    *exp10 = atoi(q + 1);
+    return n;
+}
+
+static int digits_roundtrip(const char *dig, int n, int e, double x) {
+    char t[48];
+    snprintf(t, sizeof t, "%.*se%d", n, dig, e - (n - 1));
+    return strtod(t, NULL) == x;
+}
+
+/* Move the n-digit string one unit in the last place up (dir=+1) or down
+ * (dir=-1), keeping n digits and adjusting the exponent on carry/borrow. */
+static void digits_step(char *dig, int n, int *e, int dir) {
+    int i = n - 1;
+    if (dir > 0) {
+        while (i >= 0 && dig[i] == '9') dig[i--] = '0';
+        if (i >= 0) {
+            dig[i]++;
+        } else { /* 99..9 + 1 = 100..0: one more power of ten */
+            dig[0] = '1';
+            (*e)++;
+        }
+    } else {
+        while (i >= 0 && dig[i] == '0') dig[i--] = '9';
+        dig[i]--; /* i >= 0: the leading digit is never 0 */
+        if (dig[0] == '0') { /* 100..0 - 1 = 99..9 (n digits, one power of ten less) */
+            memmove(dig, dig + 1, (size_t)n - 1);
+            dig[n - 1] = '9';
+            (*e)--;
+        }
+    }
+}
+
+/* Shortest digit string that round-trips to x (Python repr / David Gay
+ * mode 0): for each length take the correctly rounded digits; when they do
+ * not round-trip (possible at power-of-two boundaries, where the rounding
+ * interval is lopsided) try their neighbours at the same length. */
+static int shortest_digits(double x, char *dig, int *exp10) {
+    for (int p = 0; p < 17; p++) {
+        int n = sci_digits(x, p, dig, exp10);
+        if (digits_roundtrip(dig, n, *exp10, x)) return n;
+        for (int dir = -1; dir <= 1; dir += 2) {
+            char alt[24];
+            int e = *exp10;
+            memcpy(alt, dig, (size_t)n + 1);
+            digits_step(alt, n, &e, dir);
+            if (digits_roundtrip(alt, n, e, x)) {
+                memcpy(dig, alt, (size_t)n + 1);
+                *exp10 = e;
+                return n;
+            }
+        }
+    }
+    return sci_digits(x, 16, dig, exp10); /* 17 digits always round-trip */
+}
+
+void json_render_float(double x, clef_buf *out) {
+    if (isnan(x)) {
+        clef_buf_puts(out, "NaN");
+        return;
+    }
+    if (isinf(x)) {
+        clef_buf_puts(out, x > 0 ? "Infinity" : "-Infinity");
+        return;
+    }
+    if (signbit(x)) clef_buf_putc(out, '-');
+    x = fabs(x);
+    if (x == 0.0) {
+        clef_buf_puts(out, "0.0");
+        return;
+    }
+    char dig[24];
+    int e;
+    int n = shortest_digits(x, dig, &e);
+    while (n > 1 && dig[n - 1] == '0') dig[--n] = '\0';
+    if (e >= -4 && e < 16) {
+        if (e < 0) { /* 0.000ddd */
+            clef_buf_puts(out, "0.");
+            for (int i = 0; i < -e - 1; i++) clef_buf_putc(out, '0');
+            clef_buf_append(out, dig, (size_t)n);
+        } else if (n <= e + 1) { /* integral: ddd000.0 */
+            clef_buf_append(out, dig, (size_t)n);
+            for (int i = n; i < e + 1; i++) clef_buf_putc(out, '0');
+            clef_buf_puts(out, ".0");
+        } else { /* ddd.ddd */
+            clef_buf_append(out, dig, (size_t)e + 1);
+            clef_buf_putc(out, '.');
+            clef_buf_append(out, dig + e + 1, (size_t)(n - e - 1));
+        }
+        return;
+    }
+    clef_buf_putc(out, dig[0]);
+    if (n > 1) {
+        clef_buf_putc(out, '.');
+        clef_buf_append(out, dig + 1, (size_t)n - 1);
+    }
+    clef_buf_printf(out, "e%c%02d", e < 0 ? '-' : '+', e < 0 ? -e : e);
+}
+
+typedef struct member_ref {
+    const char *key;
+    size_t len;
+    const json_value *item;
+} member_ref;
+
+/* Code point order == UTF-8 byte order; a proper prefix sorts first. */
+static int member_cmp(const void *a, const void *b) {
+    const member_ref *x = a, *y = b;
+    size_t n = x->len < y->len ? x->len : y->len;
+    int c = memcmp(x->key, y->key, n);
+    if (c) return c;
+    return (x->len > y->len) - (x->len < y->len);
+}
+
+static void render_object(const json_value *v, int sort_keys, clef_buf *out) {
+    clef_buf_putc(out, '{');
+    member_ref *m = clef_xmalloc((v->n ? v->n : 1) * sizeof *m);
+    for (size_t i = 0; i < v->n; i++) m[i] = (member_ref){v->keys[i], v->key_lens[i], v->items[i]};
+    if (sort_keys) qsort(m, v->n, sizeof *m, member_cmp);
+    for (size_t i = 0; i < v->n; i++) {
+        if (i) clef_buf_putc(out, ',');
+        json_render_string(m[i].key, m[i].len, out);
+        clef_buf_putc(out, ':');
+        json_render_opts(m[i].item, sort_keys, out);
+    }
+    free(m);
+    clef_buf_putc(out, '}');
+}
+
+void json_render_opts(const json_value *v, int sort_keys, clef_buf *out) {
+    if (!v) {
+        clef_buf_puts(out, "null");
+        return;
+    }
+    switch (v->type) {
+    case JSON_NULL: clef_buf_puts(out, "null"); break;
+    case JSON_FALSE: clef_buf_puts(out, "false"); break;
+    case JSON_TRUE: clef_buf_puts(out, "true"); break;
+    case JSON_INT: clef_buf_append(out, v->str, v->len); break;
+    case JSON_FLOAT: json_render_float(v->num, out); break;
+    case JSON_STRING: json_render_string(v->str, v->len, out); break;
+    case JSON_ARRAY:
+        clef_buf_putc(out, '[');
+        for (size_t i = 0; i < v->n; i++) {
+            if (i) clef_buf_putc(out, ',');
+            json_render_opts(v->items[i], sort_keys, out);
+        }
+        clef_buf_putc(out, ']');
+        break;
+    case JSON_OBJECT: render_object(v, sort_keys, out); break;
+    }
+}
+
+void json_render(const json_value *v, clef_buf *out) { json_render_opts(v, 1, out); }
