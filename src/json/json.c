@@ -13,6 +13,9 @@
  * so json_array_push / json_object_set can grow them without a capacity
  * field.  The parser grows its vectors by doubling from 4, which keeps this
  * invariant.
+ *
+ * Locale: strtod / snprintf("%e") are used for floats and assume the "C"
+ * LC_NUMERIC locale (the default; clef never calls setlocale).
  */
 #include "json/json.h"
 

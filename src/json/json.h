@@ -48,8 +48,9 @@ struct json_value {
     size_t *key_lens;    /* byte lengths of keys */
 };
 
-/* Maximum nesting depth accepted by json_parse; deeper input is an error
- * (Python would raise RecursionError around depth 1000). */
+/* Maximum nesting depth accepted by json_parse: JSON_MAX_DEPTH nested
+ * arrays/objects parse, one more is an error (checked before recursing, so
+ * any input depth is safe; Python would raise RecursionError near 1000). */
 #define JSON_MAX_DEPTH 512
 /* Python refuses integers with more digits than this (int max str digits). */
 #define JSON_MAX_INT_DIGITS 4300
@@ -64,7 +65,9 @@ json_value *json_parse(const char *text, size_t len, clef_err *err);
 void json_free(json_value *v);
 
 /* Member lookup in an object by key (byte comparison); NULL when `obj` is not
- * an object or has no such key. */
+ * an object or has no such key.  Linear in the member count: to index a large
+ * object (the tokenizer vocabulary) iterate keys[] / items[] instead.  Keys
+ * containing NUL bytes cannot be looked up here (compare keys[] directly). */
 const json_value *json_get(const json_value *obj, const char *key);
 
 /* Python truthiness: null/false/0/0.0/""/[]/{} are falsy (SPEC §2.1 step 3.2). */
@@ -73,7 +76,9 @@ int json_truthy(const json_value *v);
 /* Convert a JSON_INT (or an integral JSON_FLOAT) to int64; returns -1 if the
  * value is not a number or does not fit. */
 int json_as_i64(const json_value *v, int64_t *out);
-/* Convert JSON_INT or JSON_FLOAT to double; returns -1 if not a number. */
+/* Convert JSON_INT or JSON_FLOAT to double (integers correctly rounded, like
+ * Python float(int)); returns -1 if not a number or if an integer is too
+ * large for a double (Python raises OverflowError there). */
 int json_as_double(const json_value *v, double *out);
 
 /* Append the Python json.dumps rendering of `v` (sort_keys, ensure_ascii=False,
