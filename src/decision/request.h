@@ -41,6 +41,7 @@ typedef struct clef_question {
     clef_option *options;   /* [n_options] in ENCODING order (SPEC §3.3), owned */
     size_t *request_order;  /* [n_options]: request_order[k] = index into `options` of the k-th
                                option in the request's criteria order (choice); identity otherwise */
+    char *option_id_text;   /* owned storage behind score ids "0".."n-1" (NULL for noul/choice) */
 } clef_question;
 
 typedef struct clef_request {
