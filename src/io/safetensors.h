@@ -44,11 +44,23 @@ typedef struct st_file {
 
 /* Map and validate `path`.  Returns 0, or -1 with err (status 500,
  * "internal_error", message like "model-00001.safetensors: tensor 'x':
- * data_offsets [0,12) do not match shape [2,4] x BF16 = 16 bytes"). */
+ * data_offsets [0,12) do not match shape [2,4] x BF16 = 16 bytes"; file-level
+ * problems read "<file>: header length ... runs past the end of the file").
+ * `f` is overwritten; on failure it is left zeroed with nothing to free.
+ * Tensor data is not read (pages load lazily on first touch). */
 int st_open(const char *path, st_file *f, clef_err *err);
+/* Unmap and free everything of `f` (pointers into it die); safe on a zeroed
+ * or already closed st_file; leaves it zeroed. */
 void st_close(st_file *f);
 
-/* Tensor by exact name, or NULL. */
+/* Tensor by exact name, or NULL.  Linear in f->n (use the checkpoint
+ * catalog for repeated lookups). */
 const st_tensor *st_find(const st_file *f, const char *name);
+
+/* Buffer size that always holds st_shape_str's output for CLEF_MAX_DIMS dims. */
+#define ST_SHAPE_STR_MAX (CLEF_MAX_DIMS * 21 + 3)
+/* Render a shape as "[d0,d1,...]" ("[]" for 0-d) into out[0..cap) for error
+ * messages; always NUL-terminated when cap > 0 (cut if too small). */
+void st_shape_str(const int64_t *shape, int ndim, char *out, size_t cap);
 
 #endif
