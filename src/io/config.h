@@ -55,12 +55,32 @@ typedef struct clef_config {
 } clef_config;
 
 /* Parse `<dir>/config.json` and `<dir>/joint_head_config.json` into `cfg`.
- * Returns 0 or -1 with err (500, message naming file and key). */
+ * Returns 0 or -1 with err (500, "internal_error", message naming file and
+ * key, e.g. "config.json: required key thinker_config.text_config.hidden_size
+ * is missing").
+ *
+ * Required (no default): vocab_size, hidden_size, num_hidden_layers,
+ * num_attention_heads, num_key_value_heads, num_experts, num_experts_per_tok,
+ * moe_intermediate_size, rms_norm_eps, and θ (rope_parameters.rope_theta or
+ * rope_theta); all six head fields.  Optional, with the SPEC §6.1 Clef-Omni
+ * value when absent: head_dim (hidden/heads), norm_topk_prob (true),
+ * decoder_sparse_step (1), mlp_only_layers ([]), max_position_embeddings
+ * (65536), mrope_section ([24,20,20]), intermediate_size (0; required only if
+ * some layer is dense).  Checked: sizes positive, heads % kv_heads == 0,
+ * k <= num_experts, layers <= CLEF_MAX_LAYERS, head_dim even, head hidden ==
+ * thinker hidden, head width % heads == 0, token ids inside the vocabulary. */
 int clef_config_load(const char *dir, clef_config *cfg, clef_err *err);
 
-/* Parse the two files' text directly (used by tests and by the loader). */
+/* Parse the two files' text directly (used by tests and by the loader);
+ * same rules and errors as clef_config_load.  `cfg` is zeroed first. */
 int clef_config_parse(const char *config_json, size_t config_len, const char *head_json, size_t head_len,
                       clef_config *cfg, clef_err *err);
+
+/* Read `<dir>/<name>` whole into a NUL-terminated heap buffer (caller frees)
+ * and set *len to its byte length.  Files over 64 MiB are refused (configs
+ * and indexes are far smaller, so a bigger one is a wrong path).  Returns NULL
+ * with err (500, message naming the file) when it cannot be read. */
+char *clef_read_text_file(const char *dir, const char *name, size_t *len, clef_err *err);
 
 /* Whether layer `l` uses the MoE block (SPEC §6.1). */
 int clef_layer_is_moe(const clef_text_config *c, int64_t l);
