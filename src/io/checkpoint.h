@@ -24,17 +24,32 @@ typedef struct clef_checkpoint {
     const st_tensor **catalog; /* sorted by name for bsearch; points into shards */
 } clef_checkpoint;
 
-/* Open `dir`.  Returns 0 or -1 with err (500, message naming the file). */
+/* Open `dir`: load both configs (clef_config_load), read the index (or fall
+ * back to a single model.safetensors), st_open each distinct shard the index
+ * names for a kept tensor exactly once, then joint_head.safetensors
+ * (required), and build the catalog.  Errors (500, "internal_error", message
+ * naming the file): a missing/invalid file, a shard name that is not a plain
+ * file name, a tensor name present in two files ("duplicate name"), a tensor
+ * the weight_map puts in a shard that does not hold it.  On failure `ck` is
+ * left zeroed; on success release with clef_checkpoint_close. */
 int clef_checkpoint_open(const char *dir, clef_checkpoint *ck, clef_err *err);
+/* Unmap every shard and free the catalog; every st_tensor pointer obtained
+ * from `ck` dies here.  Safe on a zeroed struct; leaves `ck` zeroed. */
 void clef_checkpoint_close(clef_checkpoint *ck);
 
 /* Tensor by name (thinker names carry the "thinker." prefix; head names are
- * bare as in joint_head.safetensors), or NULL. */
+ * bare as in joint_head.safetensors), or NULL.  O(log n) bsearch. */
 const st_tensor *clef_checkpoint_find(const clef_checkpoint *ck, const char *name);
 
 /* Like clef_checkpoint_find, but an absent tensor, a dtype not in
- * `allowed_dtypes_mask` (bit i = clef_dtype i; 0 = any), or a shape differing
- * from `shape[0..ndim)` is an error naming the tensor and what was expected. */
+ * `allowed_dtypes_mask` (bit i = clef_dtype i, see CLEF_DT_BIT; 0 = any), or
+ * a shape differing from `shape[0..ndim)` is an error (500) naming the file,
+ * the tensor and what was expected, e.g.
+ *   "model-00001-of-00002.safetensors: tensor
+ *    'thinker.model.layers.0.self_attn.q_proj.weight': expected shape [64,32],
+ *    found [64,33]"
+ * ndim < 0 skips the shape check (shape may then be NULL); ndim 0 demands a
+ * 0-d scalar. */
 const st_tensor *clef_checkpoint_require(const clef_checkpoint *ck, const char *name, unsigned allowed_dtypes_mask,
                                          int ndim, const int64_t *shape, clef_err *err);
 
