@@ -88,10 +88,15 @@ int clef_check_logits(const clef_request *req, const clef_record *rec, const flo
 
 /* ---- Python round(x, 4) ------------------------------------------------ */
 
+static int is_digit(char c) { return c >= '0' && c <= '9'; }
+
 /* Round the exact decimal expansion `digits` (as printed by "%.*f", no sign)
- * to 4 fractional digits, ties to even, in place; may grow by one char. */
+ * to 4 fractional digits, ties to even, in place; may grow by one char.  The
+ * radix character is whatever printf used (locale), found as the first
+ * non-digit, and strtod reads it back in the same locale. */
 static void round_decimal_string(char *digits) {
-    char *dot = strchr(digits, '.');
+    char *dot = digits;
+    while (is_digit(*dot)) dot++;
     char *last = dot + 4; /* the 4th fractional digit */
     const char *rest = last + 1;
     int up;
@@ -107,7 +112,7 @@ static void round_decimal_string(char *digits) {
     if (!up) return;
     char *p = last;
     for (;;) {
-        if (*p == '.') { p--; continue; }
+        if (!is_digit(*p)) { p--; continue; } /* the radix character */
         if (*p != '9') { (*p)++; return; }
         *p = '0';
         if (p == digits) break;

@@ -54,12 +54,27 @@ typedef struct clef_request {
     int truncate_state;       /* -1 absent, 0 false, 1 true (the request's "truncate_state") */
 } clef_request;
 
-/* Parse and validate a request body.  On error returns -1 with err set to
- * the status, type, message and param of SPEC §2.2 (reference messages
- * verbatim, e.g. 400 "model and state are required").  Media fields present
- * and non-empty are rejected (422, "images: media inputs are not supported
- * by this build") until media support lands; `media_kwargs` is rejected with
- * 422 "media_kwargs is not supported". */
+/* Parse and validate a request body (`len` bytes of UTF-8 JSON) with the
+ * limits `lim` (NULL = clef_limits_default()).  On success fills `out` (free
+ * with clef_request_free) and returns 0.  On error returns -1 with err set to
+ * the status, type, message and param of the first failing SPEC §2.2 rule;
+ * each rule is applied to every question before the next rule runs:
+ *   2  invalid JSON                                  400 invalid_json (parser message)
+ *   3  body not an object                            400 "request body must be a JSON object"
+ *   4  model not a string / state absent             400 "model and state are required" (param model|state)
+ *   5  questions missing or not an object / {}       400 / 422 "at least one question is required"
+ *   6  question not an object                        400 "<id>: question must be an object"
+ *      type not a string / unknown type string       400 / 422 "<id>: type must be noul, choice, or score"
+ *      choice/score criteria missing or falsy        422 "<id>: criteria must not be empty"
+ *   7  container types                               400 "<id>: choice criteria must be an object" (etc.)
+ *   8  limits                                        422 capacity_exceeded (SPEC §2.2 texts);
+ *                                                    422 "<id>: score criteria need at least <min> levels"
+ *   9  images/audio/videos not arrays of strings     400 "<field> must be an array of strings"
+ *      truncate_state not a boolean                  400 "truncate_state must be a boolean"
+ *      non-empty media                               422 "<field>: media inputs are not supported by this build"
+ *      media_kwargs present (any value)              422 "media_kwargs is not supported"
+ * Question ids appear raw in messages and params ("questions.<id>.criteria").
+ * A media field that is null counts as absent.  Thread-safe. */
 int clef_request_parse(const char *body, size_t len, const clef_limits *lim, clef_request *out, clef_err *err);
 
 /* Same, from an already parsed document; takes ownership of `root` (freed on
