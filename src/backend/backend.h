@@ -1,0 +1,185 @@
+/* backend.h — the op table every compute device implements (ggml-backend
+ * style): a small struct of function pointers over backend memory.  Model code
+ * (src/model/) calls only these ops and never knows which device runs them.
+ *
+ * src/backend/cpu/ is the reference implementation (f32, OpenBLAS + OpenMP);
+ * a device backend (CUDA) implements the same table and is tested against it
+ * on random inputs.
+ *
+ * Conventions for every op:
+ *   - "backend memory" is a pointer returned by `alloc` (CPU: host memory;
+ *     CUDA: device memory).  Model code never dereferences it; it moves data
+ *     with `upload` / `download`.
+ *   - Arguments marked (host) are plain host arrays that shape the work
+ *     (segment offsets, spans, row indices); the backend copies them if it
+ *     needs them on the device.
+ *   - Activations are f32, row-major, contiguous unless a stride is given.
+ *     Weights are `clef_weight` views of any supported dtype.
+ *   - Every op returns 0, or -1 with `err` filled (422 "capacity_exceeded"
+ *     "too many tokens: ..." when scratch memory cannot be had, 500 for an
+ *     unsupported dtype or invalid arguments).
+ *   - Determinism: every output element is computed by one fixed reduction
+ *     order that depends only on its own row (and, for attention, its own
+ *     segment), never on the number of rows, the other rows packed next to it
+ *     or the thread count.  The same record gives bitwise identical results
+ *     alone or packed with others.
+ *   - Ops own no per-call heap memory in steady state: scratch is kept by the
+ *     backend and grown only when a larger problem arrives.
+ */
+#ifndef CLEF_BACKEND_BACKEND_H
+#define CLEF_BACKEND_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tensor/dtype.h"
+#include "util/err.h"
+
+typedef struct clef_backend clef_backend;
+
+/* A weight matrix W[rows, cols] = [out, in] resident on a backend, rows
+ * contiguous (row r at data + r * cols * elem_size).  A view of part of a
+ * larger tensor (one expert of a fused [E, 2I, H] tensor, the K rows of a
+ * packed in_proj) is just another clef_weight with an offset data pointer.
+ * Quantized dtypes will add their scale pointers here; model code treats them
+ * the same way. */
+typedef struct clef_weight {
+    clef_dtype dtype; /* CPU backend: BF16, F16 or F32 */
+    int64_t rows;     /* out features */
+    int64_t cols;     /* in features */
+    const void *data; /* backend memory (CPU: points into the mapped checkpoint) */
+} clef_weight;
+
+/* The experts of one MoE layer: arrays of `n_experts` weight views.
+ *   gate[e], up[e]: [inter, hidden];  down[e]: [hidden, inter]. */
+typedef struct clef_moe_weights {
+    int64_t n_experts;
+    int64_t hidden;
+    int64_t inter;
+    const clef_weight *gate;
+    const clef_weight *up;
+    const clef_weight *down;
+} clef_moe_weights;
+
+/* Attention over packed variable-length segments (records, or the option
+ * groups of the head).  Segment s owns query rows [q_off[s], q_off[s+1]) and
+ * key/value rows [kv_off[s], kv_off[s+1]); no row attends outside its segment.
+ * Row r of q holds n_q_heads heads of head_dim floats at q + r * q_stride;
+ * likewise k / v with n_kv_heads heads; out row r at out + r * o_stride holds
+ * n_q_heads * head_dim floats.  Query head i reads KV head
+ * i / (n_q_heads / n_kv_heads) (GQA).  `causal` requires equal query and
+ * key lengths per segment and masks key j > query i (positions within the
+ * segment).  Softmax in f32; scores are (q . k) * scale. */
+typedef struct clef_attn_desc {
+    int64_t n_seg;
+    const int64_t *q_off;  /* (host) [n_seg + 1], q_off[0] = 0 */
+    const int64_t *kv_off; /* (host) [n_seg + 1], kv_off[0] = 0 */
+    int64_t n_q_heads;
+    int64_t n_kv_heads;
+    int64_t head_dim;
+    int64_t q_stride, k_stride, v_stride, o_stride; /* floats between rows */
+    float scale;
+    int causal;
+} clef_attn_desc;
+
+/* Interleaved M-RoPE (SPEC §6.3) parameters. */
+typedef struct clef_rope_desc {
+    int64_t head_dim;        /* D, even */
+    int64_t section[3];      /* mrope_section: frequencies owned by T, H, W */
+    const float *inv_freq;   /* backend memory [D/2]: 1/theta^(2j/D) in f32 */
+} clef_rope_desc;
+
+/* Half-open row range [start, end) used by span_mean. */
+typedef struct clef_row_span {
+    int64_t start;
+    int64_t end;
+} clef_row_span;
+
+typedef struct clef_backend_ops {
+    const char *name;
+    void (*destroy)(clef_backend *be);
+
+    /* ---- memory ---- */
+    /* `bytes` of backend memory (64-byte aligned), or NULL. */
+    void *(*alloc)(clef_backend *be, size_t bytes);
+    void (*free)(clef_backend *be, void *p);
+    /* host -> backend, backend -> host, backend -> backend copies. */
+    int (*upload)(clef_backend *be, void *dst, const void *src, size_t bytes, clef_err *err);
+    int (*download)(clef_backend *be, void *dst, const void *src, size_t bytes, clef_err *err);
+    int (*copy)(clef_backend *be, void *dst, const void *src, size_t bytes, clef_err *err);
+    /* Make a weight whose bytes are at host address `host` usable by the
+     * backend: fills `w` (CPU: borrows the host pointer; a device backend
+     * uploads and owns a copy, released by weight_release). */
+    int (*weight_init)(clef_backend *be, clef_weight *w, clef_dtype dtype, int64_t rows, int64_t cols,
+                       const void *host, clef_err *err);
+    void (*weight_release)(clef_backend *be, clef_weight *w);
+
+    /* ---- thinker ops ---- */
+    /* y[T, w.rows] = x[T, w.cols] . W^T (+ bias[w.rows] if non-NULL), f32
+     * accumulation from any weight dtype.  x and y must not overlap. */
+    int (*matmul)(clef_backend *be, const float *x, int64_t T, const clef_weight *w, const float *bias, float *y,
+                  clef_err *err);
+    /* out[n, table.cols] = f32(table[ids[i]]) — embedding lookup.  ids:
+     * backend memory [n], each in [0, table.rows) (checked by the caller). */
+    int (*gather)(clef_backend *be, const clef_weight *table, const int32_t *ids, int64_t n, float *out,
+                  clef_err *err);
+    /* RMSNorm of `rows` rows of `dim` floats: y = w * (x * rsqrt(mean(x^2) + eps)).
+     * Per-head q/k norm is rows = T * heads, dim = head_dim.  y may equal x. */
+    int (*rmsnorm)(clef_backend *be, const float *x, const float *w, float *y, int64_t rows, int64_t dim,
+                   float eps, clef_err *err);
+    /* In-place interleaved M-RoPE on x[T, heads, D] (rotate-half pairs
+     * (j, j + D/2)).  pos: backend memory int32 [3][T] (T, H, W axes). */
+    int (*rope)(clef_backend *be, float *x, int64_t T, int64_t heads, const int32_t *pos,
+                const clef_rope_desc *rope, clef_err *err);
+    /* Attention over packed segments, see clef_attn_desc. */
+    int (*attention)(clef_backend *be, const float *q, const float *k, const float *v, float *out,
+                     const clef_attn_desc *a, clef_err *err);
+    /* Router: p = softmax(logits[t, 0..E)) in f32, the k largest p (ties: lower
+     * expert first) in descending order into idx[T, k] / w[T, k]; with `norm`
+     * the k weights are divided by their sum. */
+    int (*router_topk)(clef_backend *be, const float *logits, int64_t T, int64_t E, int64_t k, int norm,
+                       int32_t *idx, float *w, clef_err *err);
+    /* Grouped MoE expert block: tokens are permuted by expert (token order
+     * kept within an expert), each expert multiplies only its own tokens:
+     * y_e = down_e . (silu(gate_e . x) * (up_e . x)); then
+     * y[t] = sum over t's k experts in ascending expert order of w[t,s] * y_e[t]
+     * (the reference's index_add order).  x, y: [T, hidden]; idx, w: [T, k]. */
+    int (*moe)(clef_backend *be, const float *x, int64_t T, const int32_t *idx, const float *w, int64_t k,
+               const clef_moe_weights *experts, float *y, clef_err *err);
+    /* out[i] = silu(gate[i]) * up[i], silu(z) = z / (1 + exp(-z)).  n floats. */
+    int (*swiglu)(clef_backend *be, const float *gate, const float *up, float *out, int64_t n, clef_err *err);
+    /* y[r, :] = a[r, :] + b[r * b_stride, :] for r < rows (b_stride 0
+     * broadcasts one row of b, b_stride = dim is an elementwise add).  y may
+     * equal a or b. */
+    int (*add)(clef_backend *be, const float *a, const float *b, float *y, int64_t rows, int64_t dim,
+               int64_t b_stride, clef_err *err);
+
+    /* ---- head ops ---- */
+    /* Affine LayerNorm over rows of `dim` (biased variance): y = (x - mean) *
+     * rsqrt(var + eps) * w + b.  y may equal x. */
+    int (*layernorm)(clef_backend *be, const float *x, const float *w, const float *b, float *y, int64_t rows,
+                     int64_t dim, float eps, clef_err *err);
+    /* y = 0.5 x (1 + erf(x / sqrt 2)), n floats (exact GELU); y may equal x. */
+    int (*gelu)(clef_backend *be, const float *x, float *y, int64_t n, clef_err *err);
+    /* out[i, :] = mean of rows x[spans[i].start .. spans[i].end) (sum in row
+     * order, then divided by the count); spans (host), non-empty. */
+    int (*span_mean)(clef_backend *be, const float *x, int64_t dim, const clef_row_span *spans, int64_t n,
+                     float *out, clef_err *err);
+    /* Residual-scorer input (SPEC §7.3 step 14): for option i with field row
+     * f = f_rows[i] (host), out[i] = [F[f] ; o[i] ; F[f] * o[i] ; |F[f] - o[i]|],
+     * out: [n, 4 dim]. */
+    int (*pair_features)(clef_backend *be, const float *F, const int32_t *f_rows, const float *o, int64_t n,
+                         int64_t dim, float *out, clef_err *err);
+    /* out[i] = <a[r] / max(|a[r]|, eps), b[i] / max(|b[i]|, eps)> with
+     * r = a_rows ? a_rows[i] : i (a_rows host).  Cosine similarity as torch
+     * (normalise, then dot). */
+    int (*cosine)(clef_backend *be, const float *a, const int32_t *a_rows, const float *b, int64_t n, int64_t dim,
+                  float eps, float *out, clef_err *err);
+} clef_backend_ops;
+
+struct clef_backend {
+    const clef_backend_ops *ops;
+    void *ctx; /* the implementation's state */
+};
+
+#endif

@@ -1,0 +1,16 @@
+/* cpu.h — the reference CPU backend: f32 compute, OpenBLAS sgemm for weight
+ * products (weights converted to f32 in row blocks, never whole), OpenMP
+ * threads for everything else.
+ */
+#ifndef CLEF_BACKEND_CPU_CPU_H
+#define CLEF_BACKEND_CPU_CPU_H
+
+#include "backend/backend.h"
+
+/* A CPU backend using `n_threads` OpenMP threads (<= 0: all cores).  Sets
+ * OpenBLAS to one thread per call (the backend parallelises around it, which
+ * keeps every product's reduction order fixed).  Release with
+ * be->ops->destroy(be).  Returns NULL + err (500) on allocation failure. */
+clef_backend *clef_backend_cpu_create(int n_threads, clef_err *err);
+
+#endif

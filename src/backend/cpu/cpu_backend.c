@@ -1,0 +1,138 @@
+/* cpu_backend.c — the CPU backend's op table, memory and scratch. */
+#include "backend/cpu/cpu.h"
+
+#include <cblas.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_internal.h"
+
+#define CPU_ALIGN 64
+
+static void *aligned_alloc_bytes(size_t bytes) {
+    void *p = NULL;
+    if (bytes == 0) bytes = CPU_ALIGN;
+    if (posix_memalign(&p, CPU_ALIGN, bytes) != 0) return NULL;
+    return p;
+}
+
+void *cpu_slot(cpu_ctx *c, int s, size_t bytes, clef_err *err) {
+    if (c->slot_bytes[s] >= bytes && c->slot[s]) return c->slot[s];
+    free(c->slot[s]);
+    c->slot_bytes[s] = 0;
+    c->slot[s] = aligned_alloc_bytes(bytes);
+    if (!c->slot[s]) {
+        clef_fail(err, 422, CLEF_E_CAPACITY, NULL, "too many tokens: cannot allocate %zu bytes of CPU scratch", bytes);
+        return NULL;
+    }
+    c->slot_bytes[s] = bytes;
+    return c->slot[s];
+}
+
+int cpu_thread_scratch(cpu_ctx *c, size_t floats, clef_err *err) {
+    if (c->thread_floats >= floats) return 0;
+    for (int i = 0; i < c->n_threads; i++) {
+        free(c->thread_buf[i]);
+        c->thread_buf[i] = aligned_alloc_bytes(floats * sizeof(float));
+        if (!c->thread_buf[i]) {
+            c->thread_floats = 0;
+            for (int j = 0; j < c->n_threads; j++) {
+                free(c->thread_buf[j]);
+                c->thread_buf[j] = NULL;
+            }
+            return clef_fail(err, 422, CLEF_E_CAPACITY, NULL,
+                             "too many tokens: cannot allocate %zu floats of per-thread CPU scratch", floats);
+        }
+    }
+    c->thread_floats = floats;
+    return 0;
+}
+
+static void cpu_destroy(clef_backend *be) {
+    if (!be) return;
+    cpu_ctx *c = cpu_of(be);
+    if (c) {
+        for (int i = 0; i < c->n_threads; i++) free(c->thread_buf[i]);
+        free(c->thread_buf);
+        for (int s = 0; s < CPU_SLOT_COUNT; s++) free(c->slot[s]);
+        free(c);
+    }
+    free(be);
+}
+
+static void *cpu_alloc(clef_backend *be, size_t bytes) { return aligned_alloc_bytes(bytes); }
+static void cpu_free(clef_backend *be, void *p) { free(p); }
+
+static int cpu_memcpy(clef_backend *be, void *dst, const void *src, size_t bytes, clef_err *err) {
+    if (bytes) memmove(dst, src, bytes);
+    return 0;
+}
+
+static int cpu_weight_init(clef_backend *be, clef_weight *w, clef_dtype dtype, int64_t rows, int64_t cols,
+                           const void *host, clef_err *err) {
+    if (!cpu_weight_dtype_ok(dtype))
+        return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CPU backend: weight dtype %s is not supported",
+                         clef_dtype_name(dtype));
+    if (rows < 0 || cols < 0 || (!host && rows * cols > 0))
+        return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CPU backend: invalid weight [%lld,%lld]",
+                         (long long)rows, (long long)cols);
+    w->dtype = dtype;
+    w->rows = rows;
+    w->cols = cols;
+    w->data = host; /* borrowed: the mapped checkpoint outlives the model */
+    return 0;
+}
+
+static void cpu_weight_release(clef_backend *be, clef_weight *w) {
+    if (w) memset(w, 0, sizeof *w);
+}
+
+static const clef_backend_ops cpu_ops = {
+    .name = "cpu",
+    .destroy = cpu_destroy,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .upload = cpu_memcpy,
+    .download = cpu_memcpy,
+    .copy = cpu_memcpy,
+    .weight_init = cpu_weight_init,
+    .weight_release = cpu_weight_release,
+    .matmul = cpu_matmul,
+    .gather = cpu_gather,
+    .rmsnorm = cpu_rmsnorm,
+    .rope = cpu_rope,
+    .attention = cpu_attention,
+    .router_topk = cpu_router_topk,
+    .moe = cpu_moe,
+    .swiglu = cpu_swiglu,
+    .add = cpu_add,
+    .layernorm = cpu_layernorm,
+    .gelu = cpu_gelu,
+    .span_mean = cpu_span_mean,
+    .pair_features = cpu_pair_features,
+    .cosine = cpu_cosine,
+};
+
+clef_backend *clef_backend_cpu_create(int n_threads, clef_err *err) {
+    if (n_threads <= 0) n_threads = omp_get_num_procs();
+    if (n_threads <= 0) n_threads = 1;
+    /* One BLAS thread per call: we split the work ourselves, so OpenBLAS never
+     * changes a product's blocking with the machine's load or core count. */
+    openblas_set_num_threads(1);
+    clef_backend *be = calloc(1, sizeof *be);
+    cpu_ctx *c = calloc(1, sizeof *c);
+    float **bufs = calloc((size_t)n_threads, sizeof *bufs);
+    if (!be || !c || !bufs) {
+        free(be);
+        free(c);
+        free(bufs);
+        clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CPU backend: out of memory");
+        return NULL;
+    }
+    c->n_threads = n_threads;
+    c->thread_buf = bufs;
+    be->ops = &cpu_ops;
+    be->ctx = c;
+    return be;
+}

@@ -1,0 +1,89 @@
+/* cpu_internal.h — state and helpers shared by the CPU backend's files. */
+#ifndef CLEF_BACKEND_CPU_INTERNAL_H
+#define CLEF_BACKEND_CPU_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+
+/* Scratch slots kept by the backend and grown on demand (no per-op malloc in
+ * steady state).  Each op owns its slots; ops never run concurrently on one
+ * backend. */
+enum cpu_slot {
+    CPU_SLOT_MM_ITEMS,  /* matmul work items */
+    CPU_SLOT_MOE,       /* permuted rows and expert intermediates */
+    CPU_SLOT_MOE_INDEX, /* per-expert counts, offsets, slot positions */
+    CPU_SLOT_COUNT
+};
+
+typedef struct cpu_ctx {
+    int n_threads;
+    float **thread_buf;    /* [n_threads] per-thread scratch */
+    size_t thread_floats;  /* capacity of each thread_buf, floats */
+    void *slot[CPU_SLOT_COUNT];
+    size_t slot_bytes[CPU_SLOT_COUNT];
+} cpu_ctx;
+
+static inline cpu_ctx *cpu_of(clef_backend *be) { return (cpu_ctx *)be->ctx; }
+
+/* Slot `s` with at least `bytes` bytes (contents not kept on growth), or
+ * NULL + err (422 "too many tokens"). */
+void *cpu_slot(cpu_ctx *c, int s, size_t bytes, clef_err *err);
+/* Make every thread's buffer hold at least `floats` floats. */
+int cpu_thread_scratch(cpu_ctx *c, size_t floats, clef_err *err);
+
+/* Weight rows converted to f32 at a time (32 x 2048 floats = 256 KiB stays in
+ * L2 while every token of the chunk is multiplied by it). */
+#define CPU_MM_BLOCK 32
+/* Token rows per matmul work item. */
+#define CPU_MM_CHUNK 256
+
+/* One product y[T, w.rows] (+bias) = x[T, w.cols] . W^T for the batched
+ * matmul driver; y rows are `ldy` floats apart. */
+typedef struct cpu_mm_job {
+    const float *x;
+    int64_t T;
+    const clef_weight *w;
+    const float *bias;
+    float *y;
+    int64_t ldy;
+} cpu_mm_job;
+
+/* Run `n` products in parallel over (job, weight block, token chunk). */
+int cpu_mm_run(cpu_ctx *c, const cpu_mm_job *jobs, int64_t n, clef_err *err);
+
+/* Whether the CPU backend can multiply by this weight dtype. */
+int cpu_weight_dtype_ok(clef_dtype t);
+/* Convert rows [r0, r1) of w to f32 at dst ([r1-r0, w.cols]). */
+void cpu_weight_rows_f32(const clef_weight *w, int64_t r0, int64_t r1, float *dst);
+
+int cpu_matmul(clef_backend *be, const float *x, int64_t T, const clef_weight *w, const float *bias, float *y,
+               clef_err *err);
+int cpu_gather(clef_backend *be, const clef_weight *table, const int32_t *ids, int64_t n, float *out, clef_err *err);
+int cpu_router_topk(clef_backend *be, const float *logits, int64_t T, int64_t E, int64_t k, int norm, int32_t *idx,
+                    float *w, clef_err *err);
+int cpu_moe(clef_backend *be, const float *x, int64_t T, const int32_t *idx, const float *w, int64_t k,
+            const clef_moe_weights *experts, float *y, clef_err *err);
+
+int cpu_rope(clef_backend *be, float *x, int64_t T, int64_t heads, const int32_t *pos, const clef_rope_desc *rope,
+             clef_err *err);
+int cpu_attention(clef_backend *be, const float *q, const float *k, const float *v, float *out,
+                  const clef_attn_desc *a, clef_err *err);
+
+int cpu_rmsnorm(clef_backend *be, const float *x, const float *w, float *y, int64_t rows, int64_t dim, float eps,
+                clef_err *err);
+int cpu_layernorm(clef_backend *be, const float *x, const float *w, const float *b, float *y, int64_t rows,
+                  int64_t dim, float eps, clef_err *err);
+int cpu_swiglu(clef_backend *be, const float *gate, const float *up, float *out, int64_t n, clef_err *err);
+int cpu_add(clef_backend *be, const float *a, const float *b, float *y, int64_t rows, int64_t dim, int64_t b_stride,
+            clef_err *err);
+int cpu_gelu(clef_backend *be, const float *x, float *y, int64_t n, clef_err *err);
+int cpu_span_mean(clef_backend *be, const float *x, int64_t dim, const clef_row_span *spans, int64_t n, float *out,
+                  clef_err *err);
+int cpu_pair_features(clef_backend *be, const float *F, const int32_t *f_rows, const float *o, int64_t n,
+                      int64_t dim, float *out, clef_err *err);
+int cpu_cosine(clef_backend *be, const float *a, const int32_t *a_rows, const float *b, int64_t n, int64_t dim,
+               float eps, float *out, clef_err *err);
+
+#endif

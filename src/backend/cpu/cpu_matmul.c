@@ -1,0 +1,253 @@
+/* cpu_matmul.c — weight products on the CPU: the batched matmul driver
+ * (weight row blocks converted to f32 in per-thread scratch, OpenBLAS sgemv
+ * per token), embedding gather, router top-k and the grouped MoE expert
+ * block. */
+#include <cblas.h>
+#undef I /* openblas_config.h pulls in complex.h */
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_internal.h"
+
+int cpu_weight_dtype_ok(clef_dtype t) { return t == CLEF_DT_BF16 || t == CLEF_DT_F16 || t == CLEF_DT_F32; }
+
+void cpu_weight_rows_f32(const clef_weight *w, int64_t r0, int64_t r1, float *dst) {
+    size_t n = (size_t)(r1 - r0) * (size_t)w->cols;
+    size_t off = (size_t)r0 * (size_t)w->cols;
+    if (w->dtype == CLEF_DT_BF16) {
+        const uint16_t *src = (const uint16_t *)w->data + off;
+        for (size_t i = 0; i < n; i++) dst[i] = clef_bf16_to_f32(src[i]);
+    } else {
+        clef_to_f32(w->dtype, (const char *)w->data + off * clef_dtype_size(w->dtype), dst, n);
+    }
+}
+
+/* One unit of parallel work: weight rows [block*BLOCK, ...) of job `job`
+ * against token rows [t0, t0 + CHUNK). */
+typedef struct mm_item {
+    int64_t job;
+    int64_t block;
+    int64_t t0;
+} mm_item;
+
+/* Rows [t0, t1) of job j against the converted weight rows wf[nb, K]: one
+ * sgemv per token.  Why not sgemm: OpenBLAS's sgemm kernels round a row
+ * differently depending on its position inside the M tile (measured on Zen:
+ * positions 6-11 of every 12 differ from 0-5), so a token's result would
+ * depend on the tokens packed before it.  A per-token sgemv on a weight block
+ * kept in cache has one shape per weight block, hence one rounding per
+ * token, at ~60% of sgemm's speed.  The token row is copied to an aligned
+ * buffer first so the kernel's alignment peeling never varies either. */
+static void mm_rows(const cpu_mm_job *j, const float *wf, int64_t n0, int64_t nb, int64_t t0, int64_t t1,
+                    float *xbuf, float *ybuf) {
+    const int64_t K = j->w->cols;
+    for (int64_t t = t0; t < t1; t++) {
+        memcpy(xbuf, j->x + t * K, (size_t)K * sizeof(float));
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)nb, (int)K, 1.0f, wf, (int)K, xbuf, 1, 0.0f, ybuf, 1);
+        float *yr = j->y + t * j->ldy + n0;
+        if (j->bias)
+            for (int64_t n = 0; n < nb; n++) yr[n] = ybuf[n] + j->bias[n0 + n];
+        else
+            memcpy(yr, ybuf, (size_t)nb * sizeof(float));
+    }
+}
+
+/* Round a float count up to a whole number of 64-byte lines. */
+static size_t line_floats(size_t n) { return (n + 15) & ~(size_t)15; }
+
+static void mm_item_run(const cpu_mm_job *j, const mm_item *it, float *buf) {
+    const int64_t K = j->w->cols;
+    const int64_t n0 = it->block * CPU_MM_BLOCK;
+    const int64_t nb = j->w->rows - n0 < CPU_MM_BLOCK ? j->w->rows - n0 : CPU_MM_BLOCK;
+    float *wbuf = buf;
+    float *xbuf = wbuf + line_floats((size_t)(CPU_MM_BLOCK * K));
+    float *ybuf = xbuf + line_floats((size_t)K);
+    const float *wf;
+    if (j->w->dtype == CLEF_DT_F32 && ((uintptr_t)j->w->data & 63) == 0 && (K & 15) == 0) {
+        wf = (const float *)j->w->data + n0 * K;
+    } else {
+        cpu_weight_rows_f32(j->w, n0, n0 + nb, wbuf);
+        wf = wbuf;
+    }
+    int64_t t1 = it->t0 + CPU_MM_CHUNK < j->T ? it->t0 + CPU_MM_CHUNK : j->T;
+    mm_rows(j, wf, n0, nb, it->t0, t1, xbuf, ybuf);
+}
+
+int cpu_mm_run(cpu_ctx *c, const cpu_mm_job *jobs, int64_t n, clef_err *err) {
+    int64_t n_items = 0, kmax = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const cpu_mm_job *j = &jobs[i];
+        if (!cpu_weight_dtype_ok(j->w->dtype))
+            return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CPU matmul: weight dtype %s is not supported",
+                             clef_dtype_name(j->w->dtype));
+        if (j->T <= 0 || j->w->rows <= 0) continue;
+        if (j->w->cols > INT32_MAX / CPU_MM_BLOCK || j->ldy > INT32_MAX)
+            return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CPU matmul: weight too wide");
+        n_items += ((j->w->rows + CPU_MM_BLOCK - 1) / CPU_MM_BLOCK) * ((j->T + CPU_MM_CHUNK - 1) / CPU_MM_CHUNK);
+        if (j->w->cols > kmax) kmax = j->w->cols;
+    }
+    if (n_items == 0) return 0;
+    size_t per_thread = line_floats((size_t)(CPU_MM_BLOCK * kmax)) + line_floats((size_t)kmax) + CPU_MM_BLOCK;
+    if (cpu_thread_scratch(c, per_thread, err) != 0) return -1;
+    mm_item *items = cpu_slot(c, CPU_SLOT_MM_ITEMS, (size_t)n_items * sizeof *items, err);
+    if (!items) return -1;
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const cpu_mm_job *j = &jobs[i];
+        if (j->T <= 0 || j->w->rows <= 0) continue;
+        for (int64_t b = 0; b * CPU_MM_BLOCK < j->w->rows; b++)
+            for (int64_t t0 = 0; t0 < j->T; t0 += CPU_MM_CHUNK) items[m++] = (mm_item){i, b, t0};
+    }
+#pragma omp parallel for schedule(dynamic, 1) num_threads(c->n_threads)
+    for (int64_t i = 0; i < n_items; i++) mm_item_run(&jobs[items[i].job], &items[i], c->thread_buf[omp_get_thread_num()]);
+    return 0;
+}
+
+int cpu_matmul(clef_backend *be, const float *x, int64_t T, const clef_weight *w, const float *bias, float *y,
+               clef_err *err) {
+    cpu_mm_job j = {.x = x, .T = T, .w = w, .bias = bias, .y = y, .ldy = w->rows};
+    return cpu_mm_run(cpu_of(be), &j, 1, err);
+}
+
+int cpu_gather(clef_backend *be, const clef_weight *table, const int32_t *ids, int64_t n, float *out,
+               clef_err *err) {
+    cpu_ctx *c = cpu_of(be);
+    if (!cpu_weight_dtype_ok(table->dtype))
+        return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CPU gather: dtype %s is not supported",
+                         clef_dtype_name(table->dtype));
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= table->rows)
+            return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CPU gather: row %d outside [0,%lld)", (int)ids[i],
+                             (long long)table->rows);
+    const int64_t D = table->cols;
+#pragma omp parallel for schedule(static) num_threads(c->n_threads) if (n * D > 65536)
+    for (int64_t i = 0; i < n; i++) cpu_weight_rows_f32(table, ids[i], ids[i] + 1, out + i * D);
+    return 0;
+}
+
+/* Top-k of one token's router probabilities. */
+static void router_row(const float *l, int64_t E, int64_t k, int norm, float *p, int32_t *idx, float *w) {
+    float mx = l[0];
+    for (int64_t e = 1; e < E; e++)
+        if (l[e] > mx) mx = l[e];
+    double sum = 0.0;
+    for (int64_t e = 0; e < E; e++) {
+        p[e] = expf(l[e] - mx);
+        sum += p[e];
+    }
+    float fsum = (float)sum;
+    for (int64_t e = 0; e < E; e++) p[e] = p[e] / fsum;
+    for (int64_t s = 0; s < k; s++) {
+        int64_t best = -1;
+        for (int64_t e = 0; e < E; e++) {
+            if (p[e] < 0) continue; /* already taken */
+            if (best < 0 || p[e] > p[best]) best = e;
+        }
+        idx[s] = (int32_t)best;
+        w[s] = p[best];
+        p[best] = -1.0f;
+    }
+    if (norm) {
+        float ws = 0.0f;
+        for (int64_t s = 0; s < k; s++) ws += w[s];
+        for (int64_t s = 0; s < k; s++) w[s] = w[s] / ws;
+    }
+}
+
+int cpu_router_topk(clef_backend *be, const float *logits, int64_t T, int64_t E, int64_t k, int norm, int32_t *idx,
+                    float *w, clef_err *err) {
+    cpu_ctx *c = cpu_of(be);
+    if (E <= 0 || k <= 0 || k > E)
+        return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CPU router: top-%lld of %lld experts", (long long)k,
+                         (long long)E);
+    if (cpu_thread_scratch(c, (size_t)E, err) != 0) return -1;
+#pragma omp parallel for schedule(static) num_threads(c->n_threads) if (T * E > 16384)
+    for (int64_t t = 0; t < T; t++)
+        router_row(logits + t * E, E, k, norm, c->thread_buf[omp_get_thread_num()], idx + t * k, w + t * k);
+    return 0;
+}
+
+/* ---- grouped MoE ---- */
+
+/* Sum of one token's expert outputs in ascending expert order, each scaled by
+ * its routing weight (the reference's index_add_ loop over experts). */
+static void moe_combine_row(int64_t t, int64_t k, int64_t H, const int32_t *idx, const float *w,
+                            const int64_t *slot_pos, const float *yp, float *y) {
+    int64_t order[64];
+    for (int64_t s = 0; s < k; s++) {
+        int64_t j = s;
+        while (j > 0 && idx[t * k + order[j - 1]] > idx[t * k + s]) {
+            order[j] = order[j - 1];
+            j--;
+        }
+        order[j] = s;
+    }
+    float *yr = y + t * H;
+    for (int64_t i = 0; i < k; i++) {
+        int64_t s = order[i];
+        const float *er = yp + slot_pos[t * k + s] * H;
+        float ws = w[t * k + s];
+        if (i == 0)
+            for (int64_t h = 0; h < H; h++) yr[h] = er[h] * ws;
+        else
+            for (int64_t h = 0; h < H; h++) yr[h] += er[h] * ws;
+    }
+}
+
+int cpu_moe(clef_backend *be, const float *x, int64_t T, const int32_t *idx, const float *w, int64_t k,
+            const clef_moe_weights *ex, float *y, clef_err *err) {
+    cpu_ctx *c = cpu_of(be);
+    const int64_t E = ex->n_experts, H = ex->hidden, NI = ex->inter, TK = T * k;
+    if (T <= 0) return 0;
+    if (k <= 0 || k > 64 || k > E)
+        return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CPU moe: %lld experts per token", (long long)k);
+    for (int64_t i = 0; i < TK; i++)
+        if (idx[i] < 0 || idx[i] >= E)
+            return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CPU moe: expert %d outside [0,%lld)", (int)idx[i],
+                             (long long)E);
+    /* index slot: cnt[E] off[E+1] fill[E] slot_pos[TK] row_tok[TK], then jobs[2E] */
+    size_t n_idx = (size_t)(3 * E + 1 + 2 * TK);
+    char *ib = cpu_slot(c, CPU_SLOT_MOE_INDEX, n_idx * sizeof(int64_t) + (size_t)(2 * E) * sizeof(cpu_mm_job), err);
+    if (!ib) return -1;
+    int64_t *cnt = (int64_t *)ib, *off = cnt + E, *fill = off + E + 1, *slot_pos = fill + E, *row_tok = slot_pos + TK;
+    cpu_mm_job *jobs = (cpu_mm_job *)(ib + n_idx * sizeof(int64_t));
+    float *xp = cpu_slot(c, CPU_SLOT_MOE, (size_t)TK * (size_t)(2 * H + 2 * NI) * sizeof(float), err);
+    if (!xp) return -1;
+    float *g = xp + TK * H, *u = g + TK * NI, *yp = u + TK * NI;
+
+    /* Permute token rows by expert, keeping token order within an expert. */
+    memset(cnt, 0, (size_t)E * sizeof *cnt);
+    for (int64_t i = 0; i < TK; i++) cnt[idx[i]]++;
+    off[0] = 0;
+    for (int64_t e = 0; e < E; e++) {
+        off[e + 1] = off[e] + cnt[e];
+        fill[e] = 0;
+    }
+    for (int64_t i = 0; i < TK; i++) {
+        int64_t e = idx[i], pos = off[e] + fill[e]++;
+        slot_pos[i] = pos;
+        row_tok[pos] = i / k;
+    }
+#pragma omp parallel for schedule(static) num_threads(c->n_threads) if (TK * H > 65536)
+    for (int64_t p = 0; p < TK; p++) memcpy(xp + p * H, x + row_tok[p] * H, (size_t)H * sizeof(float));
+
+    /* gate and up of every expert that has tokens */
+    int64_t nj = 0;
+    for (int64_t e = 0; e < E; e++) {
+        if (!cnt[e]) continue;
+        jobs[nj++] = (cpu_mm_job){xp + off[e] * H, cnt[e], &ex->gate[e], NULL, g + off[e] * NI, NI};
+        jobs[nj++] = (cpu_mm_job){xp + off[e] * H, cnt[e], &ex->up[e], NULL, u + off[e] * NI, NI};
+    }
+    if (cpu_mm_run(c, jobs, nj, err) != 0) return -1;
+    if (cpu_swiglu(be, g, u, g, TK * NI, err) != 0) return -1;
+    nj = 0;
+    for (int64_t e = 0; e < E; e++) {
+        if (!cnt[e]) continue;
+        jobs[nj++] = (cpu_mm_job){g + off[e] * NI, cnt[e], &ex->down[e], NULL, yp + off[e] * H, H};
+    }
+    if (cpu_mm_run(c, jobs, nj, err) != 0) return -1;
+#pragma omp parallel for schedule(static) num_threads(c->n_threads) if (TK * H > 65536)
+    for (int64_t t = 0; t < T; t++) moe_combine_row(t, k, H, idx, w, slot_pos, yp, y);
+    return 0;
+}
