@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,40 +73,131 @@ void clef_engine_close(clef_engine *e) {
     free(e);
 }
 
-/* thinker + head for one encoded record; logits laid out as clef_head_forward. */
-static int run_record(clef_engine *e, const clef_record *rec, float *logits, clef_err *err) {
-    size_t hidden_size = (size_t)e->ck.config.text.hidden_size;
-    float *hidden = malloc(rec->n_ids * hidden_size * sizeof *hidden);
-    if (!hidden) return clef_fail(err, 422, CLEF_E_CAPACITY, NULL, "too many tokens: cannot allocate hidden states for %zu tokens", rec->n_ids);
-    pthread_mutex_lock(&e->forward_lock);
-    int rc = clef_thinker_forward(e->model, rec->input_ids, rec->n_ids, hidden, NULL, err);
-    if (rc == 0) rc = clef_head_forward(e->model, hidden, rec, logits, err);
-    pthread_mutex_unlock(&e->forward_lock);
+int clef_engine_parse(const clef_engine *e, const char *body, size_t len, clef_request *req, clef_err *err) {
+    return clef_request_parse(body, len, &e->limits, req, err);
+}
+
+int clef_engine_encode(const clef_engine *e, clef_request *req, const clef_decide_params *params, clef_job *job,
+                       clef_err *err) {
+    clef_decide_params p = params ? *params : (clef_decide_params){.truncate_state = -1};
+    size_t max_length = p.max_length && p.max_length < e->max_length ? p.max_length : e->max_length;
+    int truncate = req->truncate_state >= 0 ? req->truncate_state
+                   : p.truncate_state >= 0  ? p.truncate_state
+                                            : e->truncate_state;
+    memset(job, 0, sizeof *job);
+    job->req = *req;
+    memset(req, 0, sizeof *req);
+    job->debug = p.debug;
+    if (clef_encode_record(e->tok, &job->req, max_length, truncate, &job->rec, err) != 0) {
+        clef_job_free(job);
+        return -1;
+    }
+    job->logits = clef_xmalloc((clef_record_total_options(&job->rec) + 1) * sizeof *job->logits);
+    return 0;
+}
+
+/* The head over one record's hidden states, then the no-NaN check. */
+static int run_head(clef_engine *e, const float *hidden, clef_job *job, clef_err *err) {
+    if (clef_head_forward(e->model, hidden, &job->rec, job->logits, err) != 0) return -1;
+    return clef_check_logits(&job->req, &job->rec, job->logits, err);
+}
+
+/* Hidden states for `n_tokens` rows of H floats, or NULL with a capacity
+ * error (a client asking for too many tokens is a 422, not a crash). */
+static float *alloc_hidden(const clef_engine *e, size_t n_tokens, clef_err *err) {
+    size_t h = (size_t)e->ck.config.text.hidden_size;
+    float *hidden = n_tokens <= SIZE_MAX / sizeof(float) / (h ? h : 1) ? malloc(n_tokens * h * sizeof *hidden) : NULL;
+    if (!hidden)
+        clef_fail(err, 422, CLEF_E_CAPACITY, NULL, "too many tokens: cannot allocate hidden states for %zu tokens",
+                  n_tokens);
+    return hidden;
+}
+
+/* One record alone: thinker over its ids, then the head. */
+static int run_alone(clef_engine *e, clef_job *job, clef_err *err) {
+    float *hidden = alloc_hidden(e, job->rec.n_ids, err);
+    if (!hidden) return -1;
+    int rc = clef_thinker_forward(e->model, job->rec.input_ids, job->rec.n_ids, hidden, NULL, err);
+    if (rc == 0) rc = run_head(e, hidden, job, err);
     free(hidden);
     return rc;
 }
 
+/* The thinker over packed records.  TODO(model): one packed forward once
+ * model.h offers clef_thinker_forward_batch; until then one forward per
+ * segment, which is trivially bitwise equal to running each alone. */
+static int forward_packed(clef_model *m, const int32_t *ids, size_t n_total, const size_t *seg, size_t n_seg,
+                          float *hidden, size_t h, clef_err *err) {
+    (void)n_total;
+    for (size_t i = 0; i < n_seg; i++)
+        if (clef_thinker_forward(m, ids + seg[i], seg[i + 1] - seg[i], hidden + seg[i] * h, NULL, err) != 0) return -1;
+    return 0;
+}
+
+/* Several records packed back to back into one thinker forward (segment i
+ * covers rows [seg[i], seg[i+1])), then the head per record.  Returns -1
+ * without touching the jobs' results when the packed forward itself fails. */
+static int run_packed(clef_engine *e, clef_job *const *jobs, size_t n_jobs, clef_err *errs, clef_err *batch_err) {
+    size_t *seg = clef_xmalloc((n_jobs + 1) * sizeof *seg);
+    seg[0] = 0;
+    for (size_t i = 0; i < n_jobs; i++) seg[i + 1] = seg[i] + jobs[i]->rec.n_ids;
+    size_t n_total = seg[n_jobs];
+    int32_t *ids = clef_xmalloc((n_total + 1) * sizeof *ids);
+    for (size_t i = 0; i < n_jobs; i++)
+        memcpy(ids + seg[i], jobs[i]->rec.input_ids, jobs[i]->rec.n_ids * sizeof *ids);
+    float *hidden = alloc_hidden(e, n_total, batch_err);
+    size_t h = (size_t)e->ck.config.text.hidden_size;
+    int rc = -1;
+    if (hidden && forward_packed(e->model, ids, n_total, seg, n_jobs, hidden, h, batch_err) == 0) {
+        for (size_t i = 0; i < n_jobs; i++) run_head(e, hidden + seg[i] * h, jobs[i], &errs[i]);
+        rc = 0;
+    }
+    free(hidden);
+    free(ids);
+    free(seg);
+    return rc;
+}
+
+int clef_engine_run(clef_engine *e, clef_job *const *jobs, size_t n_jobs, clef_err *errs) {
+    for (size_t i = 0; i < n_jobs; i++) clef_err_clear(&errs[i]);
+    pthread_mutex_lock(&e->forward_lock);
+    clef_err batch_err;
+    clef_err_clear(&batch_err);
+    if (n_jobs == 1 || run_packed(e, jobs, n_jobs, errs, &batch_err) != 0) {
+        /* Alone, or the packed forward failed as a whole: give every record
+         * its own chance so one oversized record cannot fail its batch. */
+        for (size_t i = 0; i < n_jobs; i++) run_alone(e, jobs[i], &errs[i]);
+    }
+    pthread_mutex_unlock(&e->forward_lock);
+    int rc = 0;
+    for (size_t i = 0; i < n_jobs; i++)
+        if (errs[i].status) rc = -1;
+    return rc;
+}
+
+void clef_engine_render(const clef_job *job, clef_buf *out) {
+    clef_render_response(&job->req, &job->rec, job->logits, job->debug, out);
+}
+
+void clef_job_free(clef_job *job) {
+    if (!job) return;
+    clef_record_free(&job->rec);
+    clef_request_free(&job->req);
+    free(job->logits);
+    memset(job, 0, sizeof *job);
+}
+
+/* decide = parse + encode + run + render: the single-request path of the CLI. */
 int clef_engine_decide(clef_engine *e, const char *body, size_t len, const clef_decide_params *params, clef_buf *out,
                        clef_err *err) {
-    clef_decide_params p = params ? *params : (clef_decide_params){.truncate_state = -1};
-    size_t max_length = p.max_length && p.max_length < e->max_length ? p.max_length : e->max_length;
     clef_request req;
-    if (clef_request_parse(body, len, &e->limits, &req, err) != 0) return -1;
-    int truncate = req.truncate_state >= 0 ? req.truncate_state
-                   : p.truncate_state >= 0 ? p.truncate_state
-                                           : e->truncate_state;
-    clef_record rec;
-    int rc = -1;
-    if (clef_encode_record(e->tok, &req, max_length, truncate, &rec, err) == 0) {
-        float *logits = clef_xmalloc((clef_record_total_options(&rec) + 1) * sizeof *logits);
-        if (run_record(e, &rec, logits, err) == 0) {
-            clef_render_response(&req, &rec, logits, p.debug, out);
-            rc = 0;
-        }
-        free(logits);
-        clef_record_free(&rec);
-    }
-    clef_request_free(&req);
+    if (clef_engine_parse(e, body, len, &req, err) != 0) return -1;
+    clef_job job;
+    if (clef_engine_encode(e, &req, params, &job, err) != 0) return -1;
+    clef_job *one = &job;
+    int rc = clef_engine_run(e, &one, 1, err);
+    if (rc == 0) clef_engine_render(&job, out);
+    clef_job_free(&job);
     return rc;
 }
 

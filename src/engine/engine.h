@@ -48,6 +48,50 @@ typedef struct clef_decide_params {
 int clef_engine_decide(clef_engine *e, const char *body, size_t len, const clef_decide_params *params, clef_buf *out,
                        clef_err *err);
 
+/* ---- The pieces of clef_engine_decide, for callers that schedule forwards
+ * themselves (the HTTP server parses and encodes on connection threads and
+ * packs several records into one forward on an engine thread). ----------- */
+
+/* One request on its way through the engine: validated, encoded, then
+ * answered by a forward pass (alone or packed with other records). */
+typedef struct clef_job {
+    clef_request req;  /* the validated request, owned */
+    clef_record rec;   /* its encoding (ids, spans), owned */
+    int debug;         /* 1 = the response carries the debug block of answer.h */
+    float *logits;     /* [clef_record_total_options(&rec)] f32 head logits, owned; filled by
+                          clef_engine_run (question order, each question's options in
+                          encoding order, as clef_head_forward) */
+} clef_job;
+
+/* Parse + validate a body with the engine's limits (SPEC §2.2 rules 2-9).
+ * Returns 0 with `req` filled (free with clef_request_free) or -1 + err
+ * (400/422, message naming the field). */
+int clef_engine_parse(const clef_engine *e, const char *body, size_t len, clef_request *req, clef_err *err);
+
+/* Encode a parsed request into `job` (SPEC §3.4).  Takes ownership of `req`
+ * (moved into job->req; freed on error too).  The record's truncation is the
+ * request's "truncate_state" if present, else params->truncate_state if >= 0,
+ * else the engine's default; max_length as in clef_decide_params.  Returns 0
+ * or -1 + err (422 capacity / empty question span).  Free with clef_job_free. */
+int clef_engine_encode(const clef_engine *e, clef_request *req, const clef_decide_params *params, clef_job *job,
+                       clef_err *err);
+
+/* Run the thinker and the head for `n_jobs` encoded records and fill each
+ * job's logits.  The records are packed back to back into one thinker forward
+ * (positions restart at 0 per record, attention never crosses records), so
+ * each record's logits are bitwise those of running it alone.  If the packed
+ * forward fails (e.g. workspace too large) each record is retried alone, so
+ * one record's failure never fails the others.  errs[i] (cleared first) holds
+ * job i's error; returns 0 when every job succeeded, else -1.
+ * Thread-safe (forwards are serialised). */
+int clef_engine_run(clef_engine *e, clef_job *const *jobs, size_t n_jobs, clef_err *errs);
+
+/* Append the response JSON (SPEC §8) of a job whose logits are filled. */
+void clef_engine_render(const clef_job *job, clef_buf *out);
+
+/* Free a job's request, record and logits; leaves it zeroed.  Safe on a zeroed job. */
+void clef_job_free(clef_job *job);
+
 /* The tokenizer / checkpoint / config the engine loaded (borrowed). */
 const struct clef_tokenizer *clef_engine_tokenizer(const clef_engine *e);
 const clef_checkpoint *clef_engine_checkpoint(const clef_engine *e);

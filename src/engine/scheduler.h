@@ -1,0 +1,56 @@
+/* scheduler.h — admission queue and packing loop in front of an engine.
+ *
+ * Many producer threads (the server's connection threads) hand in encoded
+ * records (clef_job, see engine.h) and wait; one engine thread takes every
+ * record waiting, in arrival order, up to a token budget, and runs them as
+ * one packed forward (clef_engine_run).  A record longer than the budget runs
+ * alone.  The queue is bounded: when it is full a submission is refused at
+ * once (503 + retry) instead of piling up memory.
+ *
+ * Because clef_engine_run gives each record the logits of running it alone,
+ * a record's answer never depends on what it was batched with.
+ */
+#ifndef CLEF_ENGINE_SCHEDULER_H
+#define CLEF_ENGINE_SCHEDULER_H
+
+#include <stddef.h>
+
+#include "engine/engine.h"
+#include "util/err.h"
+
+#define CLEF_SCHED_DEFAULT_MAX_QUEUE 256
+#define CLEF_SCHED_DEFAULT_MAX_BATCH_TOKENS 16384
+
+typedef struct clef_scheduler_options {
+    size_t max_queue;        /* records waiting (not counting the batch being run); 0 = CLEF_SCHED_DEFAULT_MAX_QUEUE */
+    size_t max_batch_tokens; /* token budget of one packed forward; 0 = CLEF_SCHED_DEFAULT_MAX_BATCH_TOKENS */
+    /* Called on the engine thread after every forward (may be NULL):
+     * records in the batch, their total tokens, and the forward's wall time in seconds. */
+    void (*on_batch)(void *ctx, size_t n_records, size_t n_tokens, double seconds);
+    void *ctx;
+} clef_scheduler_options;
+
+typedef struct clef_scheduler clef_scheduler;
+
+/* Start the engine thread over `e` (borrowed; must outlive the scheduler).
+ * Returns NULL + err (500) if the thread cannot be created. */
+clef_scheduler *clef_scheduler_start(clef_engine *e, const clef_scheduler_options *opt, clef_err *err);
+
+/* Queue one encoded job and block until its forward is done.  Returns 0 with
+ * job->logits filled, or -1 + err: 503 "overloaded" when the queue is full or
+ * the scheduler is stopping (the caller should send Retry-After), or the
+ * job's own forward error (422 capacity, 500 internal).  Thread-safe. */
+int clef_scheduler_submit(clef_scheduler *s, clef_job *job, clef_err *err);
+
+/* Records waiting now (not counting the batch being run). */
+size_t clef_scheduler_queue_depth(clef_scheduler *s);
+
+/* Refuse new submissions, finish every queued record, join the engine
+ * thread and free the scheduler.  NULL is ok. */
+void clef_scheduler_stop(clef_scheduler *s);
+
+/* Error type of a refusal because the queue is full or the server stops
+ * (503); not one of SPEC §2.2's six because none of them fits. */
+#define CLEF_E_OVERLOADED "overloaded"
+
+#endif
