@@ -1,0 +1,134 @@
+/* metrics.c — counters and histograms behind GET /metrics. */
+#include "server/metrics.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "util/buf.h"
+
+#define STATUS_MIN 100
+#define STATUS_MAX 599
+
+static const double LATENCY_BOUNDS[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                        0.5,   1,      2.5,   5,    10,    30,   60};
+static const double RECORD_BOUNDS[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+static const double TOKEN_BOUNDS[] = {256, 1024, 4096, 16384, 65536, 262144};
+#define N_LAT (sizeof LATENCY_BOUNDS / sizeof *LATENCY_BOUNDS)
+#define N_REC (sizeof RECORD_BOUNDS / sizeof *RECORD_BOUNDS)
+#define N_TOK (sizeof TOKEN_BOUNDS / sizeof *TOKEN_BOUNDS)
+
+/* Cumulative-at-render histogram: per-bucket counts (last = +Inf), sum, count. */
+typedef struct histogram {
+    uint64_t bucket[N_LAT + 1]; /* sized for the largest bound list */
+    double sum;
+    uint64_t count;
+} histogram;
+
+struct clef_metrics {
+    pthread_mutex_t lock;
+    uint64_t requests[CLEF_ROUTE_COUNT][STATUS_MAX - STATUS_MIN + 1];
+    histogram latency[CLEF_ROUTE_COUNT];
+    histogram batch_records, batch_tokens, forward_seconds;
+    uint64_t tokens, records;
+};
+
+static const char *ROUTE_LABELS[CLEF_ROUTE_COUNT] = {"/v1/systemone", "/v1/models", "/healthz", "/metrics", "other"};
+
+const char *clef_route_label(clef_route r) { return r < CLEF_ROUTE_COUNT ? ROUTE_LABELS[r] : "other"; }
+
+clef_metrics *clef_metrics_new(void) {
+    clef_metrics *m = clef_xcalloc(1, sizeof *m);
+    pthread_mutex_init(&m->lock, NULL);
+    return m;
+}
+
+void clef_metrics_free(clef_metrics *m) {
+    if (!m) return;
+    pthread_mutex_destroy(&m->lock);
+    free(m);
+}
+
+static void observe(histogram *h, const double *bounds, size_t n_bounds, double x) {
+    size_t i = 0;
+    while (i < n_bounds && x > bounds[i]) i++;
+    h->bucket[i]++;
+    h->sum += x;
+    h->count++;
+}
+
+void clef_metrics_request(clef_metrics *m, clef_route route, int status, double seconds) {
+    if (route >= CLEF_ROUTE_COUNT) route = CLEF_ROUTE_OTHER;
+    if (status < STATUS_MIN || status > STATUS_MAX) status = STATUS_MAX;
+    pthread_mutex_lock(&m->lock);
+    m->requests[route][status - STATUS_MIN]++;
+    observe(&m->latency[route], LATENCY_BOUNDS, N_LAT, seconds);
+    pthread_mutex_unlock(&m->lock);
+}
+
+void clef_metrics_batch(clef_metrics *m, size_t n_records, size_t n_tokens, double seconds) {
+    pthread_mutex_lock(&m->lock);
+    observe(&m->batch_records, RECORD_BOUNDS, N_REC, (double)n_records);
+    observe(&m->batch_tokens, TOKEN_BOUNDS, N_TOK, (double)n_tokens);
+    observe(&m->forward_seconds, LATENCY_BOUNDS, N_LAT, seconds);
+    m->tokens += n_tokens;
+    m->records += n_records;
+    pthread_mutex_unlock(&m->lock);
+}
+
+static void header(clef_buf *out, const char *name, const char *type, const char *help) {
+    clef_buf_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* Bucket lines (cumulative), _sum and _count; `labels` is "" or `key="v"`. */
+static void render_histogram(clef_buf *out, const char *name, const char *labels, const histogram *h,
+                             const double *bounds, size_t n_bounds) {
+    const char *sep = labels[0] ? "," : "";
+    uint64_t cum = 0;
+    for (size_t i = 0; i <= n_bounds; i++) {
+        cum += h->bucket[i];
+        if (i < n_bounds)
+            clef_buf_printf(out, "%s_bucket{%s%sle=\"%g\"} %llu\n", name, labels, sep, bounds[i], (unsigned long long)cum);
+        else
+            clef_buf_printf(out, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", name, labels, sep, (unsigned long long)cum);
+    }
+    const char *open = labels[0] ? "{" : "", *close = labels[0] ? "}" : "";
+    clef_buf_printf(out, "%s_sum%s%s%s %.9g\n%s_count%s%s%s %llu\n", name, open, labels, close, h->sum, name, open,
+                    labels, close, (unsigned long long)h->count);
+}
+
+void clef_metrics_render(clef_metrics *m, size_t queue_depth, int loaded, double load_seconds, clef_buf *out) {
+    pthread_mutex_lock(&m->lock);
+    header(out, "clef_requests_total", "counter", "HTTP requests answered, by route and status.");
+    for (int r = 0; r < CLEF_ROUTE_COUNT; r++)
+        for (int s = 0; s <= STATUS_MAX - STATUS_MIN; s++)
+            if (m->requests[r][s])
+                clef_buf_printf(out, "clef_requests_total{route=\"%s\",status=\"%d\"} %llu\n", ROUTE_LABELS[r],
+                                s + STATUS_MIN, (unsigned long long)m->requests[r][s]);
+    header(out, "clef_request_duration_seconds", "histogram",
+           "Time from the request's first call to its response being queued, by route.");
+    for (int r = 0; r < CLEF_ROUTE_COUNT; r++) {
+        if (!m->latency[r].count) continue;
+        char labels[64];
+        snprintf(labels, sizeof labels, "route=\"%s\"", ROUTE_LABELS[r]);
+        render_histogram(out, "clef_request_duration_seconds", labels, &m->latency[r], LATENCY_BOUNDS, N_LAT);
+    }
+    header(out, "clef_tokens_processed_total", "counter", "Record tokens run through the thinker.");
+    clef_buf_printf(out, "clef_tokens_processed_total %llu\n", (unsigned long long)m->tokens);
+    header(out, "clef_records_processed_total", "counter", "Records run through the thinker and head.");
+    clef_buf_printf(out, "clef_records_processed_total %llu\n", (unsigned long long)m->records);
+    header(out, "clef_batch_records", "histogram", "Records packed into one forward pass.");
+    render_histogram(out, "clef_batch_records", "", &m->batch_records, RECORD_BOUNDS, N_REC);
+    header(out, "clef_batch_tokens", "histogram", "Tokens packed into one forward pass.");
+    render_histogram(out, "clef_batch_tokens", "", &m->batch_tokens, TOKEN_BOUNDS, N_TOK);
+    header(out, "clef_forward_duration_seconds", "histogram", "Wall time of one packed forward pass and its heads.");
+    render_histogram(out, "clef_forward_duration_seconds", "", &m->forward_seconds, LATENCY_BOUNDS, N_LAT);
+    pthread_mutex_unlock(&m->lock);
+    header(out, "clef_queue_depth", "gauge", "Records waiting for the engine thread.");
+    clef_buf_printf(out, "clef_queue_depth %zu\n", queue_depth);
+    header(out, "clef_model_loaded", "gauge", "1 once the model is loaded and answering.");
+    clef_buf_printf(out, "clef_model_loaded %d\n", loaded ? 1 : 0);
+    header(out, "clef_model_load_seconds", "gauge", "Seconds the model took to load (0 while loading).");
+    clef_buf_printf(out, "clef_model_load_seconds %.6f\n", load_seconds);
+}

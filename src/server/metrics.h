@@ -1,0 +1,53 @@
+/* metrics.h — the server's counters, rendered in the Prometheus text
+ * exposition format (version 0.0.4) for GET /metrics.
+ *
+ * Exposed series:
+ *   clef_requests_total{route,status}        counter: answered HTTP requests
+ *   clef_request_duration_seconds{route}     histogram: first byte in → response queued
+ *   clef_tokens_processed_total              counter: record tokens through the thinker
+ *   clef_records_processed_total             counter: records through the thinker
+ *   clef_batch_records                       histogram: records per packed forward
+ *   clef_batch_tokens                        histogram: tokens per packed forward
+ *   clef_forward_duration_seconds            histogram: wall time of one packed forward + heads
+ *   clef_queue_depth                         gauge: records waiting for the engine thread
+ *   clef_model_loaded                        gauge: 1 once the model answers
+ *   clef_model_load_seconds                  gauge: time clef_engine_open took
+ * All functions are thread-safe.
+ */
+#ifndef CLEF_SERVER_METRICS_H
+#define CLEF_SERVER_METRICS_H
+
+#include <stddef.h>
+
+#include "util/buf.h"
+
+/* Route labels; CLEF_ROUTE_OTHER covers every unknown path. */
+typedef enum clef_route {
+    CLEF_ROUTE_SYSTEMONE,
+    CLEF_ROUTE_MODELS,
+    CLEF_ROUTE_HEALTHZ,
+    CLEF_ROUTE_METRICS,
+    CLEF_ROUTE_OTHER,
+    CLEF_ROUTE_COUNT
+} clef_route;
+
+/* The label text of a route ("/v1/systemone", ..., "other"). */
+const char *clef_route_label(clef_route r);
+
+typedef struct clef_metrics clef_metrics;
+
+clef_metrics *clef_metrics_new(void);
+void clef_metrics_free(clef_metrics *m);
+
+/* One answered request: its route, HTTP status (100..599; others count as
+ * 599) and latency in seconds. */
+void clef_metrics_request(clef_metrics *m, clef_route route, int status, double seconds);
+
+/* One packed forward: records, their total tokens, wall seconds. */
+void clef_metrics_batch(clef_metrics *m, size_t n_records, size_t n_tokens, double seconds);
+
+/* Append the exposition text.  queue_depth, loaded (0/1) and load_seconds
+ * are gauges sampled by the caller. */
+void clef_metrics_render(clef_metrics *m, size_t queue_depth, int loaded, double load_seconds, clef_buf *out);
+
+#endif

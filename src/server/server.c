@@ -1,0 +1,212 @@
+/* server.c — lifecycle of `clef serve`: listen, load the model in the
+ * background, wait for SIGINT/SIGTERM, drain, stop.  See server.h. */
+#include <errno.h>
+#include <netdb.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "server/server_internal.h"
+#include "util/timer.h"
+
+static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void say(const char *fmt, ...) {
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof line - 1, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    if ((size_t)n > sizeof line - 2) n = (int)sizeof line - 2;
+    line[n++] = '\n';
+    ssize_t w = write(STDERR_FILENO, line, (size_t)n);
+    (void)w;
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    size_t n = strlen(msg);
+    while (n && msg[n - 1] == '\n') msg[--n] = '\0';
+    say("clef serve: libmicrohttpd: %s", msg);
+}
+
+/* The name GET /v1/models lists: the pinned name, else the directory's
+ * base name ("tests/fixtures/tiny-clef-omni/" -> "tiny-clef-omni"). */
+static void listed_name(const clef_server_options *o, char *out, size_t cap) {
+    if (o->served_model_name) {
+        snprintf(out, cap, "%s", o->served_model_name);
+        return;
+    }
+    size_t end = strlen(o->model_dir);
+    while (end > 1 && o->model_dir[end - 1] == '/') end--;
+    size_t start = end;
+    while (start > 0 && o->model_dir[start - 1] != '/') start--;
+    snprintf(out, cap, "%.*s", (int)(end - start), o->model_dir + start);
+    if (!out[0]) snprintf(out, cap, "clef-omni");
+}
+
+/* YYYY-MM-DD of config.json's modification time (UTC): the checkpoint's
+ * own date is the best "release_date" a directory carries. */
+static void release_date(const char *dir, char *out, size_t cap) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    struct stat st;
+    time_t t = stat(path, &st) == 0 ? st.st_mtime : time(NULL);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(out, cap, "%Y-%m-%d", &tm);
+}
+
+static void on_batch(void *ctx, size_t n_records, size_t n_tokens, double seconds) {
+    clef_metrics_batch(ctx, n_records, n_tokens, seconds);
+}
+
+/* Background: open the engine, start the scheduler, then publish READY. */
+static void *load_model(void *arg) {
+    clef_server *s = arg;
+    clef_engine_options eo = {.model_dir = s->opt.model_dir,
+                              .n_threads = s->opt.n_threads,
+                              .max_length = s->opt.max_length,
+                              .truncate_state = s->opt.truncate_state,
+                              .limits = s->opt.limits,
+                              .verbose = 1};
+    clef_err_clear(&s->load_err);
+    s->engine = clef_engine_open(&eo, &s->load_err);
+    if (s->engine) {
+        clef_scheduler_options so = {.max_queue = s->opt.max_queue,
+                                     .max_batch_tokens = s->opt.max_batch_tokens,
+                                     .on_batch = on_batch,
+                                     .ctx = s->metrics};
+        s->sched = clef_scheduler_start(s->engine, &so, &s->load_err);
+    }
+    if (!s->engine || !s->sched) {
+        atomic_store_explicit(&s->state, SERVER_FAILED, memory_order_release);
+        return NULL;
+    }
+    say("clef serve: model loaded in %.2f s; ready", clef_engine_load_seconds(s->engine));
+    atomic_store_explicit(&s->state, SERVER_READY, memory_order_release);
+    return NULL;
+}
+
+static struct MHD_Daemon *start_daemon(clef_server *s) {
+    char port[16];
+    snprintf(port, sizeof port, "%u", s->opt.port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV | AI_PASSIVE};
+    struct addrinfo *ai = NULL;
+    int gai = getaddrinfo(s->opt.host, port, &hints, &ai);
+    if (gai != 0 || !ai) {
+        say("clef serve: cannot resolve host '%s': %s", s->opt.host, gai_strerror(gai));
+        return NULL;
+    }
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ITC |
+                     MHD_USE_ERROR_LOG;
+    if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    struct MHD_Daemon *d =
+        MHD_start_daemon(flags, (uint16_t)s->opt.port, NULL, NULL, clef_server_handle, s,
+                         MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
+                         MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                         MHD_OPTION_NOTIFY_COMPLETED, clef_server_completed, s,
+                         MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->opt.max_connections,
+                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
+                         MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (!d) say("clef serve: cannot listen on %s:%s", s->opt.host, port);
+    return d;
+}
+
+/* Wait for SIGINT/SIGTERM (returns 0) or a failed load (returns 1). */
+static int wait_for_stop(clef_server *s, const sigset_t *signals) {
+    struct timespec tick = {0, 100 * 1000 * 1000};
+    for (;;) {
+        int sig = sigtimedwait(signals, NULL, &tick);
+        if (sig == SIGINT || sig == SIGTERM) {
+            say("clef serve: %s received; stopping", sig == SIGINT ? "SIGINT" : "SIGTERM");
+            return 0;
+        }
+        if (atomic_load_explicit(&s->state, memory_order_acquire) == SERVER_FAILED) {
+            say("clef serve: cannot load the model from %s: %s", s->opt.model_dir, s->load_err.message);
+            return 1;
+        }
+    }
+}
+
+/* Stop accepting, let in-flight requests (and so the queue) finish. */
+static void drain(clef_server *s) {
+    atomic_store(&s->stopping, 1);
+    MHD_socket listen_fd = MHD_quiesce_daemon(s->daemon);
+    if (listen_fd != MHD_INVALID_SOCKET) close(listen_fd);
+    double deadline = clef_now() + s->opt.shutdown_grace_s;
+    while (atomic_load(&s->in_flight) > 0 && clef_now() < deadline) {
+        struct timespec ms10 = {0, 10 * 1000 * 1000};
+        nanosleep(&ms10, NULL);
+    }
+    long left = atomic_load(&s->in_flight);
+    if (left > 0) say("clef serve: %ld requests still in flight after %.0f s; closing them", left, s->opt.shutdown_grace_s);
+}
+
+static void fill_defaults(clef_server_options *o) {
+    if (!o->host) o->host = "127.0.0.1";
+    if (!o->max_body_bytes) o->max_body_bytes = CLEF_SERVER_DEFAULT_MAX_BODY;
+    if (!o->max_connections) o->max_connections = CLEF_SERVER_DEFAULT_MAX_CONNECTIONS;
+    if (!o->limits.max_questions) o->limits = clef_limits_default();
+    if (o->shutdown_grace_s <= 0) o->shutdown_grace_s = 60;
+    if (o->api_key && !o->api_key[0]) o->api_key = NULL;
+}
+
+int clef_server_run(const clef_server_options *opt) {
+    clef_server *s = clef_xcalloc(1, sizeof *s);
+    s->opt = *opt;
+    fill_defaults(&s->opt);
+    listed_name(&s->opt, s->listed_name, sizeof s->listed_name);
+    release_date(s->opt.model_dir, s->release_date, sizeof s->release_date);
+    s->metrics = clef_metrics_new();
+    atomic_init(&s->state, SERVER_LOADING);
+
+    /* Signals are taken synchronously by this thread; every thread started
+     * from here inherits the mask. */
+    sigset_t signals;
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGINT);
+    sigaddset(&signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &signals, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    s->daemon = start_daemon(s);
+    if (!s->daemon) {
+        clef_metrics_free(s->metrics);
+        free(s);
+        return 1;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    say("clef serve: listening on http://%s%s%s:%u (model %s loading from %s)", strchr(s->opt.host, ':') ? "[" : "",
+        s->opt.host, strchr(s->opt.host, ':') ? "]" : "", di ? di->port : s->opt.port, s->listed_name, s->opt.model_dir);
+    if (pthread_create(&s->loader, NULL, load_model, s) != 0) {
+        say("clef serve: cannot start the loader thread");
+        MHD_stop_daemon(s->daemon);
+        return 1;
+    }
+    int rc = wait_for_stop(s, &signals);
+    if (atomic_load_explicit(&s->state, memory_order_acquire) == SERVER_LOADING) {
+        /* Loading cannot be interrupted; a stop request while loading
+         * means nothing is queued, so leave without waiting for it. */
+        atomic_store(&s->stopping, 1);
+        MHD_stop_daemon(s->daemon);
+        say("clef serve: stopped while the model was loading");
+        _exit(0);
+    }
+    if (rc == 0) drain(s);
+    MHD_stop_daemon(s->daemon);
+    pthread_join(s->loader, NULL);
+    clef_scheduler_stop(s->sched);
+    clef_engine_close(s->engine);
+    clef_metrics_free(s->metrics);
+    free(s);
+    if (rc == 0) say("clef serve: stopped");
+    return rc;
+}

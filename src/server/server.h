@@ -1,0 +1,62 @@
+/* server.h — the SystemOne HTTP server (`clef serve`), on libmicrohttpd.
+ *
+ * Routes (SPEC.md §2.3):
+ *   POST /v1/systemone   the SystemOne request/response of SPEC §2 and §8
+ *   GET  /v1/models      the served model (Jev/TypeSafe "models" and OpenAI "data" listings)
+ *   GET  /healthz        503 {"status":"loading"} until the model answers, then 200 {"status":"ok"}
+ *   GET  /metrics        Prometheus text (see server/metrics.h)
+ *
+ * Threads: libmicrohttpd runs one thread per connection; a connection thread
+ * reads the body (refusing it early when over the limit), parses, validates
+ * and encodes it (engine.h clef_engine_parse/clef_engine_encode), then hands
+ * the record to the scheduler (engine/scheduler.h), whose single engine
+ * thread packs waiting records into one forward.  The model loads on a
+ * background thread after the listener is up, so /healthz answers 503 while
+ * loading.
+ *
+ * Errors are always {"error":{"message","type","param"}} with
+ * Content-Type: application/json (SPEC §2.2); 503s carry Retry-After.  Every
+ * response carries X-Request-Id (the client's when it sent a valid one).
+ * One access-log line per request goes to stderr:
+ *   clef: <client> "<METHOD> <path>" <status> tokens=<n> ms=<t> id=<request id>
+ */
+#ifndef CLEF_SERVER_SERVER_H
+#define CLEF_SERVER_SERVER_H
+
+#include <stddef.h>
+
+#include "decision/request.h"
+
+#define CLEF_SERVER_DEFAULT_PORT 8000
+#define CLEF_SERVER_DEFAULT_MAX_BODY ((size_t)32 << 20)
+#define CLEF_SERVER_DEFAULT_MAX_CONNECTIONS 256
+
+typedef struct clef_server_options {
+    const char *model_dir;         /* checkpoint directory, required */
+    const char *host;              /* address to bind (IPv4 or IPv6 literal or name); NULL = "127.0.0.1" */
+    unsigned port;                 /* TCP port; 0 = one the kernel picks (logged on stderr) */
+    const char *served_model_name; /* pinned name: a request whose "model" differs gets 404; NULL =
+                                      accept any string (GET /v1/models then lists the directory's
+                                      base name) */
+    const char *api_key;           /* NULL or "" = no authentication */
+    size_t max_body_bytes;         /* request body limit; 0 = CLEF_SERVER_DEFAULT_MAX_BODY */
+    size_t max_length;             /* token budget per record; 0 = 64000 */
+    size_t max_batch_tokens;       /* tokens per packed forward; 0 = the scheduler's default */
+    size_t max_queue;              /* records waiting before 503; 0 = the scheduler's default */
+    size_t max_connections;        /* concurrent connections; 0 = CLEF_SERVER_DEFAULT_MAX_CONNECTIONS */
+    int n_threads;                 /* compute threads of the model; <= 0 = all cores */
+    int truncate_state;            /* 0 (default): refuse over-long records with 422; 1: cut the state
+                                      like the reference.  A request's "truncate_state" wins. */
+    clef_limits limits;            /* request limits; zeroed = clef_limits_default() */
+    double shutdown_grace_s;       /* on SIGINT/SIGTERM, wait this long for in-flight requests;
+                                      0 = 60 s */
+} clef_server_options;
+
+/* Listen, load the model in the background, serve until SIGINT or SIGTERM,
+ * then stop accepting, finish the queued and in-flight requests and return.
+ * Blocks SIGINT/SIGTERM in the calling thread (and every thread it starts)
+ * and ignores SIGPIPE.  Returns 0 after a clean stop, 1 when the listener
+ * cannot start or the model fails to load (the reason is logged). */
+int clef_server_run(const clef_server_options *opt);
+
+#endif

@@ -1,0 +1,39 @@
+/* server_internal.h — state shared by server.c (lifecycle) and routes.c
+ * (the request handler).  Not a public header. */
+#ifndef CLEF_SERVER_SERVER_INTERNAL_H
+#define CLEF_SERVER_SERVER_INTERNAL_H
+
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "engine/engine.h"
+#include "engine/scheduler.h"
+#include "server/metrics.h"
+#include "server/server.h"
+#include "util/buf.h"
+
+enum { SERVER_LOADING, SERVER_READY, SERVER_FAILED };
+
+typedef struct clef_server {
+    clef_server_options opt;  /* defaults filled in */
+    char listed_name[256];    /* served name, or the model directory's base name */
+    char release_date[16];    /* YYYY-MM-DD of config.json's mtime (UTC) */
+    struct MHD_Daemon *daemon;
+    clef_metrics *metrics;
+    atomic_int state;         /* SERVER_*; engine and sched are valid once READY (release/acquire) */
+    clef_engine *engine;
+    clef_scheduler *sched;
+    clef_err load_err;        /* why loading failed (state FAILED) */
+    atomic_int stopping;      /* 1 after SIGINT/SIGTERM: new requests get 503 + Connection: close */
+    atomic_long in_flight;    /* requests between their first call and completion */
+    pthread_t loader;
+} clef_server;
+
+/* libmicrohttpd access handler and completion callback (routes.c). */
+enum MHD_Result clef_server_handle(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                   const char *version, const char *upload_data, size_t *upload_data_size,
+                                   void **con_cls);
+void clef_server_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe);
+
+#endif
