@@ -1,0 +1,311 @@
+/* test_media.c — media preprocessing against the 12 multimodal goldens
+ * (SPEC §9, §11 rule 8): grids, feature-mask sums, the media block of
+ * input_ids, 3-D positions (exact); pixel tensors bit-exact (numpy pairwise
+ * float64 sums to the last digit, first rows bit for bit); log-mel first
+ * frames within 1e-4.
+ */
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+#include "media/media.h"
+#include "media/melspec.h"
+#include "media/prompt.h"
+#include "text/tokenizer.h"
+
+#define PREFIX_TOKENS 35 /* SPEC §3.5: the media block starts right after PREFIX */
+
+static json_value **cases;
+static size_t n_cases;
+static clef_tokenizer *tok;
+
+/* Read a gzipped JSON-lines file (the goldens ship compressed). */
+static json_value **read_jsonl_gz(const char *path, size_t *n) {
+    gzFile f = gzopen(path, "rb");
+    if (!f) fail_msg("cannot open %s", path);
+    size_t cap = 1 << 20, len = 0;
+    char *text = malloc(cap);
+    int got;
+    while ((got = gzread(f, text + len, (unsigned)(cap - len - 1))) > 0) {
+        len += (size_t)got;
+        if (cap - len < 2) text = realloc(text, cap *= 2);
+    }
+    gzclose(f);
+    text[len] = '\0';
+    json_value **out = NULL;
+    size_t count = 0;
+    for (char *line = text; line < text + len;) {
+        char *nl = memchr(line, '\n', (size_t)(text + len - line));
+        size_t ll = nl ? (size_t)(nl - line) : (size_t)(text + len - line);
+        if (ll) {
+            clef_err err;
+            clef_err_clear(&err);
+            json_value *v = json_parse(line, ll, &err);
+            if (!v) fail_msg("%s line %zu: %s", path, count + 1, err.message);
+            out = realloc(out, (count + 1) * sizeof *out);
+            out[count++] = v;
+        }
+        line += ll + 1;
+    }
+    free(text);
+    *n = count;
+    return out;
+}
+
+static int setup(void **state) {
+    (void)state;
+    char *p = tu_fixture("goldens/mm_goldens.jsonl.gz");
+    cases = read_jsonl_gz(p, &n_cases);
+    free(p);
+    p = tu_fixture("tiny-clef-omni/tokenizer.json");
+    clef_err err;
+    clef_err_clear(&err);
+    tok = clef_tokenizer_load(p, &err);
+    free(p);
+    if (!tok) fail_msg("tokenizer: %s", err.message);
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    for (size_t i = 0; i < n_cases; i++) json_free(cases[i]);
+    free(cases);
+    clef_tokenizer_free(tok);
+    return 0;
+}
+
+static const char *case_name(const json_value *c) { return json_get(c, "name")->str; }
+
+/* The request's media arrays as a clef_media_source (items borrowed). */
+static clef_media_item *items_of(const json_value *req, const char *key, size_t *n) {
+    const json_value *a = json_get(req, key);
+    *n = a ? a->n : 0;
+    clef_media_item *it = calloc(*n ? *n : 1, sizeof *it);
+    for (size_t i = 0; i < *n; i++) it[i] = (clef_media_item){a->items[i]->str, a->items[i]->len};
+    return it;
+}
+
+/* Decode (and optionally preprocess) the media of golden case `c`. */
+static void decode_case(const json_value *c, clef_media *m, int preprocess) {
+    const json_value *req = json_get(c, "request");
+    clef_media_source src;
+    clef_media_item *im = items_of(req, "images", &src.n_images);
+    clef_media_item *au = items_of(req, "audio", &src.n_audio);
+    clef_media_item *vi = items_of(req, "videos", &src.n_videos);
+    src.images = im, src.audio = au, src.videos = vi;
+    clef_err err;
+    clef_err_clear(&err);
+    if (clef_media_decode(&src, NULL, m, &err)) fail_msg("%s: decode: %s", case_name(c), err.message);
+    if (preprocess && clef_media_preprocess(m, &err)) fail_msg("%s: preprocess: %s", case_name(c), err.message);
+    free(im);
+    free(au);
+    free(vi);
+}
+
+/* numpy's pairwise summation (PW_BLOCKSIZE 128, 8 accumulators). */
+static double np_pairwise(const double *a, size_t n) {
+    if (n < 8) {
+        double r = 0.;
+        for (size_t i = 0; i < n; i++) r += a[i];
+        return r;
+    }
+    if (n <= 128) {
+        double r[8];
+        size_t i;
+        for (int j = 0; j < 8; j++) r[j] = a[j];
+        for (i = 8; i < n - (n % 8); i += 8)
+            for (int j = 0; j < 8; j++) r[j] += a[i + j];
+        double res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+        for (; i < n; i++) res += a[i];
+        return res;
+    }
+    size_t n2 = n / 2;
+    n2 -= n2 % 8;
+    return np_pairwise(a, n2) + np_pairwise(a + n2, n - n2);
+}
+
+/* float64 sum of an fp32 tensor as numpy computes x.astype(np.float64).sum(). */
+static double f64_sum(const float *x, size_t n) {
+    double *d = malloc(sizeof(double) * (n ? n : 1));
+    for (size_t i = 0; i < n; i++) d[i] = x[i];
+    double s = np_pairwise(d, n);
+    free(d);
+    return s;
+}
+
+static double num_of(const json_value *c, const char *key) {
+    double x;
+    const json_value *v = json_get(c, key);
+    if (!v || json_as_double(v, &x)) fail_msg("%s: no number %s", case_name(c), key);
+    return x;
+}
+
+static void check_grids(const json_value *c, const char *key, const clef_grid *g, size_t n) {
+    const json_value *media = json_get(c, "media");
+    const json_value *v = json_get(media, key);
+    size_t want = v ? v->n : 0;
+    if (want != n) fail_msg("%s: %zu %s, golden %zu", case_name(c), n, key, want);
+    for (size_t i = 0; i < n; i++) {
+        const json_value *r = v->items[i];
+        int32_t got[3] = {g[i].t, g[i].h, g[i].w};
+        for (int k = 0; k < 3; k++)
+            if (tu_num_at(r, k) != got[k])
+                fail_msg("%s: %s[%zu][%d] = %d, golden %g", case_name(c), key, i, k, got[k], tu_num_at(r, k));
+    }
+}
+
+/* Grids, second_per_grid, use_audio_in_video and feature-mask sums, exact. */
+static void test_grids_and_frames(void **state) {
+    (void)state;
+    assert_int_equal(n_cases, 12);
+    for (size_t ci = 0; ci < n_cases; ci++) {
+        const json_value *c = cases[ci];
+        clef_media m;
+        decode_case(c, &m, 0);
+        check_grids(c, "image_grid_thw_values", m.image_grids, m.n_images);
+        check_grids(c, "video_grid_thw_values", m.video_grids, m.n_videos);
+        const json_value *media = json_get(c, "media");
+        const json_value *spg = json_get(media, "video_second_per_grid_values");
+        for (size_t i = 0; i < m.n_videos; i++) assert_true(tu_num_at(spg, i) == m.video_second_per_grid[i]);
+        assert_int_equal(m.use_audio_in_video, json_get(media, "use_audio_in_video")->type == JSON_TRUE);
+        const json_value *fams = json_get(c, "feature_attention_mask_sums");
+        assert_int_equal(m.n_clips, fams ? fams->n : 0);
+        for (size_t k = 0; k < m.n_clips; k++)
+            if (tu_num_at(fams, k) != m.feature_lens[k])
+                fail_msg("%s: clip %zu has %d frames, golden %g", case_name(c), k, m.feature_lens[k],
+                         tu_num_at(fams, k));
+        const json_value *feat = json_get(media, "input_features");
+        if (feat) assert_int_equal(tu_int_at(feat, 2), m.n_frames);
+        clef_media_free(&m);
+    }
+}
+
+/* The media block (golden input_ids from index 35) and the 3-D positions of
+ * the whole golden sequence, exact. */
+static void test_media_block_and_positions(void **state) {
+    (void)state;
+    clef_media_tokens t;
+    clef_err err;
+    clef_err_clear(&err);
+    assert_int_equal(clef_media_tokens_resolve(tok, &t, &err), 0);
+    for (size_t ci = 0; ci < n_cases; ci++) {
+        const json_value *c = cases[ci];
+        clef_media m;
+        decode_case(c, &m, 0);
+        clef_ids block = {0};
+        if (clef_media_prompt_ids(tok, &m, &block, &err)) fail_msg("%s: %s", case_name(c), err.message);
+        const json_value *gids = json_get(c, "input_ids");
+        size_t n = gids->n;
+        assert_true(PREFIX_TOKENS + block.n < n);
+        for (size_t i = 0; i < block.n; i++)
+            if (tu_int_at(gids, PREFIX_TOKENS + i) != block.v[i])
+                fail_msg("%s: media id %zu = %d, golden %lld", case_name(c), i, block.v[i],
+                         (long long)tu_int_at(gids, PREFIX_TOKENS + i));
+        /* the block ends where the state begins: its last token is the "\n" of the last placeholder */
+        assert_int_equal(block.v[block.n - 1], 198);
+        int32_t *ids = malloc(sizeof(int32_t) * n), *pos = malloc(sizeof(int32_t) * 3 * n);
+        for (size_t i = 0; i < n; i++) ids[i] = (int32_t)tu_int_at(gids, i);
+        if (clef_media_positions(ids, n, PREFIX_TOKENS, block.n, &m, &t, pos, &err))
+            fail_msg("%s: positions: %s", case_name(c), err.message);
+        const json_value *gp = json_get(c, "position_ids");
+        assert_int_equal(gp->n, 3);
+        for (int a = 0; a < 3; a++) {
+            assert_int_equal(gp->items[a]->n, n);
+            for (size_t i = 0; i < n; i++)
+                if (tu_num_at(gp->items[a], i) != pos[a * n + i])
+                    fail_msg("%s: position[%d][%zu] = %d, golden %g", case_name(c), a, i, pos[a * n + i],
+                             tu_num_at(gp->items[a], i));
+        }
+        free(ids);
+        free(pos);
+        clef_ids_free(&block);
+        clef_media_free(&m);
+    }
+}
+
+/* pixel_values / pixel_values_videos: shapes, float64 pairwise sums equal to
+ * the last digit, first rows bit for bit. */
+static void test_pixels_bit_exact(void **state) {
+    (void)state;
+    size_t checked = 0;
+    for (size_t ci = 0; ci < n_cases; ci++) {
+        const json_value *c = cases[ci];
+        clef_media m;
+        decode_case(c, &m, 1);
+        const json_value *media = json_get(c, "media");
+        const json_value *shape = json_get(media, "pixel_values");
+        if (shape) {
+            assert_int_equal(tu_int_at(shape, 0), m.image_rows);
+            assert_int_equal(tu_int_at(shape, 1), CLEF_PATCH_DIM);
+            double want = num_of(c, "pixel_values_sum");
+            double got = f64_sum(m.pixel_values, m.image_rows * CLEF_PATCH_DIM);
+            if (got != want) fail_msg("%s: pixel_values sum %.17g, golden %.17g", case_name(c), got, want);
+            const json_value *rows = json_get(c, "pixel_values_first_rows");
+            assert_int_equal(rows->n, 2);
+            for (size_t r = 0; r < 2; r++) {
+                assert_int_equal(rows->items[r]->n, CLEF_PATCH_DIM);
+                for (size_t k = 0; k < CLEF_PATCH_DIM; k++) {
+                    float g = (float)tu_num_at(rows->items[r], k);
+                    if (memcmp(&g, &m.pixel_values[r * CLEF_PATCH_DIM + k], sizeof g) != 0)
+                        fail_msg("%s: pixel_values[%zu][%zu] = %.9g, golden %.9g", case_name(c), r, k,
+                                 m.pixel_values[r * CLEF_PATCH_DIM + k], g);
+                }
+            }
+            checked++;
+        }
+        shape = json_get(media, "pixel_values_videos");
+        if (shape) {
+            assert_int_equal(tu_int_at(shape, 0), m.video_rows);
+            double want = num_of(c, "pixel_values_videos_sum");
+            double got = f64_sum(m.pixel_values_videos, m.video_rows * CLEF_PATCH_DIM);
+            if (got != want) fail_msg("%s: pixel_values_videos sum %.17g, golden %.17g", case_name(c), got, want);
+            checked++;
+        }
+        clef_media_free(&m);
+    }
+    assert_int_equal(checked, 10); /* 6 image cases + 4 video cases */
+}
+
+/* input_features[0, :, 0:3] within 1e-4 of the golden; shape exact. */
+static void test_log_mel(void **state) {
+    (void)state;
+    size_t checked = 0;
+    double worst = 0;
+    for (size_t ci = 0; ci < n_cases; ci++) {
+        const json_value *c = cases[ci];
+        const json_value *ff = json_get(c, "input_features_first_frames");
+        if (!ff) continue;
+        clef_media m;
+        decode_case(c, &m, 1);
+        const json_value *shape = json_get(json_get(c, "media"), "input_features");
+        assert_int_equal(tu_int_at(shape, 0), m.n_clips);
+        assert_int_equal(tu_int_at(shape, 1), CLEF_MEL_BINS);
+        assert_int_equal(tu_int_at(shape, 2), m.n_frames);
+        assert_int_equal(ff->n, 3);
+        for (size_t t = 0; t < 3; t++)
+            for (size_t k = 0; k < CLEF_MEL_BINS; k++) {
+                double g = tu_num_at(ff->items[t], k), v = m.input_features[k * m.n_frames + t];
+                double d = fabs(g - v);
+                if (d > worst) worst = d;
+                if (!(d <= 1e-4)) fail_msg("%s: input_features[0][%zu][%zu] = %.8g, golden %.8g", case_name(c), k, t, v, g);
+            }
+        checked++;
+        clef_media_free(&m);
+    }
+    print_message("log-mel first frames: %zu cases, max |diff| %.3g\n", checked, worst);
+    assert_int_equal(checked, 7);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_grids_and_frames),
+        cmocka_unit_test(test_media_block_and_positions),
+        cmocka_unit_test(test_pixels_bit_exact),
+        cmocka_unit_test(test_log_mel),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
