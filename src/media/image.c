@@ -196,7 +196,13 @@ static void png_row_to_rgb(const uint8_t *in, uint8_t *out, size_t w, int ch, in
     }
 }
 
+static uint32_t be32(const uint8_t *p) { return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]; }
+
 static int decode_png(const uint8_t *data, size_t size, size_t max_pixels, clef_rgb *out, char *why, size_t why_len) {
+    /* IHDR is the first chunk: refuse oversized images from its 24 bytes,
+     * before libpng reads (or allocates) anything else. */
+    if (size >= 24 && memcmp(data + 12, "IHDR", 4) == 0 && check_dims(be32(data + 16), be32(data + 20), max_pixels, why, why_len))
+        return -1;
     png_src src = {data, size, 0, {0}};
     png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &src, png_on_error, png_on_warning);
     if (!png) {

@@ -107,7 +107,7 @@ static int decode_clip(clef_media *m, size_t c, const uint8_t *data, size_t size
         return item_fail(err, field, i, kind, msg);
     }
     if (m->clip_samples[c] < CLEF_MIN_CLIP_SAMPLES) {
-        snprintf(msg, sizeof msg, "%saudio has %zu samples at 16 kHz; at least %d are needed", what,
+        snprintf(msg, sizeof msg, "%saudio is %zu samples long at 16 kHz; at least %d are needed", what,
                  m->clip_samples[c], CLEF_MIN_CLIP_SAMPLES);
         return item_fail(err, field, i, kind, msg);
     }

@@ -1,0 +1,482 @@
+/* test_media_payloads.c — bad media payloads are answered with a 4xx naming
+ * the item, never a crash (issue 6; SPEC §2.2 rule 9), plus the image
+ * conversions Pillow applies (palette, grey, 16-bit, alpha), WebP, limits
+ * and the small formulas of SPEC §9 (smart_resize ties, audio frames and
+ * tokens, the video downscale size).
+ */
+#include "testutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+#include <openssl/evp.h>
+#include <webp/encode.h>
+
+#include "media/avdecode.h"
+#include "media/image.h"
+#include "media/media.h"
+#include "media/melspec.h"
+#include "media/resize.h"
+#include "util/buf.h"
+
+/* ---- building payloads --------------------------------------------------- */
+
+static char *data_url(const char *mime, const void *data, size_t n) {
+    size_t cap = strlen(mime) + 16 + 4 * (n / 3 + 1) + 1;
+    char *s = malloc(cap);
+    int k = snprintf(s, cap, "data:%s;base64,", mime);
+    EVP_EncodeBlock((unsigned char *)s + k, data, (int)n);
+    return s;
+}
+
+static void be32(clef_buf *b, uint32_t v) {
+    uint8_t x[4] = {v >> 24, v >> 16, v >> 8, v};
+    clef_buf_append(b, x, 4);
+}
+
+static void png_chunk(clef_buf *b, const char *type, const void *data, size_t n) {
+    be32(b, (uint32_t)n);
+    size_t at = b->len;
+    clef_buf_append(b, type, 4);
+    if (n) clef_buf_append(b, data, n);
+    be32(b, (uint32_t)crc32(0, (const Bytef *)b->data + at, (uInt)(n + 4)));
+}
+
+/* A PNG of `rows` (h rows of rowbytes, unfiltered) or, rows == NULL, only the
+ * signature and IHDR (a header that promises pixels it does not have). */
+static clef_buf make_png(uint32_t w, uint32_t h, int depth, int color, const uint8_t *rows, size_t rowbytes,
+                         const uint8_t *plte, size_t plte_n, const uint8_t *trns, size_t trns_n) {
+    clef_buf b = {0};
+    clef_buf_append(&b, "\x89PNG\r\n\x1a\n", 8);
+    uint8_t ihdr[13] = {w >> 24, w >> 16, w >> 8, w, h >> 24, h >> 16, h >> 8, h, (uint8_t)depth, (uint8_t)color,
+                        0, 0, 0};
+    png_chunk(&b, "IHDR", ihdr, 13);
+    if (!rows) return b;
+    if (plte) png_chunk(&b, "PLTE", plte, plte_n);
+    if (trns) png_chunk(&b, "tRNS", trns, trns_n);
+    size_t raw_n = h * (rowbytes + 1);
+    uint8_t *raw = malloc(raw_n);
+    for (uint32_t y = 0; y < h; y++) {
+        raw[y * (rowbytes + 1)] = 0; /* filter: none */
+        memcpy(raw + y * (rowbytes + 1) + 1, rows + y * rowbytes, rowbytes);
+    }
+    uLongf zn = compressBound(raw_n);
+    uint8_t *z = malloc(zn);
+    assert_int_equal(compress(z, &zn, raw, raw_n), Z_OK);
+    png_chunk(&b, "IDAT", z, zn);
+    png_chunk(&b, "IEND", NULL, 0);
+    free(raw);
+    free(z);
+    return b;
+}
+
+/* 16 kHz mono PCM16 WAV of n samples (value i*7 mod 2000). */
+static clef_buf make_wav(size_t n) {
+    clef_buf b = {0};
+    uint32_t data = (uint32_t)(n * 2);
+    uint8_t h[44] = "RIFF....WAVEfmt \x10\0\0\0\x01\0\x01\0\x80\x3e\0\0\0\x7d\0\0\x02\0\x10\0data....";
+    uint32_t riff = 36 + data;
+    memcpy(h + 4, &riff, 4);
+    memcpy(h + 40, &data, 4);
+    clef_buf_append(&b, h, 44);
+    for (size_t i = 0; i < n; i++) {
+        int16_t s = (int16_t)((i * 7) % 2000);
+        clef_buf_append(&b, &s, 2);
+    }
+    return b;
+}
+
+static char *read_fixture(const char *rel, size_t *n) {
+    char *p = tu_fixture(rel);
+    char *d = tu_read_file(p, n);
+    free(p);
+    return d;
+}
+
+/* ---- the bad-payload table ----------------------------------------------- */
+
+typedef struct bad_case {
+    const char *name;
+    const char *field; /* images / audio / videos */
+    char *url;         /* owned */
+    const char *why;   /* expected substring of the message */
+} bad_case;
+
+static clef_media_source one_item(const char *field, const clef_media_item *it) {
+    clef_media_source s = {0};
+    if (!strcmp(field, "images")) s.images = it, s.n_images = 1;
+    if (!strcmp(field, "audio")) s.audio = it, s.n_audio = 1;
+    if (!strcmp(field, "videos")) s.videos = it, s.n_videos = 1;
+    return s;
+}
+
+static void expect_refused(const char *name, const clef_media_source *src, const clef_media_limits *lim,
+                           const char *param, const char *prefix, const char *why) {
+    clef_media m;
+    clef_err err;
+    clef_err_clear(&err);
+    int rc = clef_media_decode(src, lim, &m, &err);
+    if (rc != -1) fail_msg("%s: accepted", name);
+    if (err.status != 422) fail_msg("%s: status %d (%s)", name, err.status, err.message);
+    if (strcmp(err.param, param)) fail_msg("%s: param '%s', want '%s'", name, err.param, param);
+    if (strncmp(err.message, prefix, strlen(prefix))) fail_msg("%s: message '%s'", name, err.message);
+    if (why && !strstr(err.message, why)) fail_msg("%s: message '%s' lacks '%s'", name, err.message, why);
+    assert_null(m.images); /* freed on error */
+}
+
+static void test_bad_payloads(void **state) {
+    (void)state;
+    size_t png_n, jpg_n, wav_n, mkv_n;
+    char *png = read_fixture("media/red_circle.png", &png_n);
+    char *jpg = read_fixture("media/gradient.jpg", &jpg_n);
+    char *wav = read_fixture("media/tone_440hz_1.6s.wav", &wav_n);
+    char *mkv = read_fixture("media/square.mkv", &mkv_n);
+    const char *html = "<!DOCTYPE html><html><head><title>Not an image</title></head><body>hello</body></html>\n";
+
+    /* a JPEG whose SOF0 claims 10000x10000 */
+    char *big_jpg = malloc(jpg_n);
+    memcpy(big_jpg, jpg, jpg_n);
+    int patched = 0;
+    for (size_t i = 2; i + 9 < jpg_n; i++)
+        if ((uint8_t)big_jpg[i] == 0xFF && ((uint8_t)big_jpg[i + 1] == 0xC0 || (uint8_t)big_jpg[i + 1] == 0xC2)) {
+            big_jpg[i + 5] = (char)(10000 >> 8), big_jpg[i + 6] = (char)(10000 & 255); /* height */
+            big_jpg[i + 7] = (char)(10000 >> 8), big_jpg[i + 8] = (char)(10000 & 255); /* width */
+            patched = 1;
+            break;
+        }
+    assert_true(patched);
+    /* WebP VP8X header with a 10000x10000 canvas */
+    uint8_t vp8x[30] = "RIFF\x16\0\0\0WEBPVP8X\x0a\0\0\0\0\0\0\0";
+    uint32_t wm1 = 9999;
+    memcpy(vp8x + 24, &wm1, 3);
+    memcpy(vp8x + 27, &wm1, 3);
+
+    /* the silent video with its clusters replaced by one empty Cluster
+     * (a timestamp, no blocks): a valid video track without frames */
+    size_t cluster = 0;
+    for (size_t i = 0; i + 4 <= mkv_n && !cluster; i++)
+        if (!memcmp(mkv + i, "\x1f\x43\xb6\x75", 4)) cluster = i;
+    assert_true(cluster > 0);
+    char *no_frames = malloc(cluster + 8);
+    memcpy(no_frames, mkv, cluster);
+    memcpy(no_frames + cluster, "\x1f\x43\xb6\x75\x83\xe7\x81\x00", 8);
+
+    clef_buf png0 = make_png(0, 0, 8, 2, NULL, 0, NULL, 0, NULL, 0);
+    clef_buf png_big = make_png(10000, 10000, 8, 2, NULL, 0, NULL, 0, NULL, 0);
+    uint8_t thin_rows[201 * 3] = {0};
+    clef_buf png_thin = make_png(201, 1, 8, 2, thin_rows, sizeof thin_rows, NULL, 0, NULL, 0);
+    clef_buf wav1 = make_wav(1);
+    clef_buf wav0 = make_wav(0);
+    const char *not_audio = "RIFF\x40\0\0\0WAVEfmt \x10\0\0\0\x34\x12\x07\0\x11\x11\0\0\0\0\0\0\0\0\0\0data";
+
+    bad_case cases[] = {
+        {"empty string", "images", strdup(""), "not a data URL"},
+        {"http URL", "images", strdup("https://example.com/cat.png"), "not a data URL"},
+        {"empty payload", "images", strdup("data:image/png;base64,"), "empty"},
+        {"no base64 marker", "images", strdup("data:image/png,abcd"), "base64"},
+        {"bad base64", "images", strdup("data:image/png;base64,@@@@"), "base64"},
+        {"bad base64 length", "images", strdup("data:image/png;base64,iVBORw0"), "base64"},
+        {"truncated PNG", "images", data_url("image/png", png, png_n / 2), "PNG"},
+        {"truncated JPEG", "images", data_url("image/jpeg", jpg, jpg_n / 2), "JPEG"},
+        {"wrong MIME", "images", data_url("text/html", png, png_n), "MIME"},
+        {"HTML as JPEG", "images", data_url("image/jpeg", html, strlen(html)), "not a PNG, JPEG or WebP"},
+        {"0x0 PNG", "images", data_url("image/png", png0.data, png0.len), "image is 0x0"},
+        {"10000x10000 PNG header", "images", data_url("image/png", png_big.data, png_big.len), "the limit is"},
+        {"10000x10000 JPEG header", "images", data_url("image/jpeg", big_jpg, jpg_n), "the limit is"},
+        {"10000x10000 WebP header", "images", data_url("image/webp", vp8x, sizeof vp8x), NULL},
+        {"aspect ratio 201", "images", data_url("image/png", png_thin.data, png_thin.len), "aspect ratio"},
+        {"image as audio", "audio", data_url("image/png", png, png_n), "MIME"},
+        {"1-sample audio", "audio", data_url("audio/wav", wav1.data, wav1.len), "at least"},
+        {"0-sample audio", "audio", data_url("audio/wav", wav0.data, wav0.len), NULL},
+        {"WAV that is not audio", "audio", data_url("audio/wav", not_audio, 64), NULL},
+        {"HTML as WAV", "audio", data_url("audio/wav", html, strlen(html)), NULL},
+        {"truncated WAV", "audio", data_url("audio/wav", wav, 30), NULL},
+        {"video without frames (a WAV)", "videos", data_url("video/x-matroska", wav, wav_n), "no video stream"},
+        {"video without frames (no clusters)", "videos", data_url("video/x-matroska", no_frames, cluster + 8), "no frames"},
+        {"truncated video", "videos", data_url("video/x-matroska", mkv, 300), NULL},
+        {"HTML as video", "videos", data_url("video/mp4", html, strlen(html)), NULL},
+        {"image as video", "videos", data_url("video/mp4", png, png_n), NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        bad_case *c = &cases[i];
+        clef_media_item it = {c->url, strlen(c->url)};
+        clef_media_source src = one_item(c->field, &it);
+        char param[32], prefix[96];
+        const char *kind = !strcmp(c->field, "images") ? "image" : !strcmp(c->field, "audio") ? "audio" : "video";
+        snprintf(param, sizeof param, "%s[0]", c->field);
+        snprintf(prefix, sizeof prefix, "%s[0]: %s payload is invalid: ", c->field, kind);
+        expect_refused(c->name, &src, NULL, param, prefix, c->why);
+        free(c->url);
+    }
+    clef_buf_free(&png0);
+    clef_buf_free(&png_big);
+    clef_buf_free(&png_thin);
+    clef_buf_free(&wav1);
+    clef_buf_free(&wav0);
+    free(big_jpg);
+    free(no_frames);
+    free(png);
+    free(jpg);
+    free(wav);
+    free(mkv);
+}
+
+/* Counts, bytes and durations are configurable limits; the second item is
+ * named when it is the bad one. */
+static void test_limits(void **state) {
+    (void)state;
+    size_t png_n, wav_n, mkv_n;
+    char *png = read_fixture("media/red_circle.png", &png_n);
+    char *wav = read_fixture("media/tone_440hz_1.6s.wav", &wav_n);
+    char *mkv = read_fixture("media/square.mkv", &mkv_n);
+    char *png_url = data_url("image/png", png, png_n), *wav_url = data_url("audio/wav", wav, wav_n);
+    char *mkv_url = data_url("video/x-matroska", mkv, mkv_n);
+    clef_media_item img = {png_url, strlen(png_url)}, aud = {wav_url, strlen(wav_url)}, vid = {mkv_url, strlen(mkv_url)};
+    clef_media_item five[5] = {img, img, img, img, img};
+    clef_media_source src = {0};
+
+    src.images = five, src.n_images = 5;
+    expect_refused("5 images", &src, NULL, "images", "images: 5 images exceed the limit of 4", NULL);
+    src = (clef_media_source){0};
+    src.audio = five, src.n_audio = 5;
+    expect_refused("5 clips", &src, NULL, "audio", "audio: 5 audio clips exceed the limit of 4", NULL);
+    src = (clef_media_source){0};
+    src.videos = five, src.n_videos = 3;
+    expect_refused("3 videos", &src, NULL, "videos", "videos: 3 videos exceed the limit of 2", NULL);
+
+    clef_media_limits lim = clef_media_limits_default();
+    lim.max_image_bytes = png_n - 1;
+    src = (clef_media_source){0};
+    src.images = five, src.n_images = 1;
+    expect_refused("image bytes", &src, &lim, "images[0]", "images[0]: image payload is invalid: ", "the limit is");
+    lim = clef_media_limits_default();
+    lim.max_image_pixels = 256 * 256 - 1;
+    expect_refused("image pixels", &src, &lim, "images[0]", "images[0]: image payload is invalid: ", "pixels");
+    lim = clef_media_limits_default();
+    lim.max_audio_seconds = 1.0;
+    src = (clef_media_source){0};
+    clef_media_item two[2] = {aud, aud};
+    src.audio = two, src.n_audio = 2;
+    expect_refused("audio seconds", &src, &lim, "audio[0]", "audio[0]: audio payload is invalid: ", "longer than 1 s");
+    lim = clef_media_limits_default();
+    lim.max_audio_bytes = wav_n - 1;
+    expect_refused("audio bytes", &src, &lim, "audio[0]", "audio[0]: audio payload is invalid: ", "the limit is");
+    lim = clef_media_limits_default();
+    lim.max_video_seconds = 1.0;
+    src = (clef_media_source){0};
+    src.videos = &vid, src.n_videos = 1;
+    expect_refused("video seconds", &src, &lim, "videos[0]", "videos[0]: video payload is invalid: ", "longer than 1 s");
+    lim = clef_media_limits_default();
+    lim.max_video_bytes = mkv_n - 1;
+    expect_refused("video bytes", &src, &lim, "videos[0]", "videos[0]: video payload is invalid: ", "the limit is");
+
+    /* the second item is the bad one */
+    char *bad = strdup("data:image/png;base64,AAAA");
+    clef_media_item mixed[2] = {img, {bad, strlen(bad)}};
+    src = (clef_media_source){0};
+    src.images = mixed, src.n_images = 2;
+    expect_refused("second image", &src, NULL, "images[1]", "images[1]: image payload is invalid: ", NULL);
+    free(bad);
+
+    /* at the limits everything is accepted */
+    clef_media m;
+    clef_err err;
+    clef_err_clear(&err);
+    src = (clef_media_source){0};
+    src.images = five, src.n_images = 4;
+    assert_int_equal(clef_media_decode(&src, NULL, &m, &err), 0);
+    assert_int_equal(clef_media_pad_tokens(&m), 4 * 64);
+    clef_media_free(&m);
+    free(png_url);
+    free(wav_url);
+    free(mkv_url);
+    free(png);
+    free(wav);
+    free(mkv);
+}
+
+/* ---- decoding conversions ------------------------------------------------ */
+
+static clef_rgb decode_ok(const void *data, size_t n) {
+    clef_rgb img;
+    char why[256];
+    if (clef_image_decode(data, n, 16000000, &img, why, sizeof why)) fail_msg("decode: %s", why);
+    return img;
+}
+
+/* Palette (4-bit, with tRNS), 2-bit grey, 16-bit grey, 16-bit grey+alpha and
+ * 16-bit RGBA convert to RGB as Pillow's convert("RGB"). */
+static void test_png_conversions(void **state) {
+    (void)state;
+    /* palette 4-bit, 3x1: indices 0,1,2 */
+    uint8_t plte[9] = {10, 20, 30, 40, 50, 60, 70, 80, 90}, trns[2] = {0, 128};
+    uint8_t prow[2] = {0x01, 0x20};
+    clef_buf b = make_png(3, 1, 4, 3, prow, 2, plte, 9, trns, 2);
+    clef_rgb img = decode_ok(b.data, b.len);
+    uint8_t want_p[9] = {10, 20, 30, 40, 50, 60, 70, 80, 90};
+    assert_int_equal(img.w, 3);
+    assert_memory_equal(img.data, want_p, 9);
+    clef_rgb_free(&img);
+    clef_buf_free(&b);
+
+    /* grey 2-bit, 4x1: levels 0..3 -> 0, 85, 170, 255 */
+    uint8_t grow[1] = {0x1B};
+    b = make_png(4, 1, 2, 0, grow, 1, NULL, 0, NULL, 0);
+    img = decode_ok(b.data, b.len);
+    uint8_t want_g[12] = {0, 0, 0, 85, 85, 85, 170, 170, 170, 255, 255, 255};
+    assert_memory_equal(img.data, want_g, 12);
+    clef_rgb_free(&img);
+    clef_buf_free(&b);
+
+    /* grey 16-bit, 3x1: 0x0012 -> 18, 0x00FF -> 255, 0x1234 -> 255 (Pillow I;16 -> RGB clips) */
+    uint8_t g16[6] = {0x00, 0x12, 0x00, 0xFF, 0x12, 0x34};
+    b = make_png(3, 1, 16, 0, g16, 6, NULL, 0, NULL, 0);
+    img = decode_ok(b.data, b.len);
+    uint8_t want_g16[9] = {18, 18, 18, 255, 255, 255, 255, 255, 255};
+    assert_memory_equal(img.data, want_g16, 9);
+    clef_rgb_free(&img);
+    clef_buf_free(&b);
+
+    /* grey+alpha 16-bit, 1x1: high byte of grey, alpha dropped */
+    uint8_t ga16[4] = {0x12, 0x34, 0x00, 0x00};
+    b = make_png(1, 1, 16, 4, ga16, 4, NULL, 0, NULL, 0);
+    img = decode_ok(b.data, b.len);
+    uint8_t want_ga[3] = {0x12, 0x12, 0x12};
+    assert_memory_equal(img.data, want_ga, 3);
+    clef_rgb_free(&img);
+    clef_buf_free(&b);
+
+    /* RGBA 16-bit, 1x1: high bytes, alpha dropped (not composited) */
+    uint8_t rgba16[8] = {0xAB, 0xCD, 0x01, 0x02, 0xFE, 0xFF, 0x00, 0x00};
+    b = make_png(1, 1, 16, 6, rgba16, 8, NULL, 0, NULL, 0);
+    img = decode_ok(b.data, b.len);
+    uint8_t want_rgba[3] = {0xAB, 0x01, 0xFE};
+    assert_memory_equal(img.data, want_rgba, 3);
+    clef_rgb_free(&img);
+    clef_buf_free(&b);
+
+    /* RGBA 8-bit with alpha 0: colour kept */
+    uint8_t rgba8[4] = {0, 200, 0, 0};
+    b = make_png(1, 1, 8, 6, rgba8, 4, NULL, 0, NULL, 0);
+    img = decode_ok(b.data, b.len);
+    uint8_t want_a[3] = {0, 200, 0};
+    assert_memory_equal(img.data, want_a, 3);
+    clef_rgb_free(&img);
+    clef_buf_free(&b);
+}
+
+/* Lossless WebP decodes to the encoded pixels; the label does not have to
+ * name the format (formats are sniffed, as Pillow does). */
+static void test_webp_and_sniffing(void **state) {
+    (void)state;
+    enum { W = 40, H = 30 };
+    uint8_t px[W * H * 3];
+    for (int i = 0; i < W * H * 3; i++) px[i] = (uint8_t)(i * 37 + (i / 3) * 11);
+    uint8_t *enc = NULL;
+    size_t n = WebPEncodeLosslessRGB(px, W, H, W * 3, &enc);
+    assert_true(n > 0);
+    assert_int_equal(clef_image_sniff(enc, n), CLEF_IMG_WEBP);
+    clef_rgb img = decode_ok(enc, n);
+    assert_int_equal(img.w, W);
+    assert_int_equal(img.h, H);
+    assert_memory_equal(img.data, px, sizeof px);
+    clef_rgb_free(&img);
+
+    char *url = data_url("image/png", enc, n); /* mislabelled but valid */
+    clef_media_item it = {url, strlen(url)};
+    clef_media_source src = {0};
+    src.images = &it, src.n_images = 1;
+    clef_media m;
+    clef_err err;
+    clef_err_clear(&err);
+    assert_int_equal(clef_media_decode(&src, NULL, &m, &err), 0);
+    /* 30x40 -> round to 32x32 -> below 65,536 px -> scaled up: 224x320 */
+    assert_int_equal(m.image_grids[0].h, 14);
+    assert_int_equal(m.image_grids[0].w, 20);
+    assert_int_equal(clef_media_preprocess(&m, &err), 0);
+    assert_int_equal(m.image_rows, 14 * 20);
+    clef_media_free(&m);
+    free(url);
+    WebPFree(enc);
+}
+
+/* ---- formulas ------------------------------------------------------------ */
+
+static void test_formulas(void **state) {
+    (void)state;
+    int32_t h, w;
+    /* 272/32 = 8.5 rounds half to even: 256, not 288 */
+    assert_int_equal(clef_smart_resize(272, 272, 32, 65536, 1048576, &h, &w), 0);
+    assert_int_equal(h, 256);
+    assert_int_equal(w, 256);
+    /* 304/32 = 9.5 rounds to 10 (even) */
+    assert_int_equal(clef_smart_resize(304, 304, 32, 65536, 1048576, &h, &w), 0);
+    assert_int_equal(h, 320);
+    /* 1000x1500 above the maximum: beta = sqrt(1.5e6/1048576) */
+    assert_int_equal(clef_smart_resize(1000, 1500, 32, 65536, 1048576, &h, &w), 0);
+    assert_int_equal(h, 832);
+    assert_int_equal(w, 1248);
+    /* a 128x96 video frame with the video bounds: 320x448 */
+    assert_int_equal(clef_smart_resize(96, 128, 32, 131072, 786432, &h, &w), 0);
+    assert_int_equal(h, 320);
+    assert_int_equal(w, 448);
+    assert_int_equal(clef_smart_resize(1, 201, 32, 65536, 1048576, &h, &w), -1);
+    assert_int_equal(clef_smart_resize(1, 200, 32, 65536, 1048576, &h, &w), 0);
+
+    /* audio tokens: 13 per 100 frames plus c(c(c(r))), c(0) = 0 */
+    assert_int_equal(clef_audio_tokens(0), 0);
+    assert_int_equal(clef_audio_tokens(1), 1);
+    assert_int_equal(clef_audio_tokens(100), 13);
+    assert_int_equal(clef_audio_tokens(160), 21);
+    assert_int_equal(clef_audio_tokens(165), 22);
+    assert_int_equal(clef_audio_tokens(200), 26);
+    assert_int_equal(clef_audio_tokens(330), 43);
+    assert_int_equal(clef_audio_tokens(3000), 390);
+    /* frames: min(ceil(l/160), floor(L_max/160)) */
+    assert_int_equal(clef_audio_frames(26241, 52800), 165);
+    assert_int_equal(clef_audio_frames(52800, 52800), 330);
+    assert_int_equal(clef_audio_frames(26241, 26241), 164);
+
+    /* video frames above 262,144 px are scaled to even sides */
+    int32_t ow, oh;
+    clef_video_frame_size(128, 96, &ow, &oh);
+    assert_int_equal(ow, 128);
+    assert_int_equal(oh, 96);
+    clef_video_frame_size(1920, 1080, &ow, &oh);
+    assert_int_equal(ow, 682);
+    assert_int_equal(oh, 384);
+    clef_video_frame_size(512, 512, &ow, &oh);
+    assert_int_equal(ow, 512);
+    clef_video_frame_size(513, 512, &ow, &oh);
+    assert_int_equal(ow, 512);
+    assert_int_equal(oh, 512);
+}
+
+/* Resampler identities: same size copies; a constant image stays constant. */
+static void test_resampler(void **state) {
+    (void)state;
+    enum { SW = 37, SH = 23, DW = 64, DH = 32 };
+    uint8_t src[SW * SH * 3], dst[DW * DH * 3], same[SW * SH * 3];
+    memset(src, 77, sizeof src);
+    clef_resize_bicubic_aa_u8(src, SW, SH, dst, DW, DH);
+    for (size_t i = 0; i < sizeof dst; i++) assert_int_equal(dst[i], 77);
+    for (size_t i = 0; i < sizeof src; i++) src[i] = (uint8_t)(i * 13);
+    clef_resize_bicubic_aa_u8(src, SW, SH, same, SW, SH);
+    assert_memory_equal(src, same, sizeof src);
+    /* downscale of a constant image too (weights sum to 2^p exactly or round) */
+    uint8_t big[128 * 96 * 3], small[32 * 32 * 3];
+    memset(big, 255, sizeof big);
+    clef_resize_bicubic_aa_u8(big, 128, 96, small, 32, 32);
+    for (size_t i = 0; i < sizeof small; i++) assert_int_equal(small[i], 255);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bad_payloads),    cmocka_unit_test(test_limits),
+        cmocka_unit_test(test_png_conversions), cmocka_unit_test(test_webp_and_sniffing),
+        cmocka_unit_test(test_formulas),        cmocka_unit_test(test_resampler),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
