@@ -3,7 +3,7 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps demo test test-sanitize clean
+.PHONY: all deps demo test test-sanitize fuzz clean
 
 all: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
@@ -25,5 +25,24 @@ test-sanitize: deps
 	@cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 		ctest --output-on-failure -j $(JOBS)
 
+# libFuzzer over request parse + validate + encode (tests/fuzz/fuzz_request.c), built with clang
+# and ASan/UBSan, run for FUZZ_SECONDS on a corpus seeded from the golden requests.  Findings
+# (crash-*, leak-*, timeout-*) land in $(FUZZ_BUILD) and fail the target.
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_SRCS = $(wildcard src/util/*.c src/json/*.c src/text/*.c src/decision/*.c)
+FUZZ_CFLAGS = -std=gnu11 -g -O1 -fno-omit-frame-pointer -Isrc -DCLEF_FIXTURES='"$(CURDIR)/tests/fixtures"'
+FUZZ_LIBS = $(shell pkg-config --libs libpcre2-8 libutf8proc) -lm
+
+fuzz: deps
+	@mkdir -p $(FUZZ_BUILD)/corpus
+	@clang $(FUZZ_CFLAGS) -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+		tests/fuzz/fuzz_request.c $(FUZZ_SRCS) $(FUZZ_LIBS) -o $(FUZZ_BUILD)/fuzz_request
+	@clang $(FUZZ_CFLAGS) tests/fuzz/seed_corpus.c src/util/buf.c src/util/err.c src/json/json.c -lm \
+		-o $(FUZZ_BUILD)/seed_corpus
+	@$(FUZZ_BUILD)/seed_corpus tests/fixtures/goldens/goldens.jsonl $(FUZZ_BUILD)/corpus
+	@cd $(FUZZ_BUILD) && ./fuzz_request -max_total_time=$(FUZZ_SECONDS) -max_len=16384 -timeout=10 \
+		-rss_limit_mb=2048 -print_final_stats=1 corpus
+
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -26,6 +26,7 @@ struct clef_scheduler {
     ticket *head, *tail;  /* FIFO of waiting tickets */
     size_t depth;
     int stopping;
+    int joined; /* the engine thread has been (or is being) joined */
     pthread_t thread;
 };
 
@@ -147,10 +148,17 @@ size_t clef_scheduler_queue_depth(clef_scheduler *s) {
 void clef_scheduler_stop(clef_scheduler *s) {
     if (!s) return;
     pthread_mutex_lock(&s->lock);
+    int joined = s->joined;
     s->stopping = 1;
+    s->joined = 1;
     pthread_cond_broadcast(&s->work);
     pthread_mutex_unlock(&s->lock);
-    pthread_join(s->thread, NULL);
+    if (!joined) pthread_join(s->thread, NULL);
+}
+
+void clef_scheduler_free(clef_scheduler *s) {
+    if (!s) return;
+    clef_scheduler_stop(s);
     pthread_cond_destroy(&s->work);
     pthread_mutex_destroy(&s->lock);
     free(s);

@@ -45,9 +45,14 @@ int clef_scheduler_submit(clef_scheduler *s, clef_job *job, clef_err *err);
 /* Records waiting now (not counting the batch being run). */
 size_t clef_scheduler_queue_depth(clef_scheduler *s);
 
-/* Refuse new submissions, finish every queued record, join the engine
- * thread and free the scheduler.  NULL is ok. */
+/* Refuse new submissions (503 "the server is shutting down"), finish every
+ * queued record and join the engine thread.  Submitting after stop is safe
+ * (refused) until clef_scheduler_free.  Idempotent; NULL is ok. */
 void clef_scheduler_stop(clef_scheduler *s);
+
+/* Stop (if not yet) and free.  No submitter may still be inside
+ * clef_scheduler_submit.  NULL is ok. */
+void clef_scheduler_free(clef_scheduler *s);
 
 /* Error type of a refusal because the queue is full or the server stops
  * (503); not one of SPEC §2.2's six because none of them fits. */

@@ -63,8 +63,16 @@ static void release_date(const char *dir, char *out, size_t cap) {
     strftime(out, cap, "%Y-%m-%d", &tm);
 }
 
+/* Test hook: milliseconds every forward is stretched by, so the tests can
+ * hold requests in flight (graceful stop, queue full); 0 in production. */
+static long test_forward_delay_ms;
+
 static void on_batch(void *ctx, size_t n_records, size_t n_tokens, double seconds) {
     clef_metrics_batch(ctx, n_records, n_tokens, seconds);
+    if (test_forward_delay_ms > 0) {
+        struct timespec ts = {test_forward_delay_ms / 1000, (test_forward_delay_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
 }
 
 /* Background: open the engine, start the scheduler, then publish READY. */
@@ -77,6 +85,16 @@ static void *load_model(void *arg) {
                               .limits = s->opt.limits,
                               .verbose = 1};
     clef_err_clear(&s->load_err);
+    /* Test hooks: a slow load, so the tests can watch the loading answers;
+     * slow forwards (see on_batch). */
+    const char *fwd = getenv("CLEF_SERVE_TEST_FORWARD_DELAY_MS");
+    if (fwd) test_forward_delay_ms = strtol(fwd, NULL, 10);
+    const char *delay = getenv("CLEF_SERVE_TEST_LOAD_DELAY_MS");
+    if (delay) {
+        long ms = strtol(delay, NULL, 10);
+        struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+        if (ms > 0) nanosleep(&ts, NULL);
+    }
     s->engine = clef_engine_open(&eo, &s->load_err);
     if (s->engine) {
         clef_scheduler_options so = {.max_queue = s->opt.max_queue,
@@ -203,7 +221,7 @@ int clef_server_run(const clef_server_options *opt) {
     if (rc == 0) drain(s);
     MHD_stop_daemon(s->daemon);
     pthread_join(s->loader, NULL);
-    clef_scheduler_stop(s->sched);
+    clef_scheduler_free(s->sched);
     clef_engine_close(s->engine);
     clef_metrics_free(s->metrics);
     free(s);

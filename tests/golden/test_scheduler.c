@@ -1,0 +1,293 @@
+/* Packed forwards and the scheduler (engine/scheduler.h, clef_engine_run):
+ * every record's logits are bitwise those of running it alone, whatever it
+ * is packed with and in whatever order; a bad record in a batch fails alone;
+ * the scheduler batches concurrent submissions, refuses past its queue limit
+ * with 503, and drains its queue on stop. */
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "clef.h"
+#include "engine/scheduler.h"
+#include "testutil.h"
+
+typedef struct ref_case {
+    char *body;
+    size_t len;
+    size_t max_length;
+    const json_value *golden; /* the golden case */
+    float *logits;            /* alone, reference */
+    size_t n_logits;
+} ref_case;
+
+static clef_engine *engine;
+static json_value **cases;
+static size_t n_cases;
+static ref_case refs[64];
+static size_t n_refs;
+
+static void prepare(const ref_case *r, clef_job *job) {
+    clef_request req;
+    clef_err err;
+    clef_err_clear(&err);
+    if (clef_engine_parse(engine, r->body, r->len, &req, &err) != 0) fail_msg("parse: %s", err.message);
+    clef_decide_params p = {.max_length = r->max_length, .truncate_state = 1};
+    if (clef_engine_encode(engine, &req, &p, job, &err) != 0) fail_msg("encode: %s", err.message);
+}
+
+static int setup(void **state) {
+    char *dir = tu_fixture("tiny-clef-omni");
+    clef_engine_options opt = {.model_dir = dir, .truncate_state = 1, .n_threads = 2};
+    clef_err err;
+    clef_err_clear(&err);
+    engine = clef_engine_open(&opt, &err);
+    free(dir);
+    if (!engine) fail_msg("engine: %s", err.message);
+    char *path = tu_fixture("goldens/goldens.jsonl");
+    cases = tu_read_jsonl(path, &n_cases);
+    free(path);
+    for (size_t i = 0; i < n_cases; i++) {
+        const json_value *c = cases[i];
+        if (json_get(c, "error") || !strcmp(json_get(c, "name")->str, "question_id_empty")) continue;
+        ref_case *r = &refs[n_refs++];
+        clef_buf body = {0};
+        json_render_opts(json_get(c, "request"), 0, &body);
+        int64_t ml = 64000;
+        json_as_i64(json_get(c, "max_length"), &ml);
+        *r = (ref_case){body.data, body.len, (size_t)ml, c, NULL, 0};
+        clef_job job, *one = &job;
+        prepare(r, &job);
+        if (clef_engine_run(engine, &one, 1, &err) != 0) fail_msg("run: %s", err.message);
+        r->n_logits = clef_record_total_options(&job.rec);
+        r->logits = clef_xmalloc(r->n_logits * sizeof *r->logits);
+        memcpy(r->logits, job.logits, r->n_logits * sizeof *r->logits);
+        clef_job_free(&job);
+    }
+    assert_int_equal(n_refs, 38);
+    return 0;
+}
+
+static int teardown(void **state) {
+    for (size_t i = 0; i < n_refs; i++) {
+        free(refs[i].body);
+        free(refs[i].logits);
+    }
+    for (size_t i = 0; i < n_cases; i++) json_free(cases[i]);
+    free(cases);
+    clef_engine_close(engine);
+    return 0;
+}
+
+/* The alone logits are the golden ones (so the bitwise checks below compare
+ * real answers, not two copies of garbage). */
+static void test_alone_matches_golden(void **state) {
+    double worst = 0;
+    for (size_t i = 0; i < n_refs; i++) {
+        const json_value *qs = json_get(refs[i].golden, "questions");
+        size_t k = 0;
+        for (size_t q = 0; q < qs->n; q++) {
+            const json_value *lg = json_get(qs->items[q], "logits");
+            for (size_t j = 0; j < lg->n; j++, k++) worst = fmax(worst, fabs(refs[i].logits[k] - tu_num_at(lg, j)));
+        }
+        assert_int_equal(k, refs[i].n_logits);
+    }
+    printf("alone vs golden logits: max |diff| %.3g\n", worst);
+    assert_true(worst <= 1e-4);
+}
+
+static int logits_equal(const clef_job *job, const ref_case *r) {
+    return clef_record_total_options(&job->rec) == r->n_logits &&
+           !memcmp(job->logits, r->logits, r->n_logits * sizeof *r->logits);
+}
+
+/* All 38 records in one packed forward, then in reversed groups of 3. */
+static void test_packed_bitwise(void **state) {
+    clef_job *jobs = clef_xcalloc(n_refs, sizeof *jobs);
+    clef_job **ptrs = clef_xcalloc(n_refs, sizeof *ptrs);
+    clef_err *errs = clef_xcalloc(n_refs, sizeof *errs);
+    size_t tokens = 0;
+    for (size_t i = 0; i < n_refs; i++) {
+        prepare(&refs[i], &jobs[i]);
+        ptrs[i] = &jobs[i];
+        tokens += jobs[i].rec.n_ids;
+    }
+    assert_int_equal(clef_engine_run(engine, ptrs, n_refs, errs), 0);
+    for (size_t i = 0; i < n_refs; i++)
+        if (!logits_equal(&jobs[i], &refs[i]))
+            fail_msg("%s: packed with %zu records (%zu tokens) differs from alone", json_get(refs[i].golden, "name")->str,
+                     n_refs, tokens);
+    for (size_t start = 0; start < n_refs; start += 3) {
+        size_t n = n_refs - start < 3 ? n_refs - start : 3;
+        clef_job *group[3];
+        for (size_t k = 0; k < n; k++) {
+            memset(jobs[start + k].logits, 0xff, refs[start + k].n_logits * sizeof(float));
+            group[k] = &jobs[start + n - 1 - k];
+        }
+        assert_int_equal(clef_engine_run(engine, group, n, errs), 0);
+        for (size_t k = 0; k < n; k++) assert_true(logits_equal(&jobs[start + k], &refs[start + k]));
+    }
+    printf("%zu records (%zu tokens) packed: logits bitwise equal to alone\n", n_refs, tokens);
+    for (size_t i = 0; i < n_refs; i++) clef_job_free(&jobs[i]);
+    free(jobs);
+    free(ptrs);
+    free(errs);
+}
+
+/* A record the thinker refuses (token id outside the vocabulary) fails
+ * alone; its batch mates still get their exact answers. */
+static void test_bad_record_fails_alone(void **state) {
+    clef_job jobs[3], *ptrs[3];
+    clef_err errs[3];
+    for (int i = 0; i < 3; i++) {
+        prepare(&refs[i], &jobs[i]);
+        ptrs[i] = &jobs[i];
+    }
+    jobs[1].rec.input_ids[3] = 1 << 30;
+    assert_int_equal(clef_engine_run(engine, ptrs, 3, errs), -1);
+    assert_int_equal(errs[0].status, 0);
+    assert_int_equal(errs[2].status, 0);
+    assert_true(errs[1].status >= 400);
+    assert_true(logits_equal(&jobs[0], &refs[0]));
+    assert_true(logits_equal(&jobs[2], &refs[2]));
+    for (int i = 0; i < 3; i++) clef_job_free(&jobs[i]);
+}
+
+/* ---- the scheduler -------------------------------------------------- */
+
+typedef struct sched_stats {
+    atomic_int batches, records, multi;
+    int delay_ms;
+} sched_stats;
+
+static void count_batch(void *ctx, size_t n_records, size_t n_tokens, double seconds) {
+    sched_stats *st = ctx;
+    atomic_fetch_add(&st->batches, 1);
+    atomic_fetch_add(&st->records, (int)n_records);
+    if (n_records > 1) atomic_fetch_add(&st->multi, 1);
+    if (st->delay_ms) {
+        struct timespec ts = {0, st->delay_ms * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
+typedef struct submitter {
+    clef_scheduler *s;
+    int id, n;
+    atomic_int *wrong, *refused, *started;
+} submitter;
+
+static void *submit_main(void *arg) {
+    submitter *sb = arg;
+    atomic_fetch_add(sb->started, 1);
+    for (int i = 0; i < sb->n; i++) {
+        const ref_case *r = &refs[(size_t)(sb->id * 5 + i * 11) % n_refs];
+        clef_job job;
+        prepare(r, &job);
+        clef_err err;
+        clef_err_clear(&err);
+        if (clef_scheduler_submit(sb->s, &job, &err) == 0) {
+            if (!logits_equal(&job, r)) atomic_fetch_add(sb->wrong, 1);
+        } else if (err.status == 503 && !strcmp(err.type, CLEF_E_OVERLOADED)) {
+            atomic_fetch_add(sb->refused, 1);
+        } else {
+            atomic_fetch_add(sb->wrong, 1);
+        }
+        clef_job_free(&job);
+    }
+    return NULL;
+}
+
+static void run_submitters(clef_scheduler *s, int n_threads, int per_thread, atomic_int *wrong, atomic_int *refused) {
+    pthread_t th[16];
+    submitter sb[16];
+    atomic_int started = 0;
+    for (int i = 0; i < n_threads; i++) {
+        sb[i] = (submitter){s, i, per_thread, wrong, refused, &started};
+        assert_int_equal(pthread_create(&th[i], NULL, submit_main, &sb[i]), 0);
+    }
+    for (int i = 0; i < n_threads; i++) pthread_join(th[i], NULL);
+}
+
+static void test_scheduler_batches(void **state) {
+    sched_stats st = {0};
+    clef_scheduler_options o = {.max_batch_tokens = 2048, .on_batch = count_batch, .ctx = &st};
+    clef_err err;
+    clef_scheduler *s = clef_scheduler_start(engine, &o, &err);
+    assert_non_null(s);
+    atomic_int wrong = 0, refused = 0;
+    run_submitters(s, 8, 12, &wrong, &refused);
+    assert_int_equal(clef_scheduler_queue_depth(s), 0);
+    clef_scheduler_free(s);
+    printf("scheduler: %d records in %d forwards (%d packed several), %d wrong\n", atomic_load(&st.records),
+           atomic_load(&st.batches), atomic_load(&st.multi), atomic_load(&wrong));
+    assert_int_equal(atomic_load(&wrong), 0);
+    assert_int_equal(atomic_load(&refused), 0);
+    assert_int_equal(atomic_load(&st.records), 96);
+    assert_true(atomic_load(&st.multi) > 0);
+}
+
+static void test_scheduler_queue_limit(void **state) {
+    sched_stats st = {.delay_ms = 20};
+    clef_scheduler_options o = {.max_queue = 1, .max_batch_tokens = 1, .on_batch = count_batch, .ctx = &st};
+    clef_err err;
+    clef_scheduler *s = clef_scheduler_start(engine, &o, &err);
+    assert_non_null(s);
+    atomic_int wrong = 0, refused = 0;
+    run_submitters(s, 8, 4, &wrong, &refused);
+    clef_scheduler_free(s);
+    printf("queue of 1: %d of 32 refused, %d answered\n", atomic_load(&refused), atomic_load(&st.records));
+    assert_int_equal(atomic_load(&wrong), 0);
+    assert_true(atomic_load(&refused) > 0);
+    assert_int_equal(atomic_load(&refused) + atomic_load(&st.records), 32);
+}
+
+/* stop() with records queued answers them all, then refuses. */
+static void test_scheduler_stop_drains(void **state) {
+    sched_stats st = {.delay_ms = 30};
+    clef_scheduler_options o = {.max_batch_tokens = 1, .on_batch = count_batch, .ctx = &st};
+    clef_err err;
+    clef_scheduler *s = clef_scheduler_start(engine, &o, &err);
+    assert_non_null(s);
+    pthread_t th[6];
+    submitter sb[6];
+    atomic_int wrong = 0, refused = 0, started = 0;
+    for (int i = 0; i < 6; i++) {
+        sb[i] = (submitter){s, i, 1, &wrong, &refused, &started};
+        assert_int_equal(pthread_create(&th[i], NULL, submit_main, &sb[i]), 0);
+    }
+    while (atomic_load(&started) < 6 || clef_scheduler_queue_depth(s) < 3) {
+        struct timespec ts = {0, 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    /* records are waiting: stop must still answer every one of them; a
+     * submitter that comes later is refused */
+    clef_scheduler_stop(s);
+    for (int i = 0; i < 6; i++) pthread_join(th[i], NULL);
+    clef_err late;
+    clef_job job;
+    prepare(&refs[0], &job);
+    assert_int_equal(clef_scheduler_submit(s, &job, &late), -1);
+    assert_int_equal(late.status, 503);
+    assert_string_equal(late.message, "the server is shutting down");
+    clef_job_free(&job);
+    clef_scheduler_free(s);
+    assert_int_equal(atomic_load(&wrong), 0);
+    assert_int_equal(atomic_load(&refused) + atomic_load(&st.records), 6);
+    assert_true(atomic_load(&st.records) >= 3); /* at least the 3 that were queued */
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_alone_matches_golden),
+        cmocka_unit_test(test_packed_bitwise),
+        cmocka_unit_test(test_bad_record_fails_alone),
+        cmocka_unit_test(test_scheduler_batches),
+        cmocka_unit_test(test_scheduler_queue_limit),
+        cmocka_unit_test(test_scheduler_stop_drains),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
