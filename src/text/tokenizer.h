@@ -6,6 +6,15 @@
  * Split pre-tokenizer regex (PCRE2, UTF+UCP), byte-level mapping, BPE by merge
  * rank, no post-processor.
  *
+ * Unicode versions are aligned with HF tokenizers, not with the Debian
+ * libraries: the regex's \p{L}/\p{N} include Unicode 16 letters and numbers
+ * (Oniguruma's tables), and NFC leaves alone the handful of marks newer than
+ * HF's Unicode 9 normalisation tables.  Checked id-for-id against HF
+ * tokenizers on every code point in context and on random mixed text.
+ *
+ * Internals: text/pretok.h (UTF-8, added-token trie, NFC, split regex) and
+ * text/bpe.h (vocab/merge hash tables, heap-based merge loop).
+ *
  * Thread safety: a loaded tokenizer is immutable; clef_tokenize may be called
  * from many threads at once.
  */
@@ -23,20 +32,32 @@ typedef struct clef_tokenizer clef_tokenizer;
 /* Load `path` (tokenizer.json).  Returns NULL with err (status 500,
  * "internal_error", message naming the file and the problem) when the file is
  * missing, not JSON, or not a BPE/ByteLevel tokenizer of the expected shape
- * (merges as "a b" strings or ["a","b"] pairs are both accepted). */
+ * (merges as "a b" strings or ["a","b"] pairs are both accepted).  Options
+ * that would change ids and are not implemented (BPE dropout, byte_fallback,
+ * ignore_merges, subword prefixes, normalisers other than NFC, added tokens
+ * with lstrip/rstrip/single_word/normalized) are refused, not ignored.
+ * About 0.3 s for the 11.4 MB Qwen3 file at -O2.  Free with
+ * clef_tokenizer_free. */
 clef_tokenizer *clef_tokenizer_load(const char *path, clef_err *err);
 
 void clef_tokenizer_free(clef_tokenizer *t);
 
-/* Tokenize `len` bytes of UTF-8 `text` and APPEND the ids to `out`.
- * An empty text appends nothing.  Returns 0, or -1 with err (400,
- * "invalid_request") if `text` is not valid UTF-8. */
+/* Tokenize `len` bytes of UTF-8 `text` (NUL bytes allowed) and APPEND the
+ * ids to `out`.  An empty text appends nothing.  Returns 0, or -1 with err
+ * (400, "invalid_request") if `text` is not valid UTF-8 (strict: no
+ * overlongs, surrogates or code points above U+10FFFF) or longer than
+ * INT32_MAX bytes; (500) on an internal regex/normaliser failure.  On error
+ * `out` is left as it was.  Linear-ish in `len`: a 100 KB run of one
+ * character takes tens of milliseconds. */
 int clef_tokenize(const clef_tokenizer *t, const char *text, size_t len, clef_ids *out, clef_err *err);
 
-/* Number of ids the tokenizer can produce (vocab + added tokens, e.g. 151676). */
+/* Number of ids the tokenizer can produce: largest vocab or added-token id
+ * + 1 (151676 for Qwen3-Omni; the embedding has 152064 rows). */
 size_t clef_tokenizer_size(const clef_tokenizer *t);
 
-/* Id of an exact token string (vocab entry or added token), or -1. */
+/* Id of an exact token string, or -1: an added token's content (e.g.
+ * "<|im_end|>" -> 151645) or a vocab entry in its byte-level spelling (e.g.
+ * "\xc4\x8a" = "Ċ" -> 198 for "\n").  Added tokens are looked up first. */
 int32_t clef_token_id(const clef_tokenizer *t, const char *token);
 
 #endif
