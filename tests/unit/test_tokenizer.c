@@ -124,6 +124,20 @@ static void test_vocab_facts(void **state) {
     assert_int_equal(clef_token_id(tok, "\n"), -1);  /* raw bytes are not vocab entries */
 }
 
+/* ---- SPEC §3.5 constant pieces ---- */
+
+static void test_spec_pieces(void **state) {
+    ASSERT_IDS("<|im_start|>system\nRead the complete state and schema. Decide every field jointly. Each answer must "
+               "be exactly one of that field's allowed options.<|im_end|>\n<|im_start|>user\nSTATE:\n",
+               151644, 8948, 198, 4418, 279, 4583, 1584, 323, 10802, 13, 98881, 1449, 2070, 52158, 13, 8886, 4226, 1969,
+               387, 6896, 825, 315, 429, 2070, 594, 5420, 2606, 13, 151645, 198, 151644, 872, 198, 24628, 510);
+    ASSERT_IDS("\n<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nJOINT SCHEMA DECISIONS:", 198, 151645,
+               198, 151644, 77091, 198, 151667, 271, 151668, 271, 26145, 3221, 7531, 35839, 42817, 24211, 50, 25);
+    ASSERT_IDS("{\"description\":\"Payments or invoices\",\"option_id\":\"billing\"}", 4913, 4684, 3252, 87646,
+               476, 64052, 2198, 2047, 842, 3252, 38637, 9207);
+    ASSERT_IDS("OPTION 1: ", 34057, 220, 16, 25, 220);
+}
+
 /* ---- edge inputs ---- */
 
 static void test_empty(void **state) {
@@ -472,6 +486,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_goldens_all_90),
         cmocka_unit_test(test_vocab_facts),
+        cmocka_unit_test(test_spec_pieces),
         cmocka_unit_test(test_empty),
         cmocka_unit_test(test_added_tokens),
         cmocka_unit_test(test_invalid_utf8),
