@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend/backend.h"
 #include "decision/record.h"
 #include "io/checkpoint.h"
 #include "util/err.h"
@@ -20,7 +21,14 @@ typedef struct clef_model clef_model;
  * shapes checked against the config; a missing or mis-shaped tensor is an
  * error naming it).  `n_threads` <= 0 means all cores.  Returns NULL + err. */
 clef_model *clef_model_create(const clef_checkpoint *ck, int n_threads, clef_err *err);
+/* Same, on a backend the caller made (e.g. a device backend); with
+ * `own_backend` the model destroys it in clef_model_free.  On failure the
+ * backend is destroyed too when owned.  Returns NULL + err. */
+clef_model *clef_model_create_on(const clef_checkpoint *ck, clef_backend *be, int own_backend, clef_err *err);
 void clef_model_free(clef_model *m);
+
+/* The backend the model runs on (borrowed). */
+clef_backend *clef_model_backend(clef_model *m);
 
 const clef_config *clef_model_config(const clef_model *m);
 
@@ -36,11 +44,29 @@ const clef_config *clef_model_config(const clef_model *m);
 int clef_thinker_forward(clef_model *m, const int32_t *ids, size_t n, float *hidden, float *layer_hidden,
                          clef_err *err);
 
+/* Thinker forward over several records packed back to back into one pass.
+ *   ids:          [n_total] token ids, each < vocab_size (else error 422)
+ *   seg:          [n_seg + 1] record boundaries, seg[0] = 0, seg[n_seg] =
+ *                 n_total, non-decreasing; attention never crosses a boundary
+ *   positions:    optional [3][n_total] M-RoPE positions (T, H, W axes); NULL =
+ *                 text positions 0..len-1 of each record on all three axes
+ *   hidden:       out [n_total, H] f32, final-norm hidden states
+ *   layer_hidden: optional out [(num_hidden_layers + 1), n_total, H] as in
+ *                 clef_thinker_forward, or NULL
+ * Every record's rows are bitwise identical to running it alone.  Workspace:
+ * one backend allocation sized from n_total (failure: 422 "too many tokens").
+ * Returns 0 or -1 + err. */
+int clef_thinker_forward_batch(clef_model *m, const int32_t *ids, size_t n_total, const size_t *seg, size_t n_seg,
+                               const int32_t *positions, float *hidden, float *layer_hidden, clef_err *err);
+
 /* Joint schema head over one record (SPEC §7.3), in f32.
  *   hidden: [rec->n_ids, H] from clef_thinker_forward
  *   logits: out [clef_record_total_options(rec)] in question order, then each
  *           question's options in encoding order.
- * An empty question span is an error (422). */
+ * Errors: an empty question span is 422 (invalid_request, param
+ * "questions"); a record without questions, a question without options, an
+ * empty or out-of-range option span, or a token id outside the vocabulary is
+ * 500; a non-finite logit is 500 (never returned as NaN). */
 int clef_head_forward(clef_model *m, const float *hidden, const clef_record *rec, float *logits, clef_err *err);
 
 #endif

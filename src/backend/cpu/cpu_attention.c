@@ -39,7 +39,8 @@ int cpu_rope(clef_backend *be, float *x, int64_t T, int64_t heads, const int32_t
     return 0;
 }
 
-/* Segment holding query row r (q_off ascending). */
+/* Segment holding row r: the last s with off[s] <= r, which skips empty
+ * segments (off ascending, off[n_seg] > r). */
 static int64_t seg_of(const int64_t *q_off, int64_t n_seg, int64_t r) {
     int64_t lo = 0, hi = n_seg - 1;
     while (lo < hi) {
@@ -52,27 +53,69 @@ static int64_t seg_of(const int64_t *q_off, int64_t n_seg, int64_t r) {
     return lo;
 }
 
-/* One query row of one head: softmax(q.K^T * scale) . V over `n` keys. */
-static void attend_row(const float *q, const float *k, int64_t ks, const float *v, int64_t vs, int64_t n, int64_t D,
-                       float scale, float *s, float *o) {
+/* One query row of one head: softmax(q.K^T * scale) . V over `n` keys.
+ * kT holds the segment's keys of this KV head transposed ([D][ld]), so the
+ * scores vectorise across keys while each score is still the plain
+ * sequential sum over the D dimensions. */
+static void attend_row(const float *restrict q, const float *restrict kT, int64_t ld, const float *restrict v,
+                       int64_t vs, int64_t n, int64_t D, float scale, float *restrict s, float *restrict o) {
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) { /* 8 keys in registers; each a sequential sum over i */
+        float acc[8] = {0};
+        for (int64_t i = 0; i < D; i++) {
+            const float qi = q[i], *kr = kT + i * ld + j;
+            for (int jj = 0; jj < 8; jj++) acc[jj] += qi * kr[jj];
+        }
+        for (int jj = 0; jj < 8; jj++) s[j + jj] = acc[jj];
+    }
+    for (; j < n; j++) {
+        float acc = 0.0f;
+        for (int64_t i = 0; i < D; i++) acc += q[i] * kT[i * ld + j];
+        s[j] = acc;
+    }
     float mx = -INFINITY;
-    for (int64_t j = 0; j < n; j++) {
-        const float *kj = k + j * ks;
-        float d = 0.0f;
-        for (int64_t i = 0; i < D; i++) d += q[i] * kj[i];
-        s[j] = d * scale;
+    for (j = 0; j < n; j++) {
+        s[j] *= scale;
         if (s[j] > mx) mx = s[j];
     }
     float sum = 0.0f;
-    for (int64_t j = 0; j < n; j++) {
+    for (j = 0; j < n; j++) {
         s[j] = expf(s[j] - mx);
         sum += s[j];
     }
-    for (int64_t i = 0; i < D; i++) o[i] = 0.0f;
-    for (int64_t j = 0; j < n; j++) {
-        const float *vj = v + j * vs;
-        float p = s[j] / sum;
-        for (int64_t i = 0; i < D; i++) o[i] += p * vj[i];
+    for (j = 0; j < n; j++) s[j] = s[j] / sum;
+    /* o[i] = sum_j p_j v_j[i] in key order; 8 dimensions at a time so the
+     * accumulators stay in registers (constant trip counts vectorise at -O2) */
+    int64_t i = 0;
+    for (; i + 8 <= D; i += 8) {
+        float acc[8] = {0};
+        for (j = 0; j < n; j++) {
+            const float p = s[j], *vj = v + j * vs + i;
+            for (int ii = 0; ii < 8; ii++) acc[ii] += p * vj[ii];
+        }
+        for (int ii = 0; ii < 8; ii++) o[i + ii] = acc[ii];
+    }
+    for (; i < D; i++) {
+        float acc = 0.0f;
+        for (j = 0; j < n; j++) acc += s[j] * v[j * vs + i];
+        o[i] = acc;
+    }
+}
+
+/* Transpose every segment's keys: for segment s (key rows [kv0, kv1), len
+ * rows) and KV head h, kT[kv0 * nkv * D + h * D * len + i * len + j] =
+ * k[(kv0 + j) * k_stride + h * D + i]. */
+static void transpose_keys(const float *k, const clef_attn_desc *a, float *kT, int n_threads) {
+    const int64_t nkv = a->n_kv_heads, D = a->head_dim, total = a->kv_off[a->n_seg];
+#pragma omp parallel for schedule(static) num_threads(n_threads) if (total * nkv * D > 65536)
+    for (int64_t r = 0; r < total; r++) {
+        int64_t s = seg_of(a->kv_off, a->n_seg, r);
+        const int64_t kv0 = a->kv_off[s], len = a->kv_off[s + 1] - kv0, j = r - kv0;
+        for (int64_t h = 0; h < nkv; h++) {
+            float *dst = kT + kv0 * nkv * D + h * D * len + j;
+            const float *src = k + r * a->k_stride + h * D;
+            for (int64_t i = 0; i < D; i++) dst[i * len] = src[i];
+        }
     }
 }
 
@@ -84,7 +127,7 @@ int cpu_attention(clef_backend *be, const float *q, const float *k, const float 
         return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CPU attention: %lld query / %lld kv heads of %lld",
                          (long long)nh, (long long)nkv, (long long)D);
     if (a->n_seg == 0) return 0;
-    int64_t kvmax = 0;
+    int64_t kvmax = 0, work = 0;
     for (int64_t s = 0; s < a->n_seg; s++) {
         int64_t ql = a->q_off[s + 1] - a->q_off[s], kl = a->kv_off[s + 1] - a->kv_off[s];
         if (ql < 0 || kl < 0 || (ql > 0 && kl == 0) || (a->causal && ql != kl))
@@ -92,17 +135,21 @@ int cpu_attention(clef_backend *be, const float *q, const float *k, const float 
                              "CPU attention: segment %lld has %lld queries and %lld keys", (long long)s,
                              (long long)ql, (long long)kl);
         if (kl > kvmax) kvmax = kl;
+        work += ql * kl;
     }
-    if (cpu_thread_scratch(c, (size_t)kvmax, err) != 0) return -1;
+    const int64_t kv_total = a->kv_off[a->n_seg];
+    float *kT = cpu_slot(c, CPU_SLOT_ATTN, (size_t)(kv_total * nkv * D) * sizeof(float) + 64, err);
+    if (!kT || cpu_thread_scratch(c, (size_t)kvmax, err) != 0) return -1;
+    transpose_keys(k, a, kT, c->n_threads);
     const int64_t rows = a->q_off[a->n_seg], group = nh / nkv;
-#pragma omp parallel for schedule(dynamic, 16) num_threads(c->n_threads)
+#pragma omp parallel for schedule(dynamic, 16) num_threads(c->n_threads) if (work * nh * D > 65536)
     for (int64_t i = 0; i < rows * nh; i++) {
         int64_t r = i / nh, h = i % nh;
         int64_t s = seg_of(a->q_off, a->n_seg, r);
-        int64_t qi = r - a->q_off[s], kv0 = a->kv_off[s];
-        int64_t n = a->causal ? qi + 1 : a->kv_off[s + 1] - kv0;
+        int64_t qi = r - a->q_off[s], kv0 = a->kv_off[s], len = a->kv_off[s + 1] - kv0;
+        int64_t n = a->causal ? qi + 1 : len;
         int64_t hk = h / group;
-        attend_row(q + r * a->q_stride + h * D, k + kv0 * a->k_stride + hk * D, a->k_stride,
+        attend_row(q + r * a->q_stride + h * D, kT + kv0 * nkv * D + hk * D * len, len,
                    v + kv0 * a->v_stride + hk * D, a->v_stride, n, D, a->scale, c->thread_buf[omp_get_thread_num()],
                    out + r * a->o_stride + h * D);
     }

@@ -15,7 +15,7 @@ int cpu_weight_dtype_ok(clef_dtype t) { return t == CLEF_DT_BF16 || t == CLEF_DT
 void cpu_weight_rows_f32(const clef_weight *w, int64_t r0, int64_t r1, float *dst) {
     size_t n = (size_t)(r1 - r0) * (size_t)w->cols;
     size_t off = (size_t)r0 * (size_t)w->cols;
-    if (w->dtype == CLEF_DT_BF16) {
+    if (w->dtype == CLEF_DT_BF16 && ((uintptr_t)w->data & 1) == 0) {
         const uint16_t *src = (const uint16_t *)w->data + off;
         for (size_t i = 0; i < n; i++) dst[i] = clef_bf16_to_f32(src[i]);
     } else {
@@ -76,6 +76,7 @@ static void mm_item_run(const cpu_mm_job *j, const mm_item *it, float *buf) {
 
 int cpu_mm_run(cpu_ctx *c, const cpu_mm_job *jobs, int64_t n, clef_err *err) {
     int64_t n_items = 0, kmax = 0;
+    double work = 0; /* multiply-adds: below ~1e5 threads cost more than they save */
     for (int64_t i = 0; i < n; i++) {
         const cpu_mm_job *j = &jobs[i];
         if (!cpu_weight_dtype_ok(j->w->dtype))
@@ -86,6 +87,7 @@ int cpu_mm_run(cpu_ctx *c, const cpu_mm_job *jobs, int64_t n, clef_err *err) {
             return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CPU matmul: weight too wide");
         n_items += ((j->w->rows + CPU_MM_BLOCK - 1) / CPU_MM_BLOCK) * ((j->T + CPU_MM_CHUNK - 1) / CPU_MM_CHUNK);
         if (j->w->cols > kmax) kmax = j->w->cols;
+        work += (double)j->T * (double)j->w->rows * (double)j->w->cols;
     }
     if (n_items == 0) return 0;
     size_t per_thread = line_floats((size_t)(CPU_MM_BLOCK * kmax)) + line_floats((size_t)kmax) + CPU_MM_BLOCK;
@@ -99,7 +101,7 @@ int cpu_mm_run(cpu_ctx *c, const cpu_mm_job *jobs, int64_t n, clef_err *err) {
         for (int64_t b = 0; b * CPU_MM_BLOCK < j->w->rows; b++)
             for (int64_t t0 = 0; t0 < j->T; t0 += CPU_MM_CHUNK) items[m++] = (mm_item){i, b, t0};
     }
-#pragma omp parallel for schedule(dynamic, 1) num_threads(c->n_threads)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(c->n_threads) if (work > 1e5 && n_items > 1)
     for (int64_t i = 0; i < n_items; i++) mm_item_run(&jobs[items[i].job], &items[i], c->thread_buf[omp_get_thread_num()]);
     return 0;
 }

@@ -1,0 +1,179 @@
+/* thinker.c — the Qwen3-Omni thinker text decoder (SPEC §6.2) over packed
+ * records, written against the backend op table only. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model_internal.h"
+#include "util/buf.h"
+
+/* Activations of one forward, carved out of one backend allocation. */
+typedef struct thinker_ws {
+    float *h;     /* [n, H] residual stream */
+    float *a;     /* [n, H] normed input of a block */
+    float *q;     /* [n, n_h D] */
+    float *k, *v; /* [n, n_kv D] */
+    float *att;   /* [n, n_h D] attention output */
+    float *o;     /* [n, H] block output (attention or MLP) */
+    float *router;  /* [n, E] router logits */
+    float *rw;      /* [n, k] routing weights */
+    int32_t *ridx;  /* [n, k] experts */
+    float *g, *u;   /* [n, I] dense MLP (only when some layer is dense) */
+    int32_t *ids;   /* [n] */
+    int32_t *pos;   /* [3, n] */
+} thinker_ws;
+
+/* Plan (base NULL) or carve (base set) the workspace for n tokens. */
+static void ws_layout(const clef_text_config *c, size_t n, model_ws *w, thinker_ws *t) {
+    const size_t H = (size_t)c->hidden_size, qd = (size_t)(c->num_attention_heads * c->head_dim),
+                 kd = (size_t)(c->num_key_value_heads * c->head_dim), E = (size_t)c->num_experts,
+                 k = (size_t)c->num_experts_per_tok;
+    int any_dense = 0;
+    for (int64_t l = 0; l < c->num_hidden_layers; l++) any_dense |= !clef_layer_is_moe(c, l);
+    const size_t NI = any_dense ? (size_t)c->intermediate_size : 0;
+    t->h = ws_take(w, n * H, sizeof(float));
+    t->a = ws_take(w, n * H, sizeof(float));
+    t->q = ws_take(w, n * qd, sizeof(float));
+    t->k = ws_take(w, n * kd, sizeof(float));
+    t->v = ws_take(w, n * kd, sizeof(float));
+    t->att = ws_take(w, n * qd, sizeof(float));
+    t->o = ws_take(w, n * H, sizeof(float));
+    t->router = ws_take(w, n * E, sizeof(float));
+    t->rw = ws_take(w, n * k, sizeof(float));
+    t->ridx = ws_take(w, n * k, sizeof(int32_t));
+    t->g = ws_take(w, n * NI, sizeof(float));
+    t->u = ws_take(w, n * NI, sizeof(float));
+    t->ids = ws_take(w, n, sizeof(int32_t));
+    t->pos = ws_take(w, 3 * n, sizeof(int32_t));
+}
+
+/* Self-attention block: h += o_proj(attn(rope(qnorm(q)), rope(knorm(k)), v)). */
+static int attention_block(clef_model *m, const thinker_layer *L, thinker_ws *t, size_t n,
+                           const clef_attn_desc *ad, const clef_rope_desc *rd, clef_err *err) {
+    clef_backend *be = m->be;
+    const clef_text_config *c = &m->cfg->text;
+    const int64_t T = (int64_t)n, H = c->hidden_size, D = c->head_dim, nh = c->num_attention_heads,
+                  nkv = c->num_key_value_heads;
+    const float eps = (float)c->rms_norm_eps;
+    if (be->ops->rmsnorm(be, t->h, L->input_norm, t->a, T, H, eps, err) ||
+        be->ops->matmul(be, t->a, T, &L->q_proj, NULL, t->q, err) ||
+        be->ops->matmul(be, t->a, T, &L->k_proj, NULL, t->k, err) ||
+        be->ops->matmul(be, t->a, T, &L->v_proj, NULL, t->v, err) ||
+        be->ops->rmsnorm(be, t->q, L->q_norm, t->q, T * nh, D, eps, err) ||
+        be->ops->rmsnorm(be, t->k, L->k_norm, t->k, T * nkv, D, eps, err) ||
+        be->ops->rope(be, t->q, T, nh, t->pos, rd, err) || be->ops->rope(be, t->k, T, nkv, t->pos, rd, err) ||
+        be->ops->attention(be, t->q, t->k, t->v, t->att, ad, err) ||
+        be->ops->matmul(be, t->att, T, &L->o_proj, NULL, t->o, err) ||
+        be->ops->add(be, t->h, t->o, t->h, T, H, H, err))
+        return -1;
+    return 0;
+}
+
+/* MLP block: h += MoE(post_norm(h)) or the dense SwiGLU MLP. */
+static int mlp_block(clef_model *m, const thinker_layer *L, thinker_ws *t, size_t n, clef_err *err) {
+    clef_backend *be = m->be;
+    const clef_text_config *c = &m->cfg->text;
+    const int64_t T = (int64_t)n, H = c->hidden_size, E = c->num_experts, k = c->num_experts_per_tok;
+    if (be->ops->rmsnorm(be, t->h, L->post_norm, t->a, T, H, (float)c->rms_norm_eps, err)) return -1;
+    if (L->is_moe) {
+        if (be->ops->matmul(be, t->a, T, &L->router, NULL, t->router, err) ||
+            be->ops->router_topk(be, t->router, T, E, k, c->norm_topk_prob, t->ridx, t->rw, err) ||
+            be->ops->moe(be, t->a, T, t->ridx, t->rw, k, &L->moe, t->o, err))
+            return -1;
+    } else {
+        const int64_t NI = c->intermediate_size;
+        if (be->ops->matmul(be, t->a, T, &L->mlp_gate, NULL, t->g, err) ||
+            be->ops->matmul(be, t->a, T, &L->mlp_up, NULL, t->u, err) ||
+            be->ops->swiglu(be, t->g, t->u, t->g, T * NI, err) ||
+            be->ops->matmul(be, t->g, T, &L->mlp_down, NULL, t->o, err))
+            return -1;
+    }
+    return be->ops->add(be, t->h, t->o, t->h, T, H, H, err);
+}
+
+/* Check ids and segments; fill host positions when none were given. */
+static int check_inputs(const clef_model *m, const int32_t *ids, size_t n, const size_t *seg, size_t n_seg,
+                        clef_err *err) {
+    const int64_t V = m->cfg->text.vocab_size;
+    if (n == 0 || n_seg == 0) return clef_fail(err, 422, CLEF_E_REQUEST, NULL, "the record has no tokens");
+    if (seg[0] != 0 || seg[n_seg] != n)
+        return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "thinker: segments do not cover the %zu tokens", n);
+    for (size_t s = 0; s < n_seg; s++)
+        if (seg[s + 1] < seg[s]) return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "thinker: segment %zu ends early", s);
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= V)
+            return clef_fail(err, 422, CLEF_E_REQUEST, "input_ids", "token id %d at %zu is outside the vocabulary of %lld",
+                             (int)ids[i], i, (long long)V);
+    if (n > (size_t)INT32_MAX)
+        return clef_fail(err, 422, CLEF_E_CAPACITY, NULL, "too many tokens: %zu", n);
+    return 0;
+}
+
+/* Upload ids and positions ([3][n]; text positions restart per record). */
+static int upload_inputs(clef_model *m, thinker_ws *t, const int32_t *ids, size_t n, const size_t *seg, size_t n_seg,
+                         const int32_t *positions, clef_err *err) {
+    clef_backend *be = m->be;
+    if (be->ops->upload(be, t->ids, ids, n * sizeof(int32_t), err)) return -1;
+    if (positions) return be->ops->upload(be, t->pos, positions, 3 * n * sizeof(int32_t), err);
+    int32_t *pos = clef_xmalloc(3 * n * sizeof *pos);
+    for (size_t s = 0; s < n_seg; s++)
+        for (size_t i = seg[s]; i < seg[s + 1]; i++) pos[i] = pos[n + i] = pos[2 * n + i] = (int32_t)(i - seg[s]);
+    int rc = be->ops->upload(be, t->pos, pos, 3 * n * sizeof(int32_t), err);
+    free(pos);
+    return rc;
+}
+
+static int run_layers(clef_model *m, thinker_ws *t, size_t n, const size_t *seg, size_t n_seg, float *hidden,
+                      float *layer_hidden, clef_err *err) {
+    clef_backend *be = m->be;
+    const clef_text_config *c = &m->cfg->text;
+    const size_t H = (size_t)c->hidden_size, bytes = n * H * sizeof(float);
+    const int64_t nl = c->num_hidden_layers;
+    int64_t *off = clef_xmalloc((n_seg + 1) * sizeof *off);
+    for (size_t s = 0; s <= n_seg; s++) off[s] = (int64_t)seg[s];
+    const int64_t qd = c->num_attention_heads * c->head_dim, kd = c->num_key_value_heads * c->head_dim;
+    clef_attn_desc ad = {.n_seg = (int64_t)n_seg, .q_off = off, .kv_off = off, .n_q_heads = c->num_attention_heads,
+                         .n_kv_heads = c->num_key_value_heads, .head_dim = c->head_dim, .q_stride = qd,
+                         .k_stride = kd, .v_stride = kd, .o_stride = qd,
+                         .scale = (float)(1.0 / sqrt((double)c->head_dim)), .causal = 1};
+    clef_rope_desc rd = {.head_dim = c->head_dim,
+                         .section = {c->mrope_section[0], c->mrope_section[1], c->mrope_section[2]},
+                         .inv_freq = m->inv_freq};
+    int rc = be->ops->gather(be, &m->embed, t->ids, (int64_t)n, t->h, err);
+    if (rc == 0 && layer_hidden) rc = be->ops->download(be, layer_hidden, t->h, bytes, err);
+    for (int64_t l = 0; rc == 0 && l < nl; l++) {
+        rc = attention_block(m, &m->layers[l], t, n, &ad, &rd, err);
+        if (rc == 0) rc = mlp_block(m, &m->layers[l], t, n, err);
+        if (rc == 0 && layer_hidden && l + 1 < nl)
+            rc = be->ops->download(be, layer_hidden + (size_t)(l + 1) * n * H, t->h, bytes, err);
+    }
+    if (rc == 0) rc = be->ops->rmsnorm(be, t->h, m->final_norm, t->a, (int64_t)n, (int64_t)H, (float)c->rms_norm_eps, err);
+    if (rc == 0) rc = be->ops->download(be, hidden, t->a, bytes, err);
+    if (rc == 0 && layer_hidden) memcpy(layer_hidden + (size_t)nl * n * H, hidden, bytes);
+    free(off);
+    return rc;
+}
+
+int clef_thinker_forward_batch(clef_model *m, const int32_t *ids, size_t n, const size_t *seg, size_t n_seg,
+                               const int32_t *positions, float *hidden, float *layer_hidden, clef_err *err) {
+    if (check_inputs(m, ids, n, seg, n_seg, err) != 0) return -1;
+    model_ws w = {0};
+    thinker_ws t;
+    ws_layout(&m->cfg->text, n, &w, &t);
+    w.base = m->be->ops->alloc(m->be, w.used);
+    if (!w.base)
+        return clef_fail(err, 422, CLEF_E_CAPACITY, NULL, "too many tokens: cannot allocate a %zu-byte workspace for %zu tokens",
+                         w.used, n);
+    w.used = 0;
+    ws_layout(&m->cfg->text, n, &w, &t);
+    int rc = upload_inputs(m, &t, ids, n, seg, n_seg, positions, err);
+    if (rc == 0) rc = run_layers(m, &t, n, seg, n_seg, hidden, layer_hidden, err);
+    m->be->ops->free(m->be, w.base);
+    return rc;
+}
+
+int clef_thinker_forward(clef_model *m, const int32_t *ids, size_t n, float *hidden, float *layer_hidden,
+                         clef_err *err) {
+    size_t seg[2] = {0, n};
+    return clef_thinker_forward_batch(m, ids, n, seg, 1, NULL, hidden, layer_hidden, err);
+}
