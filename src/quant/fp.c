@@ -59,7 +59,7 @@ uint8_t clef_fp4_encode(float x) {
     else if (a < 3.5f) code = 5;
     else if (a <= 5.0f) code = 6;
     else code = 7;
-    return (uint8_t)(code | (x < 0 ? 8 : 0));
+    return (uint8_t)(code | (x < 0 && code ? 8 : 0)); /* never -0: a value that rounds to 0 is code 0 */
 }
 
 /* Scaling by powers of two is exact, so rintf (RNE in the default rounding

@@ -26,9 +26,9 @@ extern const float clef_fp8_e4m3_values[256];
 
 /* f32 -> FP4 E2M1 code, round to nearest with ties to the even code
  * (0.25 -> 0, 0.75 -> 1.0, 1.25 -> 1.0, 1.75 -> 2, 2.5 -> 2, 3.5 -> 4,
- * 5 -> 4), |x| > 6 saturates to ±6.  The sign bit is set for x < 0 (so a
- * small negative value gives code 8, -0.0, as compressed-tensors packs it);
- * NaN gives code 0. */
+ * 5 -> 4), |x| > 6 saturates to ±6.  The sign bit is set for x < 0 unless
+ * the magnitude rounds to 0 (code 0, never -0 = code 8: compressed-tensors
+ * packs the already rounded value, whose -0.0 is not < 0); NaN gives 0. */
 uint8_t clef_fp4_encode(float x);
 
 /* f32 -> FP8 E4M3fn byte, RNE, saturating to ±448 (±inf included); NaN gives

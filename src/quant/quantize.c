@@ -78,6 +78,8 @@ static uint16_t int4_scale(const float *w, int64_t cols, int64_t n, int64_t k0, 
         if (v < wmin) wmin = v;
     }
     float s = wmax < -wmin ? -wmin / 8.0f : -wmax / 8.0f;
+    /* AutoRound's q_scale_thresh: |s| >= 1e-5 (an all-zero group gets +1e-5) */
+    s = s < 0.0f ? fminf(s, -1e-5f) : fmaxf(s, 1e-5f);
     return clef_f16_encode(s);
 }
 

@@ -12,7 +12,7 @@
  *   INT4       symmetric round-to-nearest per group of G inputs and output,
  *              AutoRound's signed scale: s = −max / 8 when the largest
  *              magnitude is positive, |min| / 8 otherwise (so the extreme
- *              value lands exactly on nibble 0), stored as F16; nibble =
+ *              value lands exactly on nibble 0), |s| at least 1e-5, stored as F16; nibble =
  *              clamp(RNE(x / s) + 8, 0, 15); every stored zero is 7 (GPTQ v1).
  */
 #ifndef CLEF_QUANT_QUANTIZE_H
