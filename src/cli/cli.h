@@ -9,5 +9,6 @@ int cli_demo(int argc, char **argv);
 int cli_inspect(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 int cli_serve(int argc, char **argv);
+int cli_quantize(int argc, char **argv);
 
 #endif

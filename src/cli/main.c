@@ -14,6 +14,7 @@ static void usage(FILE *f) {
             "  inspect  --model DIR                                      describe a checkpoint\n"
             "  bench    --model DIR [--tokens N] [--iters N]             time prefill + head\n"
             "  serve    --model DIR [--host H] [--port N] ...            SystemOne HTTP server (docs/API.md)\n"
+            "  quantize --model DIR --format F --out DIR [--layout L]    write a quantized checkpoint\n"
             "\n"
             "`clef <command> --help` describes a command's flags.\n");
 }
@@ -29,6 +30,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "inspect")) return cli_inspect(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return cli_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "serve")) return cli_serve(argc - 1, argv + 1);
+    if (!strcmp(cmd, "quantize")) return cli_quantize(argc - 1, argv + 1);
     fprintf(stderr, "clef: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return 2;
