@@ -3,7 +3,7 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps demo test test-sanitize fuzz clean
+.PHONY: all deps demo test test-sanitize fuzz fuzz-media clean
 
 all: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
@@ -34,7 +34,7 @@ FUZZ_SRCS = $(wildcard src/util/*.c src/json/*.c src/text/*.c src/decision/*.c)
 FUZZ_CFLAGS = -std=gnu11 -g -O1 -fno-omit-frame-pointer -Isrc -DCLEF_FIXTURES='"$(CURDIR)/tests/fixtures"'
 FUZZ_LIBS = $(shell pkg-config --libs libpcre2-8 libutf8proc) -lm
 
-fuzz: deps
+fuzz: deps fuzz-media
 	@mkdir -p $(FUZZ_BUILD)/corpus
 	@clang $(FUZZ_CFLAGS) -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
 		tests/fuzz/fuzz_request.c $(FUZZ_SRCS) $(FUZZ_LIBS) -o $(FUZZ_BUILD)/fuzz_request
@@ -43,6 +43,20 @@ fuzz: deps
 	@$(FUZZ_BUILD)/seed_corpus tests/fixtures/goldens/goldens.jsonl $(FUZZ_BUILD)/corpus
 	@cd $(FUZZ_BUILD) && ./fuzz_request -max_total_time=$(FUZZ_SECONDS) -max_len=16384 -timeout=10 \
 		-rss_limit_mb=2048 -print_final_stats=1 corpus
+
+# libFuzzer over the media decoders (tests/fuzz/fuzz_media.c): every input is tried as an image,
+# an audio clip and a video through data URL -> decode -> preprocess; seeded with tests/fixtures/media.
+FUZZ_MEDIA_SRCS = $(wildcard src/media/*.c) src/util/buf.c src/util/err.c
+FUZZ_MEDIA_LIBS = $(shell pkg-config --libs libjpeg libpng libwebp libavformat libavcodec libswresample libswscale \
+	libavutil fftw3 libcrypto) -lpthread -lm
+
+fuzz-media: deps
+	@mkdir -p $(FUZZ_BUILD)/corpus-media
+	@clang $(FUZZ_CFLAGS) -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+		tests/fuzz/fuzz_media.c $(filter-out src/media/prompt.c,$(FUZZ_MEDIA_SRCS)) $(FUZZ_MEDIA_LIBS) \
+		-o $(FUZZ_BUILD)/fuzz_media
+	@cd $(FUZZ_BUILD) && ./fuzz_media -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=20 \
+		-rss_limit_mb=2048 -print_final_stats=1 corpus-media ../tests/fixtures/media
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -433,10 +433,10 @@ int clef_av_decode_video(const uint8_t *data, size_t size, double max_seconds, s
         snprintf(why, why_len, "no video stream");
         return -1;
     }
-    const AVCodecParameters *par = in.fmt->streams[stream]->codecpar;
-    if ((uint64_t)(par->width > 0 ? par->width : 0) * (uint64_t)(par->height > 0 ? par->height : 0) > max_pixels) {
+    int pw = in.fmt->streams[stream]->codecpar->width, ph = in.fmt->streams[stream]->codecpar->height;
+    if ((uint64_t)(pw > 0 ? pw : 0) * (uint64_t)(ph > 0 ? ph : 0) > max_pixels) {
         av_input_close(&in);
-        snprintf(why, why_len, "video is %dx%d; the limit is %zu pixels", par->width, par->height, max_pixels);
+        snprintf(why, why_len, "video is %dx%d; the limit is %zu pixels", pw, ph, max_pixels);
         return -1;
     }
     AVCodecContext *dec = open_decoder(in.fmt->streams[stream], max_pixels, why, why_len);

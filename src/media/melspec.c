@@ -77,6 +77,17 @@ int clef_log_mel(const float *const *clips, const size_t *lens, size_t n_clips, 
     fftw_plan plan = fftw_plan_dft_r2c_1d(CLEF_N_FFT, in, spec, FFTW_ESTIMATE);
     pthread_mutex_unlock(&plan_lock);
 
+    /* Each triangular filter covers a few bins; skipping its exact zeros
+     * leaves every sum unchanged. */
+    int lo[N_MELS], hi[N_MELS];
+    for (int k = 0; k < N_MELS; k++) {
+        lo[k] = CLEF_N_FREQ, hi[k] = 0;
+        for (int b = 0; b < CLEF_N_FREQ; b++)
+            if (F[b * N_MELS + k] != 0.0) {
+                if (b < lo[k]) lo[k] = b;
+                hi[k] = b + 1;
+            }
+    }
     double power[CLEF_N_FREQ];
     for (size_t c = 0; c < n_clips; c++) {
         float *o = out + c * N_MELS * n_frames;
@@ -88,7 +99,7 @@ int clef_log_mel(const float *const *clips, const size_t *lens, size_t n_clips, 
             for (int b = 0; b < CLEF_N_FREQ; b++) power[b] = spec[b][0] * spec[b][0] + spec[b][1] * spec[b][1];
             for (int k = 0; k < N_MELS; k++) {
                 double mel = 0.0;
-                for (int b = 0; b < CLEF_N_FREQ; b++) mel += F[b * N_MELS + k] * power[b];
+                for (int b = lo[k]; b < hi[k]; b++) mel += F[b * N_MELS + k] * power[b];
                 float v = (float)log10(mel > 1e-10 ? mel : 1e-10);
                 o[(size_t)k * n_frames + t] = v;
                 if (v > vmax) vmax = v;

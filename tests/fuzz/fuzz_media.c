@@ -37,7 +37,8 @@ static void try_kind(const char *mime, const uint8_t *data, size_t n, int kind) 
     clef_err err;
     clef_err_clear(&err);
     if (clef_media_decode(&src, &lim, &m, &err) == 0) {
-        clef_media_preprocess(&m, &err);
+        /* resampling large frames under ASan is slow and rarely new: only small media */
+        if (clef_media_pad_tokens(&m) <= 300) clef_media_preprocess(&m, &err);
         clef_media_free(&m);
     } else if (err.status < 400 || err.status > 499) {
         abort(); /* every refusal of a payload must be a 4xx */
