@@ -32,6 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "quant/qweight.h"
 #include "tensor/dtype.h"
 #include "util/err.h"
 
@@ -41,13 +42,16 @@ typedef struct clef_backend clef_backend;
  * contiguous (row r at data + r * cols * elem_size).  A view of part of a
  * larger tensor (one expert of a fused [E, 2I, H] tensor, the K rows of a
  * packed in_proj) is just another clef_weight with an offset data pointer.
- * Quantized dtypes will add their scale pointers here; model code treats them
- * the same way. */
+ * A quantized weight (NVFP4, FP8 block, INT4 GPTQ: src/quant/qweight.h) keeps
+ * its packed bytes in `data` (dtype = the container: U8, F8_E4M3, I32) and
+ * its scales in `quant`; ops dequantize row blocks on the fly, so model code
+ * treats it like any other dtype. */
 typedef struct clef_weight {
-    clef_dtype dtype; /* CPU backend: BF16, F16 or F32 */
-    int64_t rows;     /* out features */
-    int64_t cols;     /* in features */
-    const void *data; /* backend memory (CPU: points into the mapped checkpoint) */
+    clef_dtype dtype;  /* CPU backend: BF16, F16 or F32, or a quantized container */
+    int64_t rows;      /* out features */
+    int64_t cols;      /* in features */
+    const void *data;  /* backend memory (CPU: points into the mapped checkpoint) */
+    clef_wquant quant; /* quant.type != CLEF_QT_NONE: packed layout and scales; zero for plain dtypes */
 } clef_weight;
 
 /* The experts of one MoE layer: arrays of `n_experts` weight views.
@@ -113,6 +117,10 @@ typedef struct clef_backend_ops {
     int (*weight_init)(clef_backend *be, clef_weight *w, clef_dtype dtype, int64_t rows, int64_t cols,
                        const void *host, clef_err *err);
     void (*weight_release)(clef_backend *be, clef_weight *w);
+    /* Like weight_init for a weight bound from the checkpoint by
+     * clef_qweight_bind, plain or quantized (quant/qweight.h): the CPU borrows
+     * the packed bytes and scales; a device backend uploads them. */
+    int (*weight_init_packed)(clef_backend *be, clef_weight *w, const clef_qweight *q, clef_err *err);
 
     /* ---- thinker ops ---- */
     /* y[T, w.rows] = x[T, w.cols] . W^T (+ bias[w.rows] if non-NULL), f32

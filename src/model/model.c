@@ -8,6 +8,7 @@
 
 #include "backend/cpu/cpu.h"
 #include "model/model_internal.h"
+#include "quant/qweight.h"
 #include "util/buf.h"
 
 /* Weight dtypes the model accepts for matrices and vectors. */
@@ -25,24 +26,37 @@ static const char *name_of(char *buf, const char *fmt, ...) {
     return buf;
 }
 
-/* Make host bytes a backend weight and remember it for weight_release. */
-static int init_weight(clef_model *m, clef_weight *w, clef_dtype dt, int64_t rows, int64_t cols, const void *host,
-                       clef_err *err) {
-    if (m->be->ops->weight_init(m->be, w, dt, rows, cols, host, err) != 0) return -1;
+/* Remember a backend weight for weight_release. */
+static void track_weight(clef_model *m, clef_weight *w) {
     if (m->n_weights == m->cap_weights) {
         m->cap_weights = m->cap_weights ? 2 * m->cap_weights : 256;
         m->weights = clef_xrealloc(m->weights, m->cap_weights * sizeof *m->weights);
     }
     m->weights[m->n_weights++] = w;
+}
+
+/* Make host bytes a backend weight and remember it for weight_release. */
+static int init_weight(clef_model *m, clef_weight *w, clef_dtype dt, int64_t rows, int64_t cols, const void *host,
+                       clef_err *err) {
+    if (m->be->ops->weight_init(m->be, w, dt, rows, cols, host, err) != 0) return -1;
+    track_weight(m, w);
     return 0;
 }
 
-/* Matrix `name` of shape [rows, cols] as a backend weight. */
+/* Matrix `name` ("<module>.weight") of shape [rows, cols] as a backend
+ * weight: clef_qweight_bind resolves the module to its plain or packed
+ * (quantized) tensors, so model code never sees the checkpoint's format. */
 static int bind_mat(clef_model *m, const char *name, int64_t rows, int64_t cols, clef_weight *w, clef_err *err) {
-    int64_t shape[2] = {rows, cols};
-    const st_tensor *t = clef_checkpoint_require(m->ck, name, PLAIN_DTYPES, 2, shape, err);
-    if (!t) return -1;
-    return init_weight(m, w, t->dtype, rows, cols, t->data, err);
+    size_t n = strlen(name);
+    if (n <= 7 || strcmp(name + n - 7, ".weight") != 0)
+        return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "weight name '%s' does not end in .weight", name);
+    char module[NAME_MAX_LEN];
+    snprintf(module, sizeof module, "%.*s", (int)(n - 7), name);
+    clef_qweight q;
+    if (clef_qweight_bind(m->ck, &m->quant, module, rows, cols, &q, err) != 0) return -1;
+    if (m->be->ops->weight_init_packed(m->be, w, &q, err) != 0) return -1;
+    track_weight(m, w);
+    return 0;
 }
 
 /* Backend memory owned by the model until clef_model_free. */
@@ -101,6 +115,10 @@ static int bind_experts(clef_model *m, int64_t l, thinker_layer *L, clef_err *er
     clef_weight *gate = L->experts, *up = gate + E, *down = up + E;
     const char *fused = name_of(nb, "thinker.model.layers.%lld.mlp.experts.gate_up_proj", (long long)l);
     if (clef_checkpoint_find(m->ck, fused)) {
+        if (m->quant.format != CLEF_QF_NONE) /* never a silent BF16 fallback */
+            return clef_fail(err, 500, CLEF_E_INTERNAL, NULL,
+                             "checkpoint: tensor '%s' is unquantized, but quantization_config (%s) quantizes the "
+                             "experts", fused, clef_quant_format_name(m->quant.format));
         int64_t s_gu[3] = {E, 2 * NI, H}, s_d[3] = {E, H, NI};
         const st_tensor *gu = clef_checkpoint_require(m->ck, fused, PLAIN_DTYPES, 3, s_gu, err);
         if (!gu) return -1;
@@ -307,7 +325,7 @@ clef_model *clef_model_create_on(const clef_checkpoint *ck, clef_backend *be, in
     m->cfg = &ck->config;
     m->be = be;
     m->own_backend = own_backend;
-    if (bind_thinker(m, err) != 0 || bind_head(m, err) != 0) {
+    if (clef_quant_detect(ck, &m->quant, err) != 0 || bind_thinker(m, err) != 0 || bind_head(m, err) != 0) {
         clef_model_free(m);
         return NULL;
     }
@@ -333,6 +351,7 @@ void clef_model_free(clef_model *m) {
     free(m->head.evidence);
     free(m->head.decoder);
     if (m->own_backend && m->be) m->be->ops->destroy(m->be);
+    clef_quant_config_free(&m->quant);
     free(m);
 }
 

@@ -11,6 +11,7 @@
 
 #include "backend/backend.h"
 #include "model/model.h"
+#include "quant/format.h"
 
 /* One decoder layer of the thinker (SPEC §6.2, §6.4). */
 typedef struct thinker_layer {
@@ -77,6 +78,7 @@ typedef struct head_weights {
 struct clef_model {
     const clef_checkpoint *ck;
     const clef_config *cfg;
+    clef_quant_config quant; /* detected quantization (format NONE for BF16), see quant/format.h */
     clef_backend *be;
     int own_backend;
     /* thinker */

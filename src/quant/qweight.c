@@ -12,7 +12,7 @@
 #include "quant/fp.h"
 #include "util/buf.h"
 
-const char *clef_qtype_name(clef_qtype t) {
+const char *clef_wqtype_name(clef_wqtype t) {
     static const char *const names[CLEF_QT_COUNT] = {"plain", "nvfp4", "fp8-block", "int4"};
     return (unsigned)t < CLEF_QT_COUNT ? names[t] : "?";
 }

@@ -28,19 +28,19 @@
 struct clef_checkpoint;
 
 /* The quantized "dtypes" of a weight. */
-typedef enum clef_qtype {
+typedef enum clef_wqtype {
     CLEF_QT_NONE,      /* plain BF16 / F16 / F32 elements */
     CLEF_QT_NVFP4,     /* FP4 E2M1 pairs (U8, low nibble = even column), FP8 scale per 16 columns, one
                           per-tensor f32 (divisor or multiplier) */
     CLEF_QT_FP8_BLOCK, /* FP8 E4M3 elements, f32 multiplier per Br×Bc block */
     CLEF_QT_INT4_GPTQ, /* 4-bit ints packed 8 per u32 along the input dim, F16 scale per G inputs */
     CLEF_QT_COUNT
-} clef_qtype;
+} clef_wqtype;
 
 /* Scale data of a quantized weight (all pointers borrow the checkpoint map;
  * any alignment).  Zero-initialised = CLEF_QT_NONE. */
 typedef struct clef_wquant {
-    clef_qtype type;
+    clef_wqtype type;
     const void *scale;  /* NVFP4: F8_E4M3 [out, in/16]; FP8: F32 [ceil(out/Br), ceil(in/Bc)];
                            INT4: F16 [in/G, out] */
     const void *zeros;  /* INT4 asymmetric: u32 [in/G, out/8]; NULL when symmetric */
@@ -65,7 +65,7 @@ typedef struct clef_qweight {
 
 /* Name of a qtype for messages and `clef inspect`: "plain", "nvfp4",
  * "fp8-block", "int4". */
-const char *clef_qtype_name(clef_qtype t);
+const char *clef_wqtype_name(clef_wqtype t);
 
 /* Resolve Linear module `module` (e.g. "thinker.model.layers.0.self_attn.q_proj"
  * or "thinker.model.layers.2.mlp.experts.5.down_proj", no ".weight") of

@@ -73,7 +73,7 @@ static unsigned rd16(const st_tensor *t, size_t i) {
 static unsigned rd8(const st_tensor *t, size_t i) { return ((const uint8_t *)t->data)[i]; }
 
 static const st_tensor *tget(const clef_checkpoint *ck, const char *module, const char *suffix) {
-    char name[512];
+    char name[1024];
     snprintf(name, sizeof name, "%s.%s", module, suffix);
     return clef_checkpoint_find(ck, name);
 }

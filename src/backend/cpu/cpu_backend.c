@@ -77,11 +77,18 @@ static int cpu_weight_init(clef_backend *be, clef_weight *w, clef_dtype dtype, i
     if (rows < 0 || cols < 0 || (!host && rows * cols > 0))
         return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CPU backend: invalid weight [%lld,%lld]",
                          (long long)rows, (long long)cols);
-    w->dtype = dtype;
-    w->rows = rows;
-    w->cols = cols;
-    w->data = host; /* borrowed: the mapped checkpoint outlives the model */
+    /* every other field (scales of a quantized weight) zeroed: a plain weight */
+    *w = (clef_weight){.dtype = dtype, .rows = rows, .cols = cols, .data = host}; /* borrowed from the map */
     return 0;
+}
+
+static int cpu_weight_init_packed(clef_backend *be, clef_weight *w, const clef_qweight *q, clef_err *err) {
+    if (q->quant.type == CLEF_QT_NONE) return cpu_weight_init(be, w, q->dtype, q->rows, q->cols, q->data, err);
+    if (q->rows < 1 || q->cols < 1 || !q->data || !q->quant.scale)
+        return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CPU backend: invalid %s weight [%lld,%lld]",
+                         clef_wqtype_name(q->quant.type), (long long)q->rows, (long long)q->cols);
+    *w = (clef_weight){.dtype = q->dtype, .rows = q->rows, .cols = q->cols, .data = q->data, .quant = q->quant};
+    return 0; /* borrowed, packed: rows are dequantized per block by the matmul */
 }
 
 static void cpu_weight_release(clef_backend *be, clef_weight *w) {
@@ -98,6 +105,7 @@ static const clef_backend_ops cpu_ops = {
     .copy = cpu_memcpy,
     .weight_init = cpu_weight_init,
     .weight_release = cpu_weight_release,
+    .weight_init_packed = cpu_weight_init_packed,
     .matmul = cpu_matmul,
     .gather = cpu_gather,
     .rmsnorm = cpu_rmsnorm,

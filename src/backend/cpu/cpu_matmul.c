@@ -13,6 +13,11 @@
 int cpu_weight_dtype_ok(clef_dtype t) { return t == CLEF_DT_BF16 || t == CLEF_DT_F16 || t == CLEF_DT_F32; }
 
 void cpu_weight_rows_f32(const clef_weight *w, int64_t r0, int64_t r1, float *dst) {
+    if (w->quant.type != CLEF_QT_NONE) { /* packed: dequantize just these rows */
+        const clef_qweight q = {.dtype = w->dtype, .rows = w->rows, .cols = w->cols, .data = w->data, .quant = w->quant};
+        clef_qweight_rows_f32(&q, r0, r1, dst);
+        return;
+    }
     size_t n = (size_t)(r1 - r0) * (size_t)w->cols;
     size_t off = (size_t)r0 * (size_t)w->cols;
     if (w->dtype == CLEF_DT_BF16 && ((uintptr_t)w->data & 1) == 0) {
@@ -79,7 +84,7 @@ int cpu_mm_run(cpu_ctx *c, const cpu_mm_job *jobs, int64_t n, clef_err *err) {
     double work = 0; /* multiply-adds: below ~1e5 threads cost more than they save */
     for (int64_t i = 0; i < n; i++) {
         const cpu_mm_job *j = &jobs[i];
-        if (!cpu_weight_dtype_ok(j->w->dtype))
+        if (j->w->quant.type == CLEF_QT_NONE && !cpu_weight_dtype_ok(j->w->dtype))
             return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CPU matmul: weight dtype %s is not supported",
                              clef_dtype_name(j->w->dtype));
         if (j->T <= 0 || j->w->rows <= 0) continue;
