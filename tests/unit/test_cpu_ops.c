@@ -463,5 +463,6 @@ int main(void) {
         cmocka_unit_test(test_attention_cross), cmocka_unit_test(test_router),
         cmocka_unit_test(test_moe),
     };
+    if (getenv("CPU_OPS_FILTER")) cmocka_set_test_filter(getenv("CPU_OPS_FILTER")); /* one test by name */
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

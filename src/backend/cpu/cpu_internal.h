@@ -14,7 +14,7 @@ enum cpu_slot {
     CPU_SLOT_MM_ITEMS,  /* matmul work items */
     CPU_SLOT_MOE,       /* permuted rows and expert intermediates */
     CPU_SLOT_MOE_INDEX, /* per-expert counts, offsets, slot positions */
-    CPU_SLOT_ATTN,      /* keys transposed per segment and KV head */
+    CPU_SLOT_ATTN,      /* attention work items */
     CPU_SLOT_COUNT
 };
 
