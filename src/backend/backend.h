@@ -22,7 +22,11 @@
  *     order that depends only on its own row (and, for attention, its own
  *     segment), never on the number of rows, the other rows packed next to it
  *     or the thread count.  The same record gives bitwise identical results
- *     alone or packed with others.
+ *     alone or packed with others.  (BLAS kernels round a row differently by
+ *     its position inside a tile, so an implementation must not let a row's
+ *     tile position depend on the rows packed before it: the CPU backend
+ *     multiplies weights one token at a time and tiles attention per
+ *     segment.)
  *   - Ops own no per-call heap memory in steady state: scratch is kept by the
  *     backend and grown only when a larger problem arrives.
  */
@@ -139,7 +143,8 @@ typedef struct clef_backend_ops {
      * (j, j + D/2)).  pos: backend memory int32 [3][T] (T, H, W axes). */
     int (*rope)(clef_backend *be, float *x, int64_t T, int64_t heads, const int32_t *pos,
                 const clef_rope_desc *rope, clef_err *err);
-    /* Attention over packed segments, see clef_attn_desc. */
+    /* Attention over packed segments, see clef_attn_desc.  out must not
+     * overlap q, k or v. */
     int (*attention)(clef_backend *be, const float *q, const float *k, const float *v, float *out,
                      const clef_attn_desc *a, clef_err *err);
     /* Router: p = softmax(logits[t, 0..E)) in f32, the k largest p (ties: lower

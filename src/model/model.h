@@ -2,7 +2,19 @@
  * the joint schema head (SPEC.md §7), with weights bound once by tensor name.
  *
  * The model borrows the checkpoint's mapped tensors (no copy on the CPU
- * backend); the checkpoint must outlive the model.
+ * backend, which converts weight row blocks to f32 on the fly); the
+ * checkpoint must outlive the model.  Norm weights, biases and the head's
+ * scalars are converted to f32 once at load.  Experts bind from per-expert
+ * tensors (`mlp.experts.E.{gate,up,down}_proj.weight`, the release layout) or
+ * the fused transformers-5 tensors (`mlp.experts.gate_up_proj` [E,2I,H], gate
+ * rows first, and `mlp.experts.down_proj` [E,H,I]); layers that are not MoE
+ * (mlp_only_layers, decoder_sparse_step) bind `mlp.{gate,up,down}_proj`.
+ *
+ * Numerics: everything in f32 as the fp32 reference (SPEC §11), with the
+ * reference's operation order where it matters (router softmax then top-k
+ * then renormalise; expert outputs summed in ascending expert order; M-RoPE
+ * angles fp32(pos) * inv_freq).  A forward allocates one workspace sized
+ * from its token count; forwards on one model must not run concurrently.
  */
 #ifndef CLEF_MODEL_MODEL_H
 #define CLEF_MODEL_MODEL_H

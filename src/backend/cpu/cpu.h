@@ -7,7 +7,8 @@
 
 #include "backend/backend.h"
 
-/* A CPU backend using `n_threads` OpenMP threads (<= 0: all cores).  Sets
+/* A CPU backend using `n_threads` OpenMP threads (<= 0: all cores, or
+ * OMP_NUM_THREADS when that is set).  Sets
  * OpenBLAS to one thread per call (the backend parallelises around it, which
  * keeps every product's reduction order fixed).  Release with
  * be->ops->destroy(be).  Returns NULL + err (500) on allocation failure. */

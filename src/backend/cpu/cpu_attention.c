@@ -44,6 +44,18 @@ int cpu_rope(clef_backend *be, float *x, int64_t T, int64_t heads, const int32_t
 /* Query rows per attention block. */
 #define ATTN_BLOCK 64
 
+/* max of x[0..n), n >= 1.  Four running maxima break the dependency chain;
+ * max is exact, so the split cannot change the result. */
+static float row_max(const float *x, int64_t n) {
+    float m[4] = {x[0], x[0], x[0], x[0]};
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4)
+        for (int u = 0; u < 4; u++) m[u] = x[j + u] > m[u] ? x[j + u] : m[u];
+    for (; j < n; j++) m[0] = x[j] > m[0] ? x[j] : m[0];
+    float a = m[0] > m[1] ? m[0] : m[1], b = m[2] > m[3] ? m[2] : m[3];
+    return a > b ? a : b;
+}
+
 /* Rows [i0, i1) of segment s, query head h: S = (Q K^T) * scale over the keys
  * the block may see, masked softmax per row in f32 (keys after the query get
  * probability 0), then O = P V.  Both products go to OpenBLAS sgemm with
@@ -61,13 +73,14 @@ static void attend_block(const clef_attn_desc *a, const float *q, const float *k
     for (int64_t r = 0; r < M; r++) {
         float *sr = S + r * nk;
         const int64_t n = a->causal ? i0 + r + 1 : nk;
-        float mx = -INFINITY, sum = 0.0f;
-        for (int64_t j = 0; j < n; j++) mx = sr[j] > mx ? sr[j] : mx;
+        const float mx = row_max(sr, n);
+        float sum = 0.0f;
         for (int64_t j = 0; j < n; j++) {
             sr[j] = expf(sr[j] - mx);
             sum += sr[j];
         }
-        for (int64_t j = 0; j < n; j++) sr[j] = sr[j] / sum;
+        const float inv = 1.0f / sum;
+        for (int64_t j = 0; j < n; j++) sr[j] *= inv;
         for (int64_t j = n; j < nk; j++) sr[j] = 0.0f;
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)D, (int)nk, 1.0f, S, (int)nk,

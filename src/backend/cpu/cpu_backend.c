@@ -123,7 +123,7 @@ static const clef_backend_ops cpu_ops = {
 };
 
 clef_backend *clef_backend_cpu_create(int n_threads, clef_err *err) {
-    if (n_threads <= 0) n_threads = omp_get_num_procs();
+    if (n_threads <= 0) n_threads = omp_get_max_threads(); /* OMP_NUM_THREADS if set, else every core */
     if (n_threads <= 0) n_threads = 1;
     /* One BLAS thread per call: we split the work ourselves, so OpenBLAS never
      * changes a product's blocking with the machine's load or core count. */
