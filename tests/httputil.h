@@ -272,11 +272,10 @@ static HU_UNUSED void hu_start(hu_server *s, const char *const *args, const char
     hu_wait_ready(s);
 }
 
-/* SIGTERM, then wait (≤ 30 s) for the exit; returns the exit status (-1 if
- * killed by a signal or not exiting in time, after SIGKILL). */
-static HU_UNUSED int hu_stop(hu_server *s) {
+/* Wait (≤ 30 s) for the server to exit by itself; returns the exit status
+ * (-1 if killed by a signal or not exiting in time, after SIGKILL). */
+static HU_UNUSED int hu_wait_exit(hu_server *s) {
     if (s->pid <= 0) return -1;
-    kill(s->pid, SIGTERM);
     double deadline = hu_now() + 30;
     int st = 0;
     pid_t w = 0;
@@ -290,6 +289,13 @@ static HU_UNUSED int hu_stop(hu_server *s) {
     }
     s->pid = 0;
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* SIGTERM, then hu_wait_exit. */
+static HU_UNUSED int hu_stop(hu_server *s) {
+    if (s->pid <= 0) return -1;
+    kill(s->pid, SIGTERM);
+    return hu_wait_exit(s);
 }
 
 static HU_UNUSED void hu_remove_log(hu_server *s) { unlink(s->log_path); }

@@ -123,17 +123,6 @@ static int run_alone(clef_engine *e, clef_job *job, clef_err *err) {
     return rc;
 }
 
-/* The thinker over packed records.  TODO(model): one packed forward once
- * model.h offers clef_thinker_forward_batch; until then one forward per
- * segment, which is trivially bitwise equal to running each alone. */
-static int forward_packed(clef_model *m, const int32_t *ids, size_t n_total, const size_t *seg, size_t n_seg,
-                          float *hidden, size_t h, clef_err *err) {
-    (void)n_total;
-    for (size_t i = 0; i < n_seg; i++)
-        if (clef_thinker_forward(m, ids + seg[i], seg[i + 1] - seg[i], hidden + seg[i] * h, NULL, err) != 0) return -1;
-    return 0;
-}
-
 /* Several records packed back to back into one thinker forward (segment i
  * covers rows [seg[i], seg[i+1])), then the head per record.  Returns -1
  * without touching the jobs' results when the packed forward itself fails. */
@@ -148,7 +137,8 @@ static int run_packed(clef_engine *e, clef_job *const *jobs, size_t n_jobs, clef
     float *hidden = alloc_hidden(e, n_total, batch_err);
     size_t h = (size_t)e->ck.config.text.hidden_size;
     int rc = -1;
-    if (hidden && forward_packed(e->model, ids, n_total, seg, n_jobs, hidden, h, batch_err) == 0) {
+    if (hidden &&
+        clef_thinker_forward_batch(e->model, ids, n_total, seg, n_jobs, NULL, hidden, NULL, batch_err) == 0) {
         for (size_t i = 0; i < n_jobs; i++) run_head(e, hidden + seg[i] * h, jobs[i], &errs[i]);
         rc = 0;
     }

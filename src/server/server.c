@@ -1,6 +1,7 @@
 /* server.c — lifecycle of `clef serve`: listen, load the model in the
  * background, wait for SIGINT/SIGTERM, drain, stop.  See server.h. */
 #include <errno.h>
+#include <malloc.h>
 #include <netdb.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -138,19 +139,47 @@ static struct MHD_Daemon *start_daemon(clef_server *s) {
     return d;
 }
 
+/* SIGINT/SIGTERM: the first asks for a graceful stop (polled by
+ * wait_for_stop); a second one while stopping exits at once.  A handler
+ * rather than a blocked mask + sigwait, because threads that libraries start
+ * on their own (OpenBLAS, OpenMP) keep the default mask and would otherwise
+ * take a second signal with the default action. */
+static volatile sig_atomic_t stop_signal, stop_count;
+
+static void on_stop_signal(int sig) {
+    if (stop_count++ > 0) {
+        static const char msg[] = "clef serve: second signal; exiting without finishing\n";
+        ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+        (void)w;
+        _exit(1);
+    }
+    stop_signal = sig;
+}
+
+static void install_signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}
+
 /* Wait for SIGINT/SIGTERM (returns 0) or a failed load (returns 1). */
-static int wait_for_stop(clef_server *s, const sigset_t *signals) {
-    struct timespec tick = {0, 100 * 1000 * 1000};
+static int wait_for_stop(clef_server *s) {
     for (;;) {
-        int sig = sigtimedwait(signals, NULL, &tick);
-        if (sig == SIGINT || sig == SIGTERM) {
-            say("clef serve: %s received; stopping", sig == SIGINT ? "SIGINT" : "SIGTERM");
+        if (stop_signal) {
+            say("clef serve: %s received; stopping", stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
             return 0;
         }
         if (atomic_load_explicit(&s->state, memory_order_acquire) == SERVER_FAILED) {
             say("clef serve: cannot load the model from %s: %s", s->opt.model_dir, s->load_err.message);
             return 1;
         }
+        struct timespec tick = {0, 50 * 1000 * 1000};
+        nanosleep(&tick, NULL);
     }
 }
 
@@ -186,14 +215,12 @@ int clef_server_run(const clef_server_options *opt) {
     s->metrics = clef_metrics_new();
     atomic_init(&s->state, SERVER_LOADING);
 
-    /* Signals are taken synchronously by this thread; every thread started
-     * from here inherits the mask. */
-    sigset_t signals;
-    sigemptyset(&signals);
-    sigaddset(&signals, SIGINT);
-    sigaddset(&signals, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &signals, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    install_signals();
+    /* A fixed mmap threshold: buffers of 1 MiB and more (bodies, hidden
+     * states, forward workspaces) are mapped and unmapped, so the server's
+     * RSS returns to its base after a burst instead of keeping glibc's
+     * dynamically raised threshold's worth of heap. */
+    mallopt(M_MMAP_THRESHOLD, 1 << 20);
 
     s->daemon = start_daemon(s);
     if (!s->daemon) {
@@ -209,7 +236,7 @@ int clef_server_run(const clef_server_options *opt) {
         MHD_stop_daemon(s->daemon);
         return 1;
     }
-    int rc = wait_for_stop(s, &signals);
+    int rc = wait_for_stop(s);
     if (atomic_load_explicit(&s->state, memory_order_acquire) == SERVER_LOADING) {
         /* Loading cannot be interrupted; a stop request while loading
          * means nothing is queued, so leave without waiting for it. */

@@ -54,9 +54,10 @@ typedef struct clef_server_options {
 
 /* Listen, load the model in the background, serve until SIGINT or SIGTERM,
  * then stop accepting, finish the queued and in-flight requests and return.
- * Blocks SIGINT/SIGTERM in the calling thread (and every thread it starts)
- * and ignores SIGPIPE.  Returns 0 after a clean stop, 1 when the listener
- * cannot start or the model fails to load (the reason is logged). */
+ * Installs handlers for SIGINT/SIGTERM (a second one while stopping exits
+ * the process at once with status 1) and ignores SIGPIPE.  Returns 0 after a
+ * clean stop, 1 when the listener cannot start or the model fails to load
+ * (the reason is logged). */
 int clef_server_run(const clef_server_options *opt);
 
 #endif
