@@ -10,5 +10,6 @@ int cli_inspect(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 int cli_serve(int argc, char **argv);
 int cli_quantize(int argc, char **argv);
+int cli_parity(int argc, char **argv);
 
 #endif

@@ -6,6 +6,8 @@
 #include "cli/args.h"
 #include "cli/cli.h"
 #include "io/checkpoint.h"
+#include "quant/format.h"
+#include "quant/summary.h"
 
 /* SHA-256 of a mapped file as 64 lowercase hex chars (OpenSSL EVP). */
 static int sha256_hex(const void *data, size_t n, char hex[65]) {
@@ -33,6 +35,57 @@ static void print_config(const clef_config *c) {
     printf("  width %lld, heads %lld, routing layers %lld, decoder layers %lld, feedforward %lld\n",
            (long long)h->width, (long long)h->heads, (long long)h->routing_layers, (long long)h->layers,
            (long long)h->feedforward);
+}
+
+/* "12.3 MiB" style size (static buffer per slot: at most 4 in one printf). */
+static const char *human(size_t b) {
+    static char buf[4][32];
+    static int slot;
+    char *o = buf[slot++ & 3];
+    const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)b;
+    int u = 0;
+    while (v >= 1024 && u < 4) v /= 1024, u++;
+    snprintf(o, 32, u ? "%.2f %s" : "%.0f %s", v, unit[u]);
+    return o;
+}
+
+/* Detected quantization, bytes per weight type of the bound decoder Linear
+ * modules, and what the model will hold in memory on each backend (weights
+ * stay packed on both: the CPU maps them, a GPU gets the packed bytes). */
+static int print_quantization(const clef_checkpoint *ck) {
+    clef_quant_config qc;
+    clef_err err;
+    clef_err_clear(&err);
+    clef_quant_summary s;
+    if (clef_quant_detect(ck, &qc, &err) != 0 || clef_quant_summarize(ck, &qc, &s, &err) != 0) {
+        clef_quant_config_free(&qc);
+        fprintf(stderr, "clef inspect: %s\n", err.message);
+        return 1;
+    }
+    printf("quantization: %s", clef_quant_format_name(qc.format));
+    if (qc.format != CLEF_QF_NONE) printf(" (quant_method %s%s)", qc.method, qc.stacked ? ", experts stacked per layer" : "");
+    if (qc.format == CLEF_QF_FP8_BLOCK) printf(", blocks %lldx%lld", (long long)qc.block[0], (long long)qc.block[1]);
+    if (qc.format == CLEF_QF_INT4_AUTOROUND) printf(", group %lld%s", (long long)qc.group_size, qc.sym ? ", symmetric" : "");
+    if (qc.w4a4) printf(", W4A4 config (activations computed unquantized)");
+    printf("\n");
+    size_t linear = 0;
+    for (int t = 0; t < CLEF_QT_COUNT; t++) {
+        linear += s.bytes[t];
+        if (s.modules[t])
+            printf("  %-9s %6zu decoder Linear modules %14zu bytes\n", clef_wqtype_name((clef_wqtype)t), s.modules[t],
+                   s.bytes[t]);
+    }
+    printf("  experts: %zu modules, %s; all decoder Linear: %s (BF16 would be %s)\n", s.expert_modules,
+           human(s.expert_bytes), human(linear), human(s.linear_bf16_bytes));
+    size_t total = linear + s.other_bytes;
+    printf("model memory (bound weights, kept packed): %s = decoder Linear %s + embeddings/norms/lm_head/head %s\n",
+           human(total), human(linear), human(s.other_bytes));
+    printf("  cpu:  %s mapped from the checkpoint (rows dequantized per 64-row block inside each matmul)\n",
+           human(total));
+    printf("  cuda: %s of device memory for weights (packed as stored), plus activations\n", human(total));
+    clef_quant_config_free(&qc);
+    return 0;
 }
 
 int cli_inspect(int argc, char **argv) {
@@ -68,9 +121,10 @@ int cli_inspect(int argc, char **argv) {
            (double)total / (1024.0 * 1024 * 1024));
     for (int d = 0; d < CLEF_DT_COUNT; d++)
         if (count[d]) printf("  %-8s %6zu tensors %14zu bytes\n", clef_dtype_name((clef_dtype)d), count[d], bytes[d]);
+    int rc = print_quantization(&ck);
     const st_file *head = &ck.shards[ck.n_shards - 1];
     char hex[65];
     if (sha256_hex(head->map, head->size, hex) == 0) printf("joint_head.safetensors sha256 %s\n", hex);
     clef_checkpoint_close(&ck);
-    return 0;
+    return rc;
 }

@@ -15,6 +15,7 @@ static void usage(FILE *f) {
             "  bench    --model DIR [--tokens N] [--iters N]             time prefill + head\n"
             "  serve    --model DIR [--host H] [--port N] ...            SystemOne HTTP server (docs/API.md)\n"
             "  quantize --model DIR --format F --out DIR [--layout L]    write a quantized checkpoint\n"
+            "  parity   --model A --model B --requests FILE.jsonl        compare two models' answers\n"
             "\n"
             "`clef <command> --help` describes a command's flags.\n");
 }
@@ -31,6 +32,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "bench")) return cli_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "serve")) return cli_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "quantize")) return cli_quantize(argc - 1, argv + 1);
+    if (!strcmp(cmd, "parity")) return cli_parity(argc - 1, argv + 1);
     fprintf(stderr, "clef: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return 2;

@@ -155,9 +155,9 @@ static int bind_int4(const clef_checkpoint *ck, const clef_quant_config *qc, con
                      int64_t cols, clef_qweight *w, clef_err *err) {
     int64_t G = clef_quant_group_size(qc, module);
     int sym = clef_quant_module_sym(qc, module);
-    if (G < 1 || cols % G || cols % 8 || rows % 8)
-        return qw_fail(err, "module '%s' [%lld,%lld]: INT4 auto_gptq needs in %% 8 = 0, out %% 8 = 0 and in %% "
-                       "group_size (%lld) = 0", module, (long long)rows, (long long)cols, (long long)G);
+    if (G < 8 || G % 8 || cols % G || rows % 8)
+        return qw_fail(err, "module '%s' [%lld,%lld]: INT4 auto_gptq needs out %% 8 = 0, a group_size (%lld) that "
+                       "is a multiple of 8 and divides in", module, (long long)rows, (long long)cols, (long long)G);
     int64_t qs[2] = {cols / 8, rows}, zs[2] = {cols / G, rows / 8}, ss[2] = {cols / G, rows};
     const st_tensor *q = require2(ck, module, "qweight", CLEF_DT_I32, 2, qs, err);
     const st_tensor *z = q ? require2(ck, module, "qzeros", CLEF_DT_I32, 2, zs, err) : NULL;
@@ -391,26 +391,36 @@ static void rows_fp8(const clef_qweight *w, int64_t r0, int64_t r1, float *dst) 
 }
 
 /* qweight is [in/8, out] u32: the 8 nibbles of qweight[k/8, n] are inputs
- * k..k+7 of output n, so a block of output rows reads contiguous words. */
+ * k..k+7 of output n, so a block of output rows reads contiguous words.
+ * Scales (and zeros) are decoded once per group and row block (G % 8 == 0,
+ * checked at bind). */
 static void rows_int4(const clef_qweight *w, int64_t r0, int64_t r1, float *dst) {
+    enum { RB = 64 };
     const int64_t C = w->cols, R = w->rows, G = w->quant.group;
     const char *qw = w->data, *sc = w->quant.scale, *zs = w->quant.zeros;
-    for (int64_t kp = 0; kp < C / 8; kp++) {
-        for (int64_t n = r0; n < r1; n++) {
-            uint32_t word;
-            memcpy(&word, qw + 4 * (kp * R + n), 4);
-            float *d = dst + (n - r0) * C + kp * 8;
-            for (int j = 0; j < 8; j++) {
-                const int64_t g = (kp * 8 + j) / G;
+    float s[RB];
+    int z[RB];
+    for (int64_t b0 = r0; b0 < r1; b0 += RB) {
+        const int64_t b1 = b0 + RB < r1 ? b0 + RB : r1;
+        for (int64_t g = 0; g < C / G; g++) {
+            for (int64_t n = b0; n < b1; n++) {
                 uint16_t h;
                 memcpy(&h, sc + 2 * (g * R + n), 2);
-                int zero = 8; /* symmetric: stored 7 means 8 */
+                s[n - b0] = clef_f16_to_f32(h);
+                z[n - b0] = 8; /* symmetric: stored 7 means 8 */
                 if (zs) {
                     uint32_t zw;
                     memcpy(&zw, zs + 4 * (g * (R / 8) + n / 8), 4);
-                    zero = (int)((zw >> (4 * (n % 8))) & 15u) + 1; /* v1 asymmetric: nibble + 1 */
+                    z[n - b0] = (int)((zw >> (4 * (n % 8))) & 15u) + 1; /* v1 asymmetric: nibble + 1 */
                 }
-                d[j] = clef_f16_to_f32(h) * (float)((int)((word >> (4 * j)) & 15u) - zero);
+            }
+            for (int64_t kp = g * G / 8; kp < (g + 1) * G / 8; kp++) {
+                for (int64_t n = b0; n < b1; n++) {
+                    uint32_t word;
+                    memcpy(&word, qw + 4 * (kp * R + n), 4);
+                    float *d = dst + (n - r0) * C + kp * 8;
+                    for (int j = 0; j < 8; j++) d[j] = s[n - b0] * (float)((int)((word >> (4 * j)) & 15u) - z[n - b0]);
+                }
             }
         }
     }
