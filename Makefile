@@ -30,9 +30,10 @@ test-sanitize: deps
 # (crash-*, leak-*, timeout-*) land in $(FUZZ_BUILD) and fail the target.
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
-FUZZ_SRCS = $(wildcard src/util/*.c src/json/*.c src/text/*.c src/decision/*.c)
+FUZZ_SRCS = $(wildcard src/util/*.c src/json/*.c src/text/*.c src/decision/*.c src/media/*.c)
 FUZZ_CFLAGS = -std=gnu11 -g -O1 -fno-omit-frame-pointer -Isrc -DCLEF_FIXTURES='"$(CURDIR)/tests/fixtures"'
-FUZZ_LIBS = $(shell pkg-config --libs libpcre2-8 libutf8proc) -lm
+FUZZ_LIBS = $(shell pkg-config --libs libpcre2-8 libutf8proc libjpeg libpng libwebp libavformat libavcodec \
+	libswresample libswscale libavutil fftw3 libcrypto) -lpthread -lm
 
 fuzz: deps fuzz-media
 	@mkdir -p $(FUZZ_BUILD)/corpus
@@ -47,16 +48,14 @@ fuzz: deps fuzz-media
 # libFuzzer over the media decoders (tests/fuzz/fuzz_media.c): every input is tried as an image,
 # an audio clip and a video through data URL -> decode -> preprocess; seeded with tests/fixtures/media.
 FUZZ_MEDIA_SRCS = $(wildcard src/media/*.c) src/util/buf.c src/util/err.c
-FUZZ_MEDIA_LIBS = $(shell pkg-config --libs libjpeg libpng libwebp libavformat libavcodec libswresample libswscale \
-	libavutil fftw3 libcrypto) -lpthread -lm
 
 fuzz-media: deps
 	@mkdir -p $(FUZZ_BUILD)/corpus-media
 	@clang $(FUZZ_CFLAGS) -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-		tests/fuzz/fuzz_media.c $(filter-out src/media/prompt.c,$(FUZZ_MEDIA_SRCS)) $(FUZZ_MEDIA_LIBS) \
+		tests/fuzz/fuzz_media.c $(filter-out src/media/prompt.c,$(FUZZ_MEDIA_SRCS)) $(FUZZ_LIBS) \
 		-o $(FUZZ_BUILD)/fuzz_media
 	@cd $(FUZZ_BUILD) && ./fuzz_media -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=20 \
-		-rss_limit_mb=2048 -print_final_stats=1 corpus-media ../tests/fixtures/media
+		-rss_limit_mb=2048 -print_final_stats=1 corpus-media $(CURDIR)/tests/fixtures/media
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "json/json.h"
+#include "media/prompt.h"
 #include "util/buf.h"
 
 /* Constant strings of SPEC §3.1. */
@@ -146,9 +147,11 @@ static void shift_spans(clef_record *rec, int32_t off) {
     }
 }
 
-/* Pieces P (prefix + media), T (state), S (schema), X (suffix). */
+/* Pieces P (prefix + media), T (state), S (schema), X (suffix); the media
+ * block is P[prefix_n, P.n). */
 typedef struct pieces {
     clef_ids P, T, S, X;
+    size_t prefix_n;
 } pieces;
 
 static void pieces_free(pieces *p) {
@@ -162,6 +165,9 @@ static int tokenize_pieces(const clef_tokenizer *tok, const clef_request *req, p
                            clef_err *err) {
     if (encode_schema(tok, req, &p->S, out, err)) return -1;
     if (tok_bytes(tok, PREFIX, sizeof PREFIX - 1, &p->P, err)) return -1;
+    p->prefix_n = p->P.n;
+    /* SPEC §3.4 step 2: the media placeholders, one piece, pads expanded (§9). */
+    if (clef_media_prompt_ids(tok, &req->media, &p->P, err)) return -1;
     if (tok_bytes(tok, SUFFIX, sizeof SUFFIX - 1, &p->X, err)) return -1;
     clef_buf state = {0};
     render_value(req->state, &state);
@@ -186,6 +192,15 @@ static int fit_state(const pieces *p, size_t max_length, int truncate_state, siz
     /* The reference keeps the head of the state: T[0 : max_length - fixed]. */
     *kept = p->T.n < room ? p->T.n : room;
     return 0;
+}
+
+/* 3-D M-RoPE positions of a record with media (SPEC §9 "3-D positions"). */
+static int media_positions(const clef_tokenizer *tok, const clef_request *req, clef_record *rec, clef_err *err) {
+    clef_media_tokens t;
+    if (clef_media_tokens_resolve(tok, &t, err)) return -1;
+    rec->positions = clef_xmalloc(3 * rec->n_ids * sizeof *rec->positions);
+    return clef_media_positions(rec->input_ids, rec->n_ids, rec->media_start, rec->media_len, &req->media, &t,
+                                rec->positions, err);
 }
 
 int clef_encode_record(const clef_tokenizer *tok, const clef_request *req, size_t max_length, int truncate_state,
@@ -213,6 +228,12 @@ int clef_encode_record(const clef_tokenizer *tok, const clef_request *req, size_
         dst += counts[i];
     }
     shift_spans(out, (int32_t)(p.P.n + kept));
+    out->media_start = p.prefix_n;
+    out->media_len = p.P.n - p.prefix_n;
     pieces_free(&p);
+    if (out->media_len && media_positions(tok, req, out, err)) {
+        clef_record_free(out);
+        return -1;
+    }
     return 0;
 }

@@ -23,7 +23,11 @@
  * <fixed> tokens before state; maximum is <max_length>"; 422
  * "<id>: question instructions render to no tokens; give non-empty
  * instructions or a non-empty question id" (param questions.<id>.instructions)
- * for an empty question span (SPEC §2.2 rule 12). */
+ * for an empty question span (SPEC §2.2 rule 12).
+ * With media (req->media non-empty) the media block follows PREFIX and counts
+ * toward `fixed`; the record gets media_start/media_len and the 3-D positions
+ * (422 if the state or schema text holds pad/<|audio_start|> marker tokens,
+ * which the reference cannot encode either). */
 int clef_encode_record(const clef_tokenizer *tok, const clef_request *req, size_t max_length, int truncate_state,
                        clef_record *out, clef_err *err);
 

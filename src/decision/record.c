@@ -15,5 +15,6 @@ void clef_record_free(clef_record *r) {
     for (size_t i = 0; i < r->n_questions; i++) free(r->questions[i].options);
     free(r->questions);
     free(r->input_ids);
+    free(r->positions);
     memset(r, 0, sizeof *r);
 }

@@ -31,6 +31,12 @@ typedef struct clef_record {
     clef_record_question *questions;  /* [n_questions], request order, owned */
     size_t state_tokens;       /* tokens of the rendered state before any cut */
     size_t state_tokens_kept;  /* tokens of the state kept in input_ids */
+    /* Media (SPEC §9), set only when the request carries images/audio/videos: */
+    size_t media_start, media_len; /* the media block input_ids[media_start, +media_len), right after PREFIX;
+                                      its <|image_pad|>/<|video_pad|>/<|audio_pad|> rows take the tower
+                                      outputs in sequence order (no pad ids occur outside it) */
+    int32_t *positions;  /* [3][n_ids] M-RoPE positions (T, H, W) from get_rope_index, owned;
+                            NULL = text-only, positions 0..n_ids-1 on every axis */
 } clef_record;
 
 /* Total options over all questions (the length of the head's logit vector). */

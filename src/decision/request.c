@@ -25,6 +25,7 @@ static const json_value noul_false_default = {
 
 clef_limits clef_limits_default(void) {
     clef_limits l = {.max_questions = 64, .max_choice_options = 255, .min_score_levels = 2, .max_score_levels = 255};
+    l.media = clef_media_limits_default();
     return l;
 }
 
@@ -155,18 +156,31 @@ static int check_media_types(const json_value *root, clef_err *err) {
     return 0;
 }
 
-/* Media support lands later; until then any media input is refused rather
- * than silently dropped (it would change the reference's token ids). */
-static int check_media_supported(const json_value *root, clef_err *err) {
-    for (size_t f = 0; f < 3; f++) {
-        const json_value *m = json_get(root, media_fields[f]);
-        if (m && m->type == JSON_ARRAY && m->n > 0)
-            return clef_fail(err, 422, CLEF_E_REQUEST, media_fields[f], "%s: media inputs are not supported by this build",
-                             media_fields[f]);
-    }
+/* media_kwargs would change the processor's behaviour; refused (SPEC §2.2). */
+static int check_media_kwargs(const json_value *root, clef_err *err) {
     if (json_get(root, "media_kwargs"))
         return clef_fail(err, 422, CLEF_E_REQUEST, "media_kwargs", "media_kwargs is not supported");
     return 0;
+}
+
+/* The last check of rule 9: decode every media item (media/media.h). */
+static int decode_media(const json_value *root, const clef_limits *lim, clef_media *out, clef_err *err) {
+    clef_media_item *items[3] = {NULL, NULL, NULL};
+    size_t n[3] = {0, 0, 0};
+    for (size_t f = 0; f < 3; f++) {
+        const json_value *m = json_get(root, media_fields[f]);
+        if (!m || m->type != JSON_ARRAY) continue;
+        n[f] = m->n;
+        items[f] = clef_xcalloc(m->n ? m->n : 1, sizeof *items[f]);
+        for (size_t i = 0; i < m->n; i++) items[f][i] = (clef_media_item){m->items[i]->str, m->items[i]->len};
+    }
+    clef_media_source src = {items[0], n[0], items[1], n[1], items[2], n[2]};
+    const clef_media_limits *ml = &lim->media;
+    clef_media_limits dflt = clef_media_limits_default();
+    if (!ml->max_image_bytes && !ml->max_audio_bytes && !ml->max_video_bytes) ml = &dflt;
+    int rc = clef_media_decode(&src, ml, out, err);
+    for (size_t f = 0; f < 3; f++) free(items[f]);
+    return rc;
 }
 
 static int parse_truncate_state(const json_value *root, int *out, clef_err *err) {
@@ -275,7 +289,7 @@ static int validate(const json_value *root, const clef_limits *lim, clef_qtype *
     if (check_media_types(root, err)) return -1;
     int truncate_state;
     if (parse_truncate_state(root, &truncate_state, err)) return -1;
-    return check_media_supported(root, err);
+    return check_media_kwargs(root, err);
 }
 
 int clef_request_from_json(json_value *root, const clef_limits *lim, clef_request *out, clef_err *err) {
@@ -310,6 +324,10 @@ int clef_request_from_json(json_value *root, const clef_limits *lim, clef_reques
         else resolve_score(q);
     }
     free(types);
+    if (decode_media(root, lim, &out->media, err)) {
+        clef_request_free(out);
+        return -1;
+    }
     return 0;
 }
 
@@ -328,6 +346,7 @@ void clef_request_free(clef_request *r) {
         free(r->questions[i].option_id_text);
     }
     free(r->questions);
+    clef_media_free(&r->media);
     json_free(r->root);
     memset(r, 0, sizeof *r);
 }

@@ -13,6 +13,7 @@
 
 #include "decision/record.h"
 #include "json/json.h"
+#include "media/media.h"
 #include "util/err.h"
 
 /* Server-configurable limits (SPEC §2.2 rule 8).  Defaults: clef_limits_default. */
@@ -21,6 +22,7 @@ typedef struct clef_limits {
     size_t max_choice_options; /* 255 */
     size_t min_score_levels;   /* 2 */
     size_t max_score_levels;   /* 255 */
+    clef_media_limits media;   /* clef_media_limits_default(); all three byte limits 0 = defaults */
 } clef_limits;
 
 clef_limits clef_limits_default(void);
@@ -52,6 +54,8 @@ typedef struct clef_request {
     size_t n_questions;
     clef_question *questions; /* request order, owned */
     int truncate_state;       /* -1 absent, 0 false, 1 true (the request's "truncate_state") */
+    clef_media media;         /* images/audio/videos decoded at rule 9 (grids, token counts; the tensors
+                                 are built later by clef_media_preprocess), owned; empty without media */
 } clef_request;
 
 /* Parse and validate a request body (`len` bytes of UTF-8 JSON) with the
@@ -71,8 +75,10 @@ typedef struct clef_request {
  *                                                    422 "<id>: score criteria need at least <min> levels"
  *   9  images/audio/videos not arrays of strings     400 "<field> must be an array of strings"
  *      truncate_state not a boolean                  400 "truncate_state must be a boolean"
- *      non-empty media                               422 "<field>: media inputs are not supported by this build"
  *      media_kwargs present (any value)              422 "media_kwargs is not supported"
+ *      too many / undecodable / over-limit media     422 "images: 5 images exceed the limit of 4" (param images),
+ *                                                    "images[0]: image payload is invalid: <why>" (param
+ *                                                    images[0]); likewise audio[i], videos[i] (media/media.h)
  * Question ids appear raw in messages and params ("questions.<id>.criteria").
  * A media field that is null counts as absent.  Thread-safe. */
 int clef_request_parse(const char *body, size_t len, const clef_limits *lim, clef_request *out, clef_err *err);

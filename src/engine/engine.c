@@ -92,6 +92,14 @@ int clef_engine_encode(const clef_engine *e, clef_request *req, const clef_decid
         clef_job_free(job);
         return -1;
     }
+    if (job->rec.media_len) {
+        /* Media are decoded, placed and positioned (media/, decision/encode) but
+         * the thinker does not run the vision/audio towers yet: refuse rather
+         * than answer from the bare pad-token embeddings. */
+        const char *field = job->req.media.n_images ? "images" : job->req.media.n_audio ? "audio" : "videos";
+        clef_job_free(job);
+        return clef_fail(err, 422, CLEF_E_REQUEST, field, "%s: media inputs are not supported by this build", field);
+    }
     job->logits = clef_xmalloc((clef_record_total_options(&job->rec) + 1) * sizeof *job->logits);
     return 0;
 }

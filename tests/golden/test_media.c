@@ -12,6 +12,8 @@
 #include <string.h>
 #include <zlib.h>
 
+#include "decision/encode.h"
+#include "decision/request.h"
 #include "media/media.h"
 #include "media/melspec.h"
 #include "media/prompt.h"
@@ -300,12 +302,111 @@ static void test_log_mel(void **state) {
     assert_int_equal(checked, 7);
 }
 
+static void check_span(const char *name, const json_value *want, clef_span got) {
+    if (tu_int_at(want, 0) != got.start || tu_int_at(want, 1) != got.end)
+        fail_msg("%s: span [%d,%d), golden [%lld,%lld)", name, got.start, got.end, (long long)tu_int_at(want, 0),
+                 (long long)tu_int_at(want, 1));
+}
+
+/* The whole record through decision/request + decision/encode: input_ids
+ * (media block included), spans and 3-D positions, exact. */
+static void test_encode_records(void **state) {
+    (void)state;
+    for (size_t ci = 0; ci < n_cases; ci++) {
+        const json_value *c = cases[ci];
+        clef_buf body = {0};
+        json_render_opts(json_get(c, "request"), 0, &body); /* keep question order */
+        clef_request req;
+        clef_record rec;
+        clef_err err;
+        clef_err_clear(&err);
+        if (clef_request_parse(body.data, body.len, NULL, &req, &err))
+            fail_msg("%s: parse: %s", case_name(c), err.message);
+        if (clef_encode_record(tok, &req, CLEF_DEFAULT_MAX_LENGTH, 1, &rec, &err))
+            fail_msg("%s: encode: %s", case_name(c), err.message);
+        const json_value *gids = json_get(c, "input_ids");
+        assert_int_equal(rec.n_ids, gids->n);
+        for (size_t i = 0; i < rec.n_ids; i++)
+            if (rec.input_ids[i] != tu_int_at(gids, i))
+                fail_msg("%s: input_ids[%zu] = %d, golden %lld", case_name(c), i, rec.input_ids[i],
+                         (long long)tu_int_at(gids, i));
+        assert_int_equal(rec.media_start, PREFIX_TOKENS);
+        assert_true(rec.media_len > 0);
+        const json_value *qs = json_get(c, "questions");
+        assert_int_equal(rec.n_questions, qs->n);
+        for (size_t q = 0; q < qs->n; q++) {
+            check_span(case_name(c), json_get(qs->items[q], "question_span"), rec.questions[q].question);
+            const json_value *os = json_get(qs->items[q], "option_spans");
+            assert_int_equal(rec.questions[q].n_options, os->n);
+            for (size_t j = 0; j < os->n; j++) check_span(case_name(c), os->items[j], rec.questions[q].options[j]);
+        }
+        const json_value *gp = json_get(c, "position_ids");
+        assert_non_null(rec.positions);
+        for (int a = 0; a < 3; a++)
+            for (size_t i = 0; i < rec.n_ids; i++)
+                if (tu_num_at(gp->items[a], i) != rec.positions[a * rec.n_ids + i])
+                    fail_msg("%s: positions[%d][%zu] = %d, golden %g", case_name(c), a, i,
+                             rec.positions[a * rec.n_ids + i], tu_num_at(gp->items[a], i));
+        /* usage.input_tokens of the reference response counts the media tokens */
+        int64_t used;
+        assert_int_equal(json_as_i64(json_get(json_get(json_get(c, "response"), "usage"), "input_tokens"), &used), 0);
+        assert_int_equal(used, rec.n_ids);
+        clef_record_free(&rec);
+        clef_request_free(&req);
+        clef_buf_free(&body);
+    }
+}
+
+/* Media tokens count toward max_length: the capacity error names the fixed
+ * part with the media block in it; and marker tokens in the state are refused. */
+static void test_capacity_and_markers(void **state) {
+    (void)state;
+    const json_value *c = cases[0]; /* image_one: 287 tokens, 64 image pads */
+    clef_buf body = {0};
+    json_render_opts(json_get(c, "request"), 0, &body);
+    clef_request req;
+    clef_record rec;
+    clef_err err;
+    clef_err_clear(&err);
+    assert_int_equal(clef_request_parse(body.data, body.len, NULL, &req, &err), 0);
+    assert_int_equal(clef_encode_record(tok, &req, CLEF_DEFAULT_MAX_LENGTH, 1, &rec, &err), 0);
+    size_t fixed = rec.n_ids - rec.state_tokens_kept; /* prefix + 67 media ids + schema + suffix */
+    assert_int_equal(rec.media_len, 1 + 64 + 1 + 1);
+    clef_record_free(&rec);
+    assert_int_equal(clef_encode_record(tok, &req, fixed - 1, 1, &rec, &err), -1);
+    assert_int_equal(err.status, 422);
+    char want[200];
+    snprintf(want, sizeof want, "maximum context length: schema requires %zu tokens before state; maximum is %zu",
+             fixed, fixed - 1);
+    assert_string_equal(err.message, want);
+    assert_int_equal(clef_encode_record(tok, &req, fixed, 1, &rec, &err), 0); /* the state is cut to nothing */
+    assert_int_equal(rec.n_ids, fixed);
+    clef_record_free(&rec);
+    clef_request_free(&req);
+    clef_buf_free(&body);
+
+    const char *bad = "{\"model\":\"m\",\"state\":\"look <|image_pad|>\",\"questions\":{\"q\":{\"type\":\"noul\"}},"
+                      "\"images\":[\"%s\"]}";
+    const char *url = json_get(json_get(c, "request"), "images")->items[0]->str;
+    size_t n = strlen(bad) + strlen(url);
+    char *b = malloc(n);
+    snprintf(b, n, bad, url);
+    assert_int_equal(clef_request_parse(b, strlen(b), NULL, &req, &err), 0);
+    assert_int_equal(clef_encode_record(tok, &req, CLEF_DEFAULT_MAX_LENGTH, 1, &rec, &err), -1);
+    assert_int_equal(err.status, 422);
+    assert_non_null(strstr(err.message, "media marker token"));
+    clef_request_free(&req);
+    free(b);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_grids_and_frames),
         cmocka_unit_test(test_media_block_and_positions),
         cmocka_unit_test(test_pixels_bit_exact),
         cmocka_unit_test(test_log_mel),
+        cmocka_unit_test(test_encode_records),
+        cmocka_unit_test(test_capacity_and_markers),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
