@@ -94,8 +94,9 @@ static int compare(clef_parity_report *rep, const char *name, const json_value *
     return 0;
 }
 
-static int one_line(clef_engine *a, clef_engine *b, const char *line, size_t len, size_t lineno,
-                    clef_parity_report *rep, double *tv_sum, clef_err *err) {
+/* Answer one line; appends to `out`. */
+static int collect_line(clef_engine *e, const char *line, size_t len, size_t lineno, clef_parity_answers *out,
+                        clef_err *err) {
     clef_err jerr;
     json_value *doc = json_parse(line, len, &jerr);
     if (!doc || doc->type != JSON_OBJECT) {
@@ -117,28 +118,20 @@ static int one_line(clef_engine *a, clef_engine *b, const char *line, size_t len
     if (ml) json_as_i64(ml, &max_length);
     clef_buf body = {0};
     json_render_opts(req, 0, &body);
-    int sa = 0, sb = 0, rc = 0;
-    json_value *ra = answer(a, body.data, body.len, max_length > 0 ? (size_t)max_length : 0, &sa);
-    json_value *rb = answer(b, body.data, body.len, max_length > 0 ? (size_t)max_length : 0, &sb);
-    if (ra && rb) {
-        rep->requests++;
-        rc = compare(rep, name, ra, rb, tv_sum, err);
-    } else if (!ra && !rb && sa == sb) {
-        rep->rejected++;
-    } else {
-        rep->mismatched++;
-    }
-    json_free(ra);
-    json_free(rb);
+    size_t i = out->n++;
+    out->names = clef_xrealloc(out->names, out->n * sizeof *out->names);
+    out->responses = clef_xrealloc(out->responses, out->n * sizeof *out->responses);
+    out->status = clef_xrealloc(out->status, out->n * sizeof *out->status);
+    out->names[i] = dup_str(name);
+    out->status[i] = 0;
+    out->responses[i] = answer(e, body.data, body.len, max_length > 0 ? (size_t)max_length : 0, &out->status[i]);
     clef_buf_free(&body);
     json_free(doc);
-    return rc;
+    return 0;
 }
 
-int clef_parity_run(clef_engine *a, clef_engine *b, const char *jsonl, size_t len, clef_parity_report *rep,
-                    clef_err *err) {
-    memset(rep, 0, sizeof *rep);
-    double tv_sum = 0;
+int clef_parity_collect(clef_engine *e, const char *jsonl, size_t len, clef_parity_answers *out, clef_err *err) {
+    memset(out, 0, sizeof *out);
     size_t lineno = 0;
     for (size_t pos = 0; pos < len;) {
         const char *nl = memchr(jsonl + pos, '\n', len - pos);
@@ -146,11 +139,55 @@ int clef_parity_run(clef_engine *a, clef_engine *b, const char *jsonl, size_t le
         lineno++;
         size_t s = pos;
         while (s < end && (jsonl[s] == ' ' || jsonl[s] == '\t' || jsonl[s] == '\r')) s++;
-        if (s < end && one_line(a, b, jsonl + s, end - s, lineno, rep, &tv_sum, err) != 0) return -1;
+        if (s < end && collect_line(e, jsonl + s, end - s, lineno, out, err) != 0) return -1;
         pos = end + 1;
+    }
+    return 0;
+}
+
+void clef_parity_answers_free(clef_parity_answers *a) {
+    if (!a) return;
+    for (size_t i = 0; i < a->n; i++) {
+        free(a->names[i]);
+        json_free(a->responses[i]);
+    }
+    free(a->names);
+    free(a->responses);
+    free(a->status);
+    memset(a, 0, sizeof *a);
+}
+
+int clef_parity_compare(const clef_parity_answers *a, const clef_parity_answers *b, clef_parity_report *rep,
+                        clef_err *err) {
+    memset(rep, 0, sizeof *rep);
+    if (a->n != b->n) return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "parity: %zu answers against %zu", a->n, b->n);
+    double tv_sum = 0;
+    for (size_t i = 0; i < a->n; i++) {
+        const json_value *ra = a->responses[i], *rb = b->responses[i];
+        if (ra && rb) {
+            rep->requests++;
+            if (compare(rep, a->names[i], ra, rb, &tv_sum, err) != 0) return -1;
+        } else if (!ra && !rb && a->status[i] == b->status[i]) {
+            rep->rejected++;
+        } else {
+            rep->mismatched++;
+        }
     }
     rep->mean_tv = rep->questions ? tv_sum / (double)rep->questions : 0;
     return 0;
+}
+
+int clef_parity_run(clef_engine *a, clef_engine *b, const char *jsonl, size_t len, clef_parity_report *rep,
+                    clef_err *err) {
+    memset(rep, 0, sizeof *rep);
+    clef_parity_answers x, y;
+    int rc = clef_parity_collect(a, jsonl, len, &x, err);
+    if (rc == 0) rc = clef_parity_collect(b, jsonl, len, &y, err);
+    else memset(&y, 0, sizeof y);
+    if (rc == 0) rc = clef_parity_compare(&x, &y, rep, err);
+    clef_parity_answers_free(&x);
+    clef_parity_answers_free(&y);
+    return rc;
 }
 
 void clef_parity_report_free(clef_parity_report *rep) {

@@ -42,6 +42,25 @@ typedef struct clef_parity_report {
     clef_parity_flip *flips; /* [n_flips] in request order */
 } clef_parity_report;
 
+/* One engine's answers to a requests file (so one side can be reused
+ * against several others). */
+typedef struct clef_parity_answers {
+    size_t n;               /* non-empty lines */
+    char **names;           /* [n] "name" of the line or "line <k>" (owned) */
+    json_value **responses; /* [n] parsed response with its debug block, NULL when rejected (owned) */
+    int *status;            /* [n] the rejection's status (0 when answered) */
+} clef_parity_answers;
+
+/* Answer every non-empty line of `jsonl` with `e` (see clef_parity_run for
+ * the line format).  Errors (400) as clef_parity_run; free `out` with
+ * clef_parity_answers_free even on error. */
+int clef_parity_collect(clef_engine *e, const char *jsonl, size_t len, clef_parity_answers *out, clef_err *err);
+void clef_parity_answers_free(clef_parity_answers *a);
+
+/* Compare two collections of the same file line by line. */
+int clef_parity_compare(const clef_parity_answers *a, const clef_parity_answers *b, clef_parity_report *rep,
+                        clef_err *err);
+
 /* Compare engines `a` and `b` on every non-empty line of `jsonl` (len
  * bytes).  A line is a SystemOne request object, or an object holding one
  * under "request" (as goldens.jsonl does) with optional "name" and
