@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/cpu_internal.h"
 #include "testutil.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
@@ -454,6 +455,27 @@ static void test_moe(void **state) {
     be->ops->destroy(be);
 }
 
+/* The attention softmax's exp against libm in double over [-87, 0]. */
+static void test_exp8(void **state) {
+    double worst = 0;
+    for (int i = 0; i < 200000; i += 8) {
+        float v[8], x[8];
+        for (int u = 0; u < 8; u++) x[u] = v[u] = -87.0f * (float)(i + u) / 200000.0f;
+        cpu_exp8(v);
+        for (int u = 0; u < 8; u++) {
+            double want = exp((double)x[u]), rel = fabs(v[u] - want) / want;
+            if (rel > worst) worst = rel;
+        }
+    }
+    float e[8] = {0.0f, -1.0f, -0.5f, -1e-8f, -100.0f, -INFINITY, NAN, -20.0f};
+    cpu_exp8(e);
+    assert_true(e[0] == 1.0f);
+    assert_true(fabs(e[1] - exp(-1.0)) < 1e-7);
+    assert_true(e[4] >= 0.0f && e[4] < 2e-38f && e[5] < 2e-38f && e[6] < 2e-38f); /* clamped, finite */
+    printf("  exp8                   max rel err %.3g (%.2f ulp)\n", worst, worst / 5.96e-8);
+    assert_true(worst < 2.5e-7);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul_bf16),  cmocka_unit_test(test_matmul_f32_f16),
@@ -461,7 +483,7 @@ int main(void) {
         cmocka_unit_test(test_elementwise),  cmocka_unit_test(test_head_rows),
         cmocka_unit_test(test_rope),         cmocka_unit_test(test_attention_causal_gqa),
         cmocka_unit_test(test_attention_cross), cmocka_unit_test(test_router),
-        cmocka_unit_test(test_moe),
+        cmocka_unit_test(test_moe),          cmocka_unit_test(test_exp8),
     };
     if (getenv("CPU_OPS_FILTER")) cmocka_set_test_filter(getenv("CPU_OPS_FILTER")); /* one test by name */
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -56,6 +56,63 @@ static float row_max(const float *x, int64_t n) {
     return a > b ? a : b;
 }
 
+/* v[u] = e^v[u] for 8 lanes, v <= 0 (scores minus their row max): Cephes'
+ * single-precision exp (range reduction by ln 2 split in two, degree-6
+ * polynomial, ~1 ulp), written with constant trip counts so it vectorises at
+ * -O2.  Attention of a small head_dim is bound by exp, and glibc's expf is a
+ * call per key.  Each lane's arithmetic is independent of the others, so a
+ * value never depends on its neighbours. */
+void cpu_exp8(float *v) {
+    for (int u = 0; u < 8; u++) {
+        /* x = max(v, -87) as a bit select: a ternary is a branch here and
+         * would stop the vectoriser (it keeps NaN semantics) */
+        const float lo = -87.0f;
+        float x = v[u];
+        int32_t xb, lb, m = -(int32_t)!(x >= lo); /* NaN too: never an out-of-range int cast */
+        memcpy(&xb, &x, sizeof xb);
+        memcpy(&lb, &lo, sizeof lb);
+        xb = (xb & ~m) | (lb & m);
+        memcpy(&x, &xb, sizeof x);
+        /* fx = floor(t) via truncation (floorf does not vectorise at -O2) */
+        const float t = x * 1.44269504088896341f + 0.5f;
+        int32_t n = (int32_t)t;
+        n -= (int32_t)((float)n > t);
+        const float fx = (float)n;
+        x = x - fx * 0.693359375f;
+        x = x - fx * -2.12194440e-4f;
+        float z = x * x;
+        float y = 1.9875691500e-4f;
+        y = y * x + 1.3981999507e-3f;
+        y = y * x + 8.3334519073e-3f;
+        y = y * x + 4.1665795894e-2f;
+        y = y * x + 1.6666665459e-1f;
+        y = y * x + 5.0000001201e-1f;
+        y = y * z + x + 1.0f;
+        int32_t bits = (n + 127) << 23;
+        float scale;
+        memcpy(&scale, &bits, sizeof scale);
+        v[u] = y * scale;
+    }
+}
+
+/* x[j] = e^(x[j] - mx) for j < n; returns their sum (in key order). */
+static float exp_shift_sum(float *x, int64_t n, float mx) {
+    float sum = 0.0f, t[8];
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        for (int u = 0; u < 8; u++) t[u] = x[j + u] - mx;
+        cpu_exp8(t);
+        for (int u = 0; u < 8; u++) sum += x[j + u] = t[u];
+    }
+    if (j < n) { /* the tail through the same lanes, padded */
+        int64_t r = n - j;
+        for (int u = 0; u < 8; u++) t[u] = u < r ? x[j + u] - mx : 0.0f;
+        cpu_exp8(t);
+        for (int u = 0; u < r; u++) sum += x[j + u] = t[u];
+    }
+    return sum;
+}
+
 /* Rows [i0, i1) of segment s, query head h: S = (Q K^T) * scale over the keys
  * the block may see, masked softmax per row in f32 (keys after the query get
  * probability 0), then O = P V.  Both products go to OpenBLAS sgemm with
@@ -74,12 +131,7 @@ static void attend_block(const clef_attn_desc *a, const float *q, const float *k
         float *sr = S + r * nk;
         const int64_t n = a->causal ? i0 + r + 1 : nk;
         const float mx = row_max(sr, n);
-        float sum = 0.0f;
-        for (int64_t j = 0; j < n; j++) {
-            sr[j] = expf(sr[j] - mx);
-            sum += sr[j];
-        }
-        const float inv = 1.0f / sum;
+        const float inv = 1.0f / exp_shift_sum(sr, n, mx);
         for (int64_t j = 0; j < n; j++) sr[j] *= inv;
         for (int64_t j = n; j < nk; j++) sr[j] = 0.0f;
     }

@@ -67,6 +67,10 @@ int cpu_router_topk(clef_backend *be, const float *logits, int64_t T, int64_t E,
 int cpu_moe(clef_backend *be, const float *x, int64_t T, const int32_t *idx, const float *w, int64_t k,
             const clef_moe_weights *experts, float *y, clef_err *err);
 
+/* v[u] = e^v[u] for 8 lanes with v <= 0 (below -87 clamped to -87; NaN gives
+ * e^-87), ~1 ulp, vectorised; the softmax exp of attention. */
+void cpu_exp8(float *v);
+
 int cpu_rope(clef_backend *be, float *x, int64_t T, int64_t heads, const int32_t *pos, const clef_rope_desc *rope,
              clef_err *err);
 int cpu_attention(clef_backend *be, const float *q, const float *k, const float *v, float *out,
