@@ -7,7 +7,7 @@
  *   where the logit rule is 1e-4.
  * `question_id_empty` (empty question span) must be refused with 422.
  * Packing: three records in one thinker forward give bitwise the hidden
- * states of running each alone. */
+ * states of running each alone, with any thread count. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -210,6 +210,15 @@ static void test_packed_equals_alone(void **state) {
         free(alone);
         record_free(&r[i]);
     }
+    /* and the thread count changes nothing either */
+    clef_model *m1 = clef_model_create(&f->ck, 1, &err);
+    assert_non_null(m1);
+    float *one = malloc(seg[3] * H * sizeof *one);
+    if (clef_thinker_forward_batch(m1, ids, seg[3], seg, 3, NULL, one, NULL, &err) != 0)
+        fail_msg("1 thread: %s", err.message);
+    assert_memory_equal(one, packed, seg[3] * H * sizeof(float));
+    clef_model_free(m1);
+    free(one);
     free(ids);
     free(packed);
 }
