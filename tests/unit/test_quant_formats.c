@@ -16,6 +16,7 @@
 
 #include "quant_fixture.h"
 
+#include "backend/cpu/cpu.h"
 #include "io/checkpoint.h"
 #include "json/json.h"
 #include "quant/convert.h"
@@ -403,6 +404,59 @@ static void test_encoders(void **state) {
     }
     assert_int_equal(clef_f16_encode(65520.0f), 0x7C00);
     assert_int_equal(clef_f16_encode(65519.0f), 0x7BFF);
+}
+
+
+/* ======== the CPU backend multiplies packed weights ======== */
+
+/* matmul (and the grouped MoE op) with a packed weight equals, bit for bit,
+ * the same op with an F32 copy of its dequantized rows: the backend only
+ * swaps how a row block is decoded. */
+static void test_backend_matmul(void **state) {
+    clef_err err;
+    clef_err_clear(&err);
+    clef_backend *be = clef_backend_cpu_create(2, &err);
+    assert_non_null(be);
+    for (size_t f = 0; f < QF_N_FORMATS; f++) {
+        char *dir = qf_assemble(QF_FORMATS[f]);
+        clef_checkpoint ck;
+        clef_quant_config qc;
+        open_ck(dir, &ck, &qc);
+        const int64_t T = 7;
+        static const struct {
+            const char *m;
+            int64_t rows, cols;
+        } mods[] = {{"thinker.model.layers.1.mlp.experts.5.gate_proj", 16, 32},
+                    {"thinker.model.layers.2.mlp.experts.3.down_proj", 32, 16},
+                    {"thinker.model.layers.0.self_attn.q_proj", 64, 32}};
+        for (size_t i = 0; i < 3; i++) {
+            clef_qweight q;
+            assert_int_equal(clef_qweight_bind(&ck, &qc, mods[i].m, mods[i].rows, mods[i].cols, &q, &err), 0);
+            size_t n = (size_t)(mods[i].rows * mods[i].cols);
+            float *deq = malloc(n * sizeof *deq), *x = malloc((size_t)(T * mods[i].cols) * sizeof *x);
+            float *y1 = calloc((size_t)(T * mods[i].rows), sizeof *y1), *y2 = calloc((size_t)(T * mods[i].rows), sizeof *y2);
+            clef_qweight_rows_f32(&q, 0, q.rows, deq);
+            for (int64_t k = 0; k < T * mods[i].cols; k++) x[k] = sinf(0.37f * (float)k) - 0.2f;
+            clef_weight wq, wf;
+            assert_int_equal(be->ops->weight_init_packed(be, &wq, &q, &err), 0);
+            assert_int_equal(be->ops->weight_init(be, &wf, CLEF_DT_F32, q.rows, q.cols, deq, &err), 0);
+            assert_int_equal(wq.quant.type == CLEF_QT_NONE, q.quant.type == CLEF_QT_NONE);
+            assert_int_equal(be->ops->matmul(be, x, T, &wq, NULL, y1, &err), 0);
+            assert_int_equal(be->ops->matmul(be, x, T, &wf, NULL, y2, &err), 0);
+            assert_memory_equal(y1, y2, (size_t)(T * mods[i].rows) * sizeof *y1);
+            be->ops->weight_release(be, &wq);
+            be->ops->weight_release(be, &wf);
+            free(deq);
+            free(x);
+            free(y1);
+            free(y2);
+        }
+        clef_quant_config_free(&qc);
+        clef_checkpoint_close(&ck);
+        qf_remove(dir);
+        free(dir);
+    }
+    be->ops->destroy(be);
 }
 
 /* ======== published-layout fixtures ======== */
@@ -812,6 +866,7 @@ int main(void) {
         cmocka_unit_test(test_fp_tables),
         cmocka_unit_test(test_encoders),
         cmocka_unit_test(test_fixture_dequant),
+        cmocka_unit_test(test_backend_matmul),
         cmocka_unit_test(test_round_trips),
         cmocka_unit_test(test_quantizer_edges),
         cmocka_unit_test(test_config_parse),
