@@ -1,0 +1,222 @@
+/* test_towers.c — the vision tower (main merger + deepstack sets) and the
+ * audio tower on the CPU backend against the 12 multimodal goldens'
+ * visual_calls / audio_calls (SPEC §11 rule 8: |diff| <= 1e-5).
+ */
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+#include "backend/cpu/cpu.h"
+#include "io/checkpoint.h"
+#include "media/media.h"
+#include "model/towers.h"
+
+static json_value **cases;
+static size_t n_cases;
+static clef_checkpoint ck;
+static clef_backend *be;
+static clef_towers *tw;
+
+static json_value **read_jsonl_gz(const char *path, size_t *n) {
+    gzFile f = gzopen(path, "rb");
+    if (!f) fail_msg("cannot open %s", path);
+    size_t cap = 1 << 20, len = 0;
+    char *text = malloc(cap);
+    int got;
+    while ((got = gzread(f, text + len, (unsigned)(cap - len - 1))) > 0) {
+        len += (size_t)got;
+        if (cap - len < 2) text = realloc(text, cap *= 2);
+    }
+    gzclose(f);
+    text[len] = '\0';
+    json_value **out = NULL;
+    size_t count = 0;
+    for (char *line = text; line < text + len;) {
+        char *nl = memchr(line, '\n', (size_t)(text + len - line));
+        size_t ll = nl ? (size_t)(nl - line) : (size_t)(text + len - line);
+        if (ll) {
+            clef_err err;
+            json_value *v = json_parse(line, ll, &err);
+            if (!v) fail_msg("%s: %s", path, err.message);
+            out = realloc(out, (count + 1) * sizeof *out);
+            out[count++] = v;
+        }
+        line += ll + 1;
+    }
+    free(text);
+    *n = count;
+    return out;
+}
+
+static int setup(void **state) {
+    (void)state;
+    char *p = tu_fixture("goldens/mm_goldens.jsonl.gz");
+    cases = read_jsonl_gz(p, &n_cases);
+    free(p);
+    clef_err err;
+    clef_err_clear(&err);
+    p = tu_fixture("tiny-clef-omni");
+    if (clef_checkpoint_open(p, &ck, &err)) fail_msg("checkpoint: %s", err.message);
+    free(p);
+    be = clef_backend_cpu_create(2, &err);
+    assert_non_null(be);
+    tw = clef_towers_create(&ck, be, &err);
+    if (!tw) fail_msg("towers: %s", err.message);
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    clef_towers_free(tw);
+    be->ops->destroy(be);
+    clef_checkpoint_close(&ck);
+    for (size_t i = 0; i < n_cases; i++) json_free(cases[i]);
+    free(cases);
+    return 0;
+}
+
+static const char *case_name(const json_value *c) { return json_get(c, "name")->str; }
+
+static clef_media_item *items_of(const json_value *req, const char *key, size_t *n) {
+    const json_value *a = json_get(req, key);
+    *n = a ? a->n : 0;
+    clef_media_item *it = calloc(*n ? *n : 1, sizeof *it);
+    for (size_t i = 0; i < *n; i++) it[i] = (clef_media_item){a->items[i]->str, a->items[i]->len};
+    return it;
+}
+
+static void prepare(const json_value *c, clef_media *m) {
+    const json_value *req = json_get(c, "request");
+    clef_media_source src;
+    clef_media_item *im = items_of(req, "images", &src.n_images);
+    clef_media_item *au = items_of(req, "audio", &src.n_audio);
+    clef_media_item *vi = items_of(req, "videos", &src.n_videos);
+    src.images = im, src.audio = au, src.videos = vi;
+    clef_err err;
+    if (clef_media_decode(&src, NULL, m, &err) || clef_media_preprocess(m, &err))
+        fail_msg("%s: %s", case_name(c), err.message);
+    free(im);
+    free(au);
+    free(vi);
+}
+
+/* max |got - want| over a [rows][cols] JSON array vs host floats. */
+static double max_diff(const json_value *want, const float *got, size_t rows, size_t cols, const char *what,
+                       const char *name) {
+    if (want->n != rows) fail_msg("%s: %s has %zu rows, golden %zu", name, what, rows, want->n);
+    double worst = 0, sum = 0;
+    size_t wr = 0, wk = 0;
+    for (size_t r = 0; r < rows; r++) {
+        assert_int_equal(want->items[r]->n, cols);
+        for (size_t k = 0; k < cols; k++) {
+            double d = fabs(tu_num_at(want->items[r], k) - got[r * cols + k]);
+            sum += d;
+            if (!(d <= worst)) worst = d, wr = r, wk = k;
+        }
+    }
+    if (getenv("CLEF_TEST_VERBOSE"))
+        print_message("  %s %s: mean %.3g max %.3g at row %zu col %zu\n", name, what, sum / (rows * cols), worst, wr,
+                      wk);
+    return worst;
+}
+
+/* One vision call (images or videos) against its golden entry. */
+static double check_vision_call(const json_value *call, const float *pixels, size_t rows, const clef_grid *grids,
+                                size_t n_items, const char *name) {
+    const clef_vision_config *vc = clef_towers_vision_config(tw);
+    size_t O = (size_t)vc->out_hidden_size, M = rows / 4;
+    float *out = malloc(sizeof(float) * M * O), *ds = malloc(sizeof(float) * M * O * (size_t)vc->n_deepstack);
+    clef_err err;
+    if (clef_vision_forward(tw, pixels, rows, grids, n_items, out, ds, &err)) fail_msg("%s: %s", name, err.message);
+    const json_value *po = json_get(call, "pooler_output");
+    assert_int_equal(po->n, n_items);
+    double worst = 0;
+    size_t at = 0;
+    for (size_t i = 0; i < n_items; i++) {
+        size_t tok = (size_t)grids[i].t * grids[i].h * grids[i].w / 4;
+        double d = max_diff(po->items[i], out + at * O, tok, O, "pooler_output", name);
+        if (d > worst) worst = d;
+        at += tok;
+    }
+    const json_value *dsw = json_get(call, "deepstack_features");
+    assert_int_equal(dsw->n, vc->n_deepstack);
+    for (int64_t k = 0; k < vc->n_deepstack; k++) {
+        double d = max_diff(dsw->items[k], ds + (size_t)k * M * O, M, O, "deepstack", name);
+        if (d > worst) worst = d;
+    }
+    free(out);
+    free(ds);
+    return worst;
+}
+
+static void test_vision_tower(void **state) {
+    (void)state;
+    double worst = 0;
+    size_t calls = 0;
+    for (size_t ci = 0; ci < n_cases; ci++) {
+        const json_value *c = cases[ci];
+        const json_value *vcalls = json_get(c, "visual_calls");
+        if (!vcalls->n) continue;
+        clef_media m;
+        prepare(c, &m);
+        size_t k = 0;
+        double d;
+        if (m.n_images) {
+            d = check_vision_call(vcalls->items[k++], m.pixel_values, m.image_rows, m.image_grids, m.n_images,
+                                  case_name(c));
+            if (d > worst) worst = d;
+            calls++;
+        }
+        if (m.n_videos) {
+            d = check_vision_call(vcalls->items[k++], m.pixel_values_videos, m.video_rows, m.video_grids, m.n_videos,
+                                  case_name(c));
+            if (d > worst) worst = d;
+            calls++;
+        }
+        assert_int_equal(k, vcalls->n);
+        if (worst > 1e-5) fail_msg("%s: vision max |diff| %.3g", case_name(c), worst);
+        clef_media_free(&m);
+    }
+    print_message("vision tower: %zu calls, max |diff| %.3g\n", calls, worst);
+    assert_int_equal(calls, 10); /* 6 image calls, 4 video calls ("everything" has both) */
+}
+
+static void test_audio_tower(void **state) {
+    (void)state;
+    double worst = 0;
+    size_t calls = 0;
+    for (size_t ci = 0; ci < n_cases; ci++) {
+        const json_value *c = cases[ci];
+        const json_value *acalls = json_get(c, "audio_calls");
+        if (!acalls->n) continue;
+        clef_media m;
+        prepare(c, &m);
+        size_t rows = 0;
+        for (size_t i = 0; i < m.n_clips; i++) rows += (size_t)m.audio_tokens[i];
+        size_t O = (size_t)clef_towers_audio_config(tw)->output_dim;
+        float *out = malloc(sizeof(float) * rows * O);
+        clef_err err;
+        if (clef_audio_forward(tw, m.input_features, m.n_clips, m.n_frames, m.feature_lens, out, &err))
+            fail_msg("%s: %s", case_name(c), err.message);
+        double d = max_diff(acalls->items[0], out, rows, O, "audio", case_name(c));
+        if (d > worst) worst = d;
+        if (d > 1e-5) fail_msg("%s: audio max |diff| %.3g", case_name(c), d);
+        calls++;
+        free(out);
+        clef_media_free(&m);
+    }
+    print_message("audio tower: %zu calls, max |diff| %.3g\n", calls, worst);
+    assert_int_equal(calls, 7);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_vision_tower),
+        cmocka_unit_test(test_audio_tower),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
