@@ -71,6 +71,29 @@ int clef_thinker_forward(clef_model *m, const int32_t *ids, size_t n, float *hid
 int clef_thinker_forward_batch(clef_model *m, const int32_t *ids, size_t n_total, const size_t *seg, size_t n_seg,
                                const int32_t *positions, float *hidden, float *layer_hidden, clef_err *err);
 
+/* Media rows of one packed forward (SPEC §9 "Into the thinker"), host
+ * arrays from the vision and audio towers (model/towers.h):
+ *   rows/embeds:    the embedding of token rows[i] (ascending indices into
+ *                   the packed ids: every image, video and audio pad) is
+ *                   replaced by embeds[i, :H]
+ *   ds_rows/deepstack: after decoder layer k < n_deepstack, deepstack[k][j, :H]
+ *                   is added to row ds_rows[j] (the image and video pads) */
+typedef struct clef_thinker_media {
+    size_t n_rows;
+    const size_t *rows;
+    const float *embeds;    /* [n_rows, H] */
+    size_t n_ds_rows;
+    const size_t *ds_rows;
+    size_t n_deepstack;
+    const float *deepstack; /* [n_deepstack][n_ds_rows, H] */
+} clef_thinker_media;
+
+/* clef_thinker_forward_batch with media rows (NULL = none); `positions`
+ * should then be the records' 3-D M-RoPE positions (clef_record.positions). */
+int clef_thinker_forward_media(clef_model *m, const int32_t *ids, size_t n_total, const size_t *seg, size_t n_seg,
+                               const int32_t *positions, const clef_thinker_media *media, float *hidden,
+                               float *layer_hidden, clef_err *err);
+
 /* Joint schema head over one record (SPEC §7.3), in f32.
  *   hidden: [rec->n_ids, H] from clef_thinker_forward
  *   logits: out [clef_record_total_options(rec)] in question order, then each

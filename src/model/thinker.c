@@ -123,8 +123,35 @@ static int upload_inputs(clef_model *m, thinker_ws *t, const int32_t *ids, size_
     return rc;
 }
 
-static int run_layers(clef_model *m, thinker_ws *t, size_t n, const size_t *seg, size_t n_seg, float *hidden,
-                      float *layer_hidden, clef_err *err) {
+/* Media rows: replace (add = 0) or add to (add = 1) rows of h from `src`
+ * [n_rows, H], one download/upload per run of consecutive rows (the op table
+ * has no scatter; media rows come in long runs). */
+static int media_rows(clef_model *m, float *h, const size_t *rows, size_t n_rows, const float *src, int add,
+                      clef_err *err) {
+    clef_backend *be = m->be;
+    const size_t H = (size_t)m->cfg->text.hidden_size;
+    float *tmp = add ? clef_xmalloc((n_rows ? n_rows : 1) * H * sizeof *tmp) : NULL;
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < n_rows;) {
+        size_t j = i + 1;
+        while (j < n_rows && rows[j] == rows[j - 1] + 1) j++;
+        size_t bytes = (j - i) * H * sizeof(float);
+        float *dst = h + rows[i] * H;
+        if (add) {
+            rc = be->ops->download(be, tmp, dst, bytes, err);
+            for (size_t q = 0; rc == 0 && q < (j - i) * H; q++) tmp[q] += src[i * H + q];
+            if (rc == 0) rc = be->ops->upload(be, dst, tmp, bytes, err);
+        } else {
+            rc = be->ops->upload(be, dst, src + i * H, bytes, err);
+        }
+        i = j;
+    }
+    free(tmp);
+    return rc;
+}
+
+static int run_layers(clef_model *m, thinker_ws *t, size_t n, const size_t *seg, size_t n_seg,
+                      const clef_thinker_media *media, float *hidden, float *layer_hidden, clef_err *err) {
     clef_backend *be = m->be;
     const clef_text_config *c = &m->cfg->text;
     const size_t H = (size_t)c->hidden_size, bytes = n * H * sizeof(float);
@@ -140,10 +167,15 @@ static int run_layers(clef_model *m, thinker_ws *t, size_t n, const size_t *seg,
                          .section = {c->mrope_section[0], c->mrope_section[1], c->mrope_section[2]},
                          .inv_freq = m->inv_freq};
     int rc = be->ops->gather(be, &m->embed, t->ids, (int64_t)n, t->h, err);
+    if (rc == 0 && media) rc = media_rows(m, t->h, media->rows, media->n_rows, media->embeds, 0, err);
     if (rc == 0 && layer_hidden) rc = be->ops->download(be, layer_hidden, t->h, bytes, err);
     for (int64_t l = 0; rc == 0 && l < nl; l++) {
         rc = attention_block(m, &m->layers[l], t, n, &ad, &rd, err);
         if (rc == 0) rc = mlp_block(m, &m->layers[l], t, n, err);
+        /* deepstack: visual features added after the first decoder layers */
+        if (rc == 0 && media && (size_t)l < media->n_deepstack)
+            rc = media_rows(m, t->h, media->ds_rows, media->n_ds_rows,
+                            media->deepstack + (size_t)l * media->n_ds_rows * H, 1, err);
         if (rc == 0 && layer_hidden && l + 1 < nl)
             rc = be->ops->download(be, layer_hidden + (size_t)(l + 1) * n * H, t->h, bytes, err);
     }
@@ -154,9 +186,27 @@ static int run_layers(clef_model *m, thinker_ws *t, size_t n, const size_t *seg,
     return rc;
 }
 
+/* Media rows must lie inside the sequence, ascending. */
+static int check_media(const clef_thinker_media *md, size_t n, clef_err *err) {
+    if (!md) return 0;
+    for (size_t i = 0; i < md->n_rows; i++)
+        if (md->rows[i] >= n || (i && md->rows[i] <= md->rows[i - 1]))
+            return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "thinker: media row %zu is out of order or range", i);
+    for (size_t i = 0; i < md->n_ds_rows; i++)
+        if (md->ds_rows[i] >= n || (i && md->ds_rows[i] <= md->ds_rows[i - 1]))
+            return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "thinker: deepstack row %zu is out of order or range", i);
+    return 0;
+}
+
 int clef_thinker_forward_batch(clef_model *m, const int32_t *ids, size_t n, const size_t *seg, size_t n_seg,
                                const int32_t *positions, float *hidden, float *layer_hidden, clef_err *err) {
-    if (check_inputs(m, ids, n, seg, n_seg, err) != 0) return -1;
+    return clef_thinker_forward_media(m, ids, n, seg, n_seg, positions, NULL, hidden, layer_hidden, err);
+}
+
+int clef_thinker_forward_media(clef_model *m, const int32_t *ids, size_t n, const size_t *seg, size_t n_seg,
+                               const int32_t *positions, const clef_thinker_media *media, float *hidden,
+                               float *layer_hidden, clef_err *err) {
+    if (check_inputs(m, ids, n, seg, n_seg, err) != 0 || check_media(media, n, err) != 0) return -1;
     model_ws w = {0};
     thinker_ws t;
     ws_layout(&m->cfg->text, n, &w, &t);
@@ -167,7 +217,7 @@ int clef_thinker_forward_batch(clef_model *m, const int32_t *ids, size_t n, cons
     w.used = 0;
     ws_layout(&m->cfg->text, n, &w, &t);
     int rc = upload_inputs(m, &t, ids, n, seg, n_seg, positions, err);
-    if (rc == 0) rc = run_layers(m, &t, n, seg, n_seg, hidden, layer_hidden, err);
+    if (rc == 0) rc = run_layers(m, &t, n, seg, n_seg, media, hidden, layer_hidden, err);
     m->be->ops->free(m->be, w.base);
     return rc;
 }

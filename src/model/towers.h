@@ -16,6 +16,7 @@
 #include "backend/backend.h"
 #include "io/checkpoint.h"
 #include "media/media.h"
+#include "model/model.h"
 #include "util/err.h"
 
 /* thinker_config.vision_config */
@@ -63,5 +64,26 @@ int clef_vision_forward(clef_towers *t, const float *pixels, size_t rows, const 
  * Returns 0 or -1 + err. */
 int clef_audio_forward(clef_towers *t, const float *features, size_t n_clips, size_t n_frames,
                        const int32_t *feature_lens, float *out, clef_err *err);
+
+/* The thinker's media rows of one record (model.h clef_thinker_media),
+ * owning its arrays; `view` points into them. */
+typedef struct clef_media_embeds {
+    clef_thinker_media view;
+    size_t *rows, *ds_rows;
+    float *embeds, *deepstack;
+} clef_media_embeds;
+
+/* Run the towers on a record's preprocessed media (clef_media_preprocess
+ * done) and lay their rows out by pad token: scanning ids[0..n), the k-th
+ * image/video/audio pad takes the k-th row of the image call / video call /
+ * audio call (SPEC §9 "Into the thinker"); deepstack rows go to the image
+ * and video pads.  Row indices are offset by `row0` (the record's first row
+ * in a packed forward).  pad ids: thinker_config image/video/audio_token_id.
+ * Errors: 500 when the pads do not match the tower rows or a tower's output
+ * width differs from the thinker's hidden size `H`; the towers' own errors. */
+int clef_towers_embed(clef_towers *t, const clef_media *m, const int32_t *ids, size_t n, size_t row0,
+                      int32_t image_pad, int32_t video_pad, int32_t audio_pad, int64_t H, clef_media_embeds *out,
+                      clef_err *err);
+void clef_media_embeds_free(clef_media_embeds *e);
 
 #endif

@@ -11,9 +11,13 @@
 #include <zlib.h>
 
 #include "backend/cpu/cpu.h"
+#include "decision/encode.h"
+#include "decision/request.h"
 #include "io/checkpoint.h"
 #include "media/media.h"
+#include "model/model.h"
 #include "model/towers.h"
+#include "text/tokenizer.h"
 
 static json_value **cases;
 static size_t n_cases;
@@ -213,10 +217,80 @@ static void test_audio_tower(void **state) {
     assert_int_equal(calls, 7);
 }
 
+/* The whole multimodal record through the CPU model: request -> record
+ * (ids, positions) -> media tensors -> towers -> thinker with media rows and
+ * deepstack -> head.  Logits within 1e-4 of the reference (SPEC §11 rules
+ * 4 and 8). */
+static void test_logits(void **state) {
+    (void)state;
+    clef_err err;
+    clef_err_clear(&err);
+    char *p = tu_fixture("tiny-clef-omni/tokenizer.json");
+    clef_tokenizer *tok = clef_tokenizer_load(p, &err);
+    free(p);
+    assert_non_null(tok);
+    clef_model *model = clef_model_create(&ck, 2, &err);
+    if (!model) fail_msg("model: %s", err.message);
+    clef_towers *mt = clef_towers_create(&ck, clef_model_backend(model), &err);
+    assert_non_null(mt);
+    const clef_config *cfg = clef_model_config(model);
+    double worst = 0;
+    size_t n_logits = 0;
+    for (size_t ci = 0; ci < n_cases; ci++) {
+        const json_value *c = cases[ci];
+        clef_buf body = {0};
+        json_render_opts(json_get(c, "request"), 0, &body);
+        clef_request req;
+        clef_record rec;
+        if (clef_request_parse(body.data, body.len, NULL, &req, &err) ||
+            clef_encode_record(tok, &req, CLEF_DEFAULT_MAX_LENGTH, 1, &rec, &err) ||
+            clef_media_preprocess(&req.media, &err))
+            fail_msg("%s: %s", case_name(c), err.message);
+        clef_media_embeds me;
+        if (clef_towers_embed(mt, &req.media, rec.input_ids, rec.n_ids, 0, (int32_t)cfg->image_token_id,
+                              (int32_t)cfg->video_token_id, (int32_t)cfg->audio_token_id, cfg->text.hidden_size, &me,
+                              &err))
+            fail_msg("%s: embed: %s", case_name(c), err.message);
+        float *hidden = malloc(sizeof(float) * rec.n_ids * (size_t)cfg->text.hidden_size);
+        size_t seg[2] = {0, rec.n_ids};
+        if (clef_thinker_forward_media(model, rec.input_ids, rec.n_ids, seg, 1, rec.positions, &me.view, hidden, NULL,
+                                       &err))
+            fail_msg("%s: thinker: %s", case_name(c), err.message);
+        size_t n_opt = clef_record_total_options(&rec);
+        float *logits = malloc(sizeof(float) * (n_opt + 1));
+        if (clef_head_forward(model, hidden, &rec, logits, &err)) fail_msg("%s: head: %s", case_name(c), err.message);
+        const json_value *qs = json_get(c, "questions");
+        size_t at = 0;
+        for (size_t q = 0; q < qs->n; q++) {
+            const json_value *gl = json_get(qs->items[q], "logits");
+            for (size_t j = 0; j < gl->n; j++, at++) {
+                double d = fabs(tu_num_at(gl, j) - logits[at]);
+                if (d > worst) worst = d;
+                if (!(d <= 1e-4))
+                    fail_msg("%s: question %zu option %zu logit %.7g, golden %.7g", case_name(c), q, j, logits[at],
+                             tu_num_at(gl, j));
+            }
+        }
+        assert_int_equal(at, n_opt);
+        n_logits += n_opt;
+        free(logits);
+        free(hidden);
+        clef_media_embeds_free(&me);
+        clef_record_free(&rec);
+        clef_request_free(&req);
+        clef_buf_free(&body);
+    }
+    print_message("multimodal logits: %zu options in 12 cases, max |diff| %.3g\n", n_logits, worst);
+    clef_towers_free(mt);
+    clef_model_free(model);
+    clef_tokenizer_free(tok);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_vision_tower),
         cmocka_unit_test(test_audio_tower),
+        cmocka_unit_test(test_logits),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
