@@ -120,7 +120,7 @@ int cpu_matmul(clef_backend *be, const float *x, int64_t T, const clef_weight *w
 int cpu_gather(clef_backend *be, const clef_weight *table, const int32_t *ids, int64_t n, float *out,
                clef_err *err) {
     cpu_ctx *c = cpu_of(be);
-    if (!cpu_weight_dtype_ok(table->dtype))
+    if (table->quant.type == CLEF_QT_NONE && !cpu_weight_dtype_ok(table->dtype))
         return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CPU gather: dtype %s is not supported",
                          clef_dtype_name(table->dtype));
     for (int64_t i = 0; i < n; i++)
