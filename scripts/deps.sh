@@ -3,7 +3,7 @@
 #   scripts/deps.sh          install what is missing (as root), or print the apt command
 #   scripts/deps.sh --check  exit 0 if everything is installed, 1 otherwise (prints what is missing)
 set -eu
-PKGS="build-essential cmake pkg-config libpcre2-dev libutf8proc-dev libopenblas-dev libssl-dev libcmocka-dev libmicrohttpd-dev libcurl4-openssl-dev clang
+PKGS="build-essential cmake pkg-config libpcre2-dev libutf8proc-dev libopenblas-dev libssl-dev libcmocka-dev libmicrohttpd-dev libcurl4-openssl-dev clang libclang-rt-14-dev
       libjpeg62-turbo-dev libpng-dev libwebp-dev libavformat-dev libavcodec-dev libswresample-dev libswscale-dev
       libavutil-dev libfftw3-dev zlib1g-dev"
 
