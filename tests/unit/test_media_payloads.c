@@ -11,6 +11,9 @@
 #include <string.h>
 #include <zlib.h>
 
+#include <libavcodec/avcodec.h>
+#include <libavformat/avformat.h>
+#include <libavutil/imgutils.h>
 #include <openssl/evp.h>
 #include <webp/encode.h>
 
@@ -402,6 +405,115 @@ static void test_webp_and_sniffing(void **state) {
     WebPFree(enc);
 }
 
+/* ---- synthetic videos (FFmpeg encoders, in memory) ------------------------ */
+
+/* An FFV1/yuv420p Matroska video of `n` solid frames of colour (r, g, b), w x h,
+ * `fps` frames per second.  Returns the bytes (caller frees) and their size. */
+static uint8_t *make_video(int w, int h, int n, int fps, uint8_t r, uint8_t g, uint8_t b, size_t *size) {
+    AVFormatContext *fmt = NULL;
+    assert_true(avformat_alloc_output_context2(&fmt, NULL, "matroska", NULL) >= 0);
+    const AVCodec *codec = avcodec_find_encoder(AV_CODEC_ID_FFV1);
+    assert_non_null(codec);
+    AVStream *st = avformat_new_stream(fmt, NULL);
+    AVCodecContext *enc = avcodec_alloc_context3(codec);
+    enc->width = w, enc->height = h, enc->pix_fmt = AV_PIX_FMT_YUV420P;
+    enc->time_base = (AVRational){1, fps};
+    enc->framerate = (AVRational){fps, 1};
+    enc->thread_count = 1;
+    assert_true(avcodec_open2(enc, codec, NULL) >= 0);
+    assert_true(avcodec_parameters_from_context(st->codecpar, enc) >= 0);
+    st->time_base = enc->time_base;
+    assert_true(avio_open_dyn_buf(&fmt->pb) >= 0);
+    assert_true(avformat_write_header(fmt, NULL) >= 0);
+    AVFrame *f = av_frame_alloc();
+    f->width = w, f->height = h, f->format = AV_PIX_FMT_YUV420P;
+    assert_true(av_frame_get_buffer(f, 0) >= 0);
+    /* BT.601 limited range, the swscale default for YUV input */
+    int Y = (int)(16 + (65.481 * r + 128.553 * g + 24.966 * b) / 255 + 0.5);
+    int U = (int)(128 + (-37.797 * r - 74.203 * g + 112.0 * b) / 255 + 0.5);
+    int V = (int)(128 + (112.0 * r - 93.786 * g - 18.214 * b) / 255 + 0.5);
+    AVPacket *pkt = av_packet_alloc();
+    for (int i = 0; i <= n; i++) {
+        AVFrame *in = NULL;
+        if (i < n) {
+            assert_true(av_frame_make_writable(f) >= 0);
+            for (int y = 0; y < h; y++) memset(f->data[0] + y * f->linesize[0], Y, (size_t)w);
+            for (int y = 0; y < h / 2; y++) {
+                memset(f->data[1] + y * f->linesize[1], U, (size_t)w / 2);
+                memset(f->data[2] + y * f->linesize[2], V, (size_t)w / 2);
+            }
+            f->pts = i;
+            in = f;
+        }
+        assert_true(avcodec_send_frame(enc, in) >= 0);
+        while (avcodec_receive_packet(enc, pkt) == 0) {
+            av_packet_rescale_ts(pkt, enc->time_base, st->time_base);
+            pkt->stream_index = st->index;
+            assert_true(av_interleaved_write_frame(fmt, pkt) >= 0);
+        }
+    }
+    assert_true(av_write_trailer(fmt) >= 0);
+    uint8_t *buf;
+    int len = avio_close_dyn_buf(fmt->pb, &buf);
+    fmt->pb = NULL;
+    uint8_t *out = malloc((size_t)len);
+    memcpy(out, buf, (size_t)len);
+    av_free(buf);
+    *size = (size_t)len;
+    av_packet_free(&pkt);
+    av_frame_free(&f);
+    avcodec_free_context(&enc);
+    avformat_free_context(fmt);
+    return out;
+}
+
+static void decode_video_ok(const uint8_t *v, size_t n, clef_media *m) {
+    char *url = data_url("video/x-matroska", v, n);
+    clef_media_item it = {url, strlen(url)};
+    clef_media_source src = {0};
+    src.videos = &it, src.n_videos = 1;
+    clef_err err;
+    clef_err_clear(&err);
+    if (clef_media_decode(&src, NULL, m, &err)) fail_msg("video: %s", err.message);
+    free(url);
+}
+
+/* A YUV video above 262,144 px: frames converted to rgb24 and scaled down to
+ * even sides before the processor (SPEC §9 "Conversion and downscale"); 2 fps
+ * by timestamp; an odd count padded with the last frame. */
+static void test_video_downscale_and_sampling(void **state) {
+    (void)state;
+    size_t n;
+    uint8_t *v = make_video(640, 480, 5, 4, 200, 30, 60, &n); /* t = 0, .25, .5, .75, 1: keep 0, .5, 1 */
+    clef_media m;
+    decode_video_ok(v, n, &m);
+    assert_int_equal(m.video_frames[0], 4); /* 3 kept + the last repeated */
+    assert_int_equal(m.frames[0][0].w, 592); /* round(640*0.9238/2)*2 */
+    assert_int_equal(m.frames[0][0].h, 444);
+    assert_memory_equal(m.frames[0][2].data, m.frames[0][3].data, 592 * 444 * 3);
+    /* colour survives the YUV round trip */
+    const uint8_t *px = m.frames[0][0].data + (100 * 592 + 100) * 3;
+    assert_true(abs(px[0] - 200) <= 3 && abs(px[1] - 30) <= 3 && abs(px[2] - 60) <= 3);
+    /* smart_resize(444, 592) with the video bounds: 448 x 576 (18.5 rounds to 18) */
+    assert_int_equal(m.video_grids[0].t, 2);
+    assert_int_equal(m.video_grids[0].h, 28);
+    assert_int_equal(m.video_grids[0].w, 36);
+    assert_int_equal(m.use_audio_in_video, 0);
+    clef_err err;
+    assert_int_equal(clef_media_preprocess(&m, &err), 0);
+    assert_int_equal(m.video_rows, 2 * 28 * 36);
+    clef_media_free(&m);
+    free(v);
+
+    /* 3 fps: t = 0, 1/3, 2/3, 1, 4/3 -> keep 0, 2/3, 1 (1 + 1e-6 >= 1) */
+    v = make_video(128, 96, 5, 3, 10, 20, 30, &n);
+    decode_video_ok(v, n, &m);
+    assert_int_equal(m.video_frames[0], 4);
+    assert_int_equal(m.frames[0][0].w, 128);
+    clef_media_free(&m);
+    free(v);
+}
+
 /* ---- formulas ------------------------------------------------------------ */
 
 static void test_formulas(void **state) {
@@ -477,6 +589,7 @@ int main(void) {
         cmocka_unit_test(test_bad_payloads),    cmocka_unit_test(test_limits),
         cmocka_unit_test(test_png_conversions), cmocka_unit_test(test_webp_and_sniffing),
         cmocka_unit_test(test_formulas),        cmocka_unit_test(test_resampler),
+        cmocka_unit_test(test_video_downscale_and_sampling),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
