@@ -527,6 +527,7 @@ static float global_for(conv *cv, const expert_mat *m, float amax_self) {
         if (o) {
             cv->fb = grow(cv->fb, &cv->fb_n, o->t->numel * sizeof(float));
             clef_to_f32(o->t->dtype, o->t->data, cv->fb, o->t->numel);
+            release_pages(o->t->data, o->t->nbytes); /* re-touched source pages must not pile up */
             float a2 = clef_amax(cv->fb, o->t->numel);
             if (a2 > amax) amax = a2;
         }
