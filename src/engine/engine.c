@@ -7,7 +7,9 @@
 #include <string.h>
 
 #include "decision/answer.h"
+#include "media/prompt.h"
 #include "model/model.h"
+#include "model/towers.h"
 #include "text/tokenizer.h"
 #include "util/timer.h"
 
@@ -20,6 +22,8 @@ struct clef_engine {
     clef_limits limits;
     double load_seconds;
     pthread_mutex_t forward_lock; /* the model's workspace is single-user */
+    clef_towers *towers;          /* vision + audio towers; NULL when they cannot be bound */
+    char towers_why[CLEF_ERR_MESSAGE_MAX]; /* why not (reported to media requests) */
 };
 
 static void progress(const clef_engine_options *opt, const char *what, double t0) {
@@ -53,6 +57,15 @@ clef_engine *clef_engine_open(const clef_engine_options *opt, clef_err *err) {
     e->model = clef_model_create(&e->ck, opt->n_threads, err);
     if (!e->model) goto fail;
     progress(opt, "model bound", t0);
+    /* Media towers on the model's backend.  A checkpoint without them still
+     * answers text requests; media requests are then refused with the reason. */
+    clef_err terr;
+    clef_err_clear(&terr);
+    e->towers = clef_towers_create(&e->ck, clef_model_backend(e->model), &terr);
+    if (e->towers)
+        progress(opt, "media towers bound", t0);
+    else
+        snprintf(e->towers_why, sizeof e->towers_why, "%s", terr.message);
     e->load_seconds = clef_now() - t0;
     return e;
 fail:
@@ -66,6 +79,7 @@ fail_ck:
 
 void clef_engine_close(clef_engine *e) {
     if (!e) return;
+    clef_towers_free(e->towers);
     clef_model_free(e->model);
     clef_tokenizer_free(e->tok);
     clef_checkpoint_close(&e->ck);
@@ -75,6 +89,21 @@ void clef_engine_close(clef_engine *e) {
 
 int clef_engine_parse(const clef_engine *e, const char *body, size_t len, clef_request *req, clef_err *err) {
     return clef_request_parse(body, len, &e->limits, req, err);
+}
+
+/* 422 when the request's media need a tower this engine does not have. */
+static int check_towers(const clef_engine *e, const clef_media *m, clef_err *err) {
+    const char *field = m->n_images ? "images" : m->n_audio ? "audio" : "videos";
+    if (!e->towers)
+        return clef_fail(err, 422, CLEF_E_REQUEST, field, "%s: media inputs are not available with this checkpoint (%s)",
+                         field, e->towers_why);
+    if ((m->n_images || m->n_videos) && !clef_towers_vision_config(e->towers))
+        return clef_fail(err, 422, CLEF_E_REQUEST, m->n_images ? "images" : "videos",
+                         "%s: this checkpoint has no vision tower", m->n_images ? "images" : "videos");
+    if (m->n_clips && !clef_towers_audio_config(e->towers))
+        return clef_fail(err, 422, CLEF_E_REQUEST, m->n_audio ? "audio" : "videos",
+                         "%s: this checkpoint has no audio tower", m->n_audio ? "audio" : "videos");
+    return 0;
 }
 
 int clef_engine_encode(const clef_engine *e, clef_request *req, const clef_decide_params *params, clef_job *job,
@@ -92,13 +121,11 @@ int clef_engine_encode(const clef_engine *e, clef_request *req, const clef_decid
         clef_job_free(job);
         return -1;
     }
-    if (job->rec.media_len) {
-        /* Media are decoded, placed and positioned (media/, decision/encode) but
-         * the thinker does not run the vision/audio towers yet: refuse rather
-         * than answer from the bare pad-token embeddings. */
-        const char *field = job->req.media.n_images ? "images" : job->req.media.n_audio ? "audio" : "videos";
+    /* Media: the towers must exist for them; the processor tensors are built
+     * here, on the caller's thread, so the engine thread only runs models. */
+    if (job->rec.media_len && (check_towers(e, &job->req.media, err) || clef_media_preprocess(&job->req.media, err))) {
         clef_job_free(job);
-        return clef_fail(err, 422, CLEF_E_REQUEST, field, "%s: media inputs are not supported by this build", field);
+        return -1;
     }
     job->logits = clef_xmalloc((clef_record_total_options(&job->rec) + 1) * sizeof *job->logits);
     return 0;
@@ -121,8 +148,29 @@ static float *alloc_hidden(const clef_engine *e, size_t n_tokens, clef_err *err)
     return hidden;
 }
 
+/* A record with media: towers, then the thinker with the media rows and the
+ * record's 3-D positions (SPEC §9), then the head. */
+static int run_media(clef_engine *e, clef_job *job, clef_err *err) {
+    clef_media_tokens t;
+    clef_media_embeds me;
+    if (clef_media_tokens_resolve(e->tok, &t, err) ||
+        clef_towers_embed(e->towers, &job->req.media, job->rec.input_ids, job->rec.n_ids, 0, t.image_pad, t.video_pad,
+                          t.audio_pad, e->ck.config.text.hidden_size, &me, err))
+        return -1;
+    float *hidden = alloc_hidden(e, job->rec.n_ids, err);
+    size_t seg[2] = {0, job->rec.n_ids};
+    int rc = hidden ? clef_thinker_forward_media(e->model, job->rec.input_ids, job->rec.n_ids, seg, 1,
+                                                 job->rec.positions, &me.view, hidden, NULL, err)
+                    : -1;
+    if (rc == 0) rc = run_head(e, hidden, job, err);
+    free(hidden);
+    clef_media_embeds_free(&me);
+    return rc;
+}
+
 /* One record alone: thinker over its ids, then the head. */
 static int run_alone(clef_engine *e, clef_job *job, clef_err *err) {
+    if (job->rec.media_len) return run_media(e, job, err);
     float *hidden = alloc_hidden(e, job->rec.n_ids, err);
     if (!hidden) return -1;
     int rc = clef_thinker_forward(e->model, job->rec.input_ids, job->rec.n_ids, hidden, NULL, err);
@@ -161,11 +209,28 @@ int clef_engine_run(clef_engine *e, clef_job *const *jobs, size_t n_jobs, clef_e
     pthread_mutex_lock(&e->forward_lock);
     clef_err batch_err;
     clef_err_clear(&batch_err);
-    if (n_jobs == 1 || run_packed(e, jobs, n_jobs, errs, &batch_err) != 0) {
+    /* Records with media run alone (their tower rows and positions are their
+     * own); the text records are packed. */
+    clef_job **text = clef_xmalloc((n_jobs + 1) * sizeof *text);
+    clef_err *text_errs = clef_xcalloc(n_jobs + 1, sizeof *text_errs);
+    size_t *where = clef_xmalloc((n_jobs + 1) * sizeof *where), n_text = 0;
+    for (size_t i = 0; i < n_jobs; i++) {
+        if (jobs[i]->rec.media_len) {
+            run_media(e, jobs[i], &errs[i]);
+        } else {
+            where[n_text] = i;
+            text[n_text++] = jobs[i];
+        }
+    }
+    if (n_text == 1 || (n_text > 1 && run_packed(e, text, n_text, text_errs, &batch_err) != 0)) {
         /* Alone, or the packed forward failed as a whole: give every record
          * its own chance so one oversized record cannot fail its batch. */
-        for (size_t i = 0; i < n_jobs; i++) run_alone(e, jobs[i], &errs[i]);
+        for (size_t i = 0; i < n_text; i++) run_alone(e, text[i], &text_errs[i]);
     }
+    for (size_t i = 0; i < n_text; i++) errs[where[i]] = text_errs[i];
+    free(text);
+    free(text_errs);
+    free(where);
     pthread_mutex_unlock(&e->forward_lock);
     int rc = 0;
     for (size_t i = 0; i < n_jobs; i++)

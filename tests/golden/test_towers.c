@@ -13,6 +13,7 @@
 #include "backend/cpu/cpu.h"
 #include "decision/encode.h"
 #include "decision/request.h"
+#include "engine/engine.h"
 #include "io/checkpoint.h"
 #include "media/media.h"
 #include "model/model.h"
@@ -286,11 +287,46 @@ static void test_logits(void **state) {
     clef_tokenizer_free(tok);
 }
 
+/* The same requests through the engine (parse, encode, towers, thinker,
+ * head, render): every response equals the reference's. */
+static void test_engine_responses(void **state) {
+    (void)state;
+    clef_err err;
+    clef_err_clear(&err);
+    char *dir = tu_fixture("tiny-clef-omni");
+    clef_engine_options opt = {0};
+    opt.model_dir = dir;
+    opt.n_threads = 2;
+    opt.truncate_state = 1;
+    clef_engine *e = clef_engine_open(&opt, &err);
+    if (!e) fail_msg("engine: %s", err.message);
+    for (size_t ci = 0; ci < n_cases; ci++) {
+        const json_value *c = cases[ci];
+        clef_buf body = {0}, out = {0}, want = {0}, got = {0};
+        json_render_opts(json_get(c, "request"), 0, &body);
+        if (clef_engine_decide(e, body.data, body.len, NULL, &out, &err))
+            fail_msg("%s: decide: %s", case_name(c), err.message);
+        json_value *resp = json_parse(out.data, out.len, &err);
+        assert_non_null(resp);
+        json_render_opts(resp, 1, &got);
+        json_render_opts(json_get(c, "response"), 1, &want);
+        if (strcmp(got.data, want.data)) fail_msg("%s: response %s, reference %s", case_name(c), got.data, want.data);
+        json_free(resp);
+        clef_buf_free(&body);
+        clef_buf_free(&out);
+        clef_buf_free(&want);
+        clef_buf_free(&got);
+    }
+    clef_engine_close(e);
+    free(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_vision_tower),
         cmocka_unit_test(test_audio_tower),
         cmocka_unit_test(test_logits),
+        cmocka_unit_test(test_engine_responses),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
