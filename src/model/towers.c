@@ -96,6 +96,8 @@ static int audio_config(const json_value *ac, clef_audio_config *c, clef_err *er
 }
 
 static int load_configs(clef_towers *t, clef_err *err) {
+    if (!t->ck->dir) /* an in-memory (synthetic) checkpoint has no config.json to read */
+        return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "the checkpoint has no directory to read the tower configs from");
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", t->ck->dir);
     FILE *f = fopen(path, "rb");
