@@ -362,6 +362,45 @@ static void test_attention_cross(void **state) {
     be->ops->destroy(be);
 }
 
+/* A NaN (or Inf) in one query or key must poison the attention output of
+ * its head instead of being laundered into a finite softmax weight: a NaN
+ * weight in q_proj/k_proj otherwise gives a confident but wrong answer that
+ * the head's no-NaN check cannot see. */
+static void test_attention_nan_propagates(void **state) {
+    clef_backend *be = cpu();
+    clef_err err;
+    const int64_t nh = 2, nkv = 1, D = 16, T = 20, qw = nh * D, kw = nkv * D;
+    int64_t off[2] = {0, T};
+    clef_attn_desc a = {.n_seg = 1, .q_off = off, .kv_off = off, .n_q_heads = nh, .n_kv_heads = nkv,
+                        .head_dim = D, .q_stride = qw, .k_stride = kw, .v_stride = kw, .o_stride = qw,
+                        .scale = 0.25f, .causal = 1};
+    float *o = malloc((size_t)(T * qw) * sizeof *o);
+    for (int which = 0; which < 3; which++) {
+        float *q = rand_vec((size_t)(T * qw), 2.0f), *k = rand_vec((size_t)(T * kw), 2.0f),
+              *v = rand_vec((size_t)(T * kw), 1.0f);
+        if (which == 0) q[7 * qw + 3] = NAN;      /* query row 7, head 0 */
+        if (which == 1) k[7 * kw + 3] = NAN;      /* key 7: every query from row 7 on */
+        if (which == 2) q[7 * qw + 3] = INFINITY; /* Inf * k gives +-Inf scores, Inf - Inf = NaN */
+        ok(be->ops->attention(be, q, k, v, o, &a, &err), &err);
+        for (int64_t t = 0; t < T; t++) {
+            int poisoned = which == 1 ? t >= 7 : t == 7;
+            for (int64_t d = 0; d < D; d++) {
+                if (poisoned && !isnan(o[t * qw + d]))
+                    fail_msg("case %d: row %lld head 0 dim %lld = %g, want NaN", which, (long long)t, (long long)d,
+                             o[t * qw + d]);
+                if (!poisoned && !isfinite(o[t * qw + d])) fail_msg("case %d: row %lld not finite", which, (long long)t);
+            }
+            /* head 1 reads q head 1 (finite) and the shared kv head: poisoned only by k */
+            int p1 = which == 1 && t >= 7;
+            for (int64_t d = 0; d < D; d++)
+                if (p1 != !!isnan(o[t * qw + D + d])) fail_msg("case %d: head 1 row %lld", which, (long long)t);
+        }
+        free(q), free(k), free(v);
+    }
+    free(o);
+    be->ops->destroy(be);
+}
+
 static void test_router(void **state) {
     clef_backend *be = cpu();
     clef_err err;
@@ -471,7 +510,9 @@ static void test_exp8(void **state) {
     cpu_exp8(e);
     assert_true(e[0] == 1.0f);
     assert_true(fabs(e[1] - exp(-1.0)) < 1e-7);
-    assert_true(e[4] >= 0.0f && e[4] < 2e-38f && e[5] < 2e-38f && e[6] < 2e-38f); /* clamped, finite */
+    assert_true(e[4] >= 0.0f && e[4] < 2e-38f && e[5] >= 0.0f && e[5] < 2e-38f); /* clamped, finite */
+    assert_true(isnan(e[6])); /* a NaN score stays NaN: never laundered into a finite weight */
+    assert_true(e[7] > 0.0f && fabs(e[7] - exp(-20.0)) < 1e-15); /* its neighbour lane is untouched */
     printf("  exp8                   max rel err %.3g (%.2f ulp)\n", worst, worst / 5.96e-8);
     assert_true(worst < 2.5e-7);
 }
@@ -484,6 +525,7 @@ int main(void) {
         cmocka_unit_test(test_rope),         cmocka_unit_test(test_attention_causal_gqa),
         cmocka_unit_test(test_attention_cross), cmocka_unit_test(test_router),
         cmocka_unit_test(test_moe),          cmocka_unit_test(test_exp8),
+        cmocka_unit_test(test_attention_nan_propagates),
     };
     if (getenv("CPU_OPS_FILTER")) cmocka_set_test_filter(getenv("CPU_OPS_FILTER")); /* one test by name */
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -61,13 +61,17 @@ static float row_max(const float *x, int64_t n) {
  * polynomial, ~1 ulp), written with constant trip counts so it vectorises at
  * -O2.  Attention of a small head_dim is bound by exp, and glibc's expf is a
  * call per key.  Each lane's arithmetic is independent of the others, so a
- * value never depends on its neighbours. */
+ * value never depends on its neighbours.  A NaN lane stays NaN (as expf
+ * keeps it): a NaN score comes from a NaN/Inf weight or activation, and it
+ * must reach the head's no-NaN check instead of becoming a finite e^-87. */
 void cpu_exp8(float *v) {
     for (int u = 0; u < 8; u++) {
         /* x = max(v, -87) as a bit select: a ternary is a branch here and
-         * would stop the vectoriser (it keeps NaN semantics) */
+         * would stop the vectoriser; NaN is clamped too (for the int cast)
+         * and put back at the end */
         const float lo = -87.0f;
-        float x = v[u];
+        const float x0 = v[u];
+        float x = x0;
         int32_t xb, lb, m = -(int32_t)!(x >= lo); /* NaN too: never an out-of-range int cast */
         memcpy(&xb, &x, sizeof xb);
         memcpy(&lb, &lo, sizeof lb);
@@ -91,7 +95,13 @@ void cpu_exp8(float *v) {
         int32_t bits = (n + 127) << 23;
         float scale;
         memcpy(&scale, &bits, sizeof scale);
-        v[u] = y * scale;
+        /* result = isnan(x0) ? x0 : y * scale, as a bit select again */
+        float r = y * scale;
+        int32_t rb, nb, nan_m = -(int32_t)(x0 != x0);
+        memcpy(&rb, &r, sizeof rb);
+        memcpy(&nb, &x0, sizeof nb);
+        rb = (rb & ~nan_m) | (nb & nan_m);
+        memcpy(&v[u], &rb, sizeof rb);
     }
 }
 
