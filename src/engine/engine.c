@@ -53,6 +53,14 @@ clef_engine *clef_engine_open(const clef_engine_options *opt, clef_err *err) {
     snprintf(path, sizeof path, "%s/tokenizer.json", opt->model_dir);
     e->tok = clef_tokenizer_load(path, err);
     if (!e->tok) goto fail;
+    /* A tokenizer that can emit ids past the embedding rows is a broken
+     * checkpoint: refuse it here, rather than fail every request with an
+     * error that blames the client's input. */
+    if (clef_tokenizer_size(e->tok) > (size_t)e->ck.config.text.vocab_size) {
+        clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "%s: token ids reach %zu, past the model's vocab_size %lld", path,
+                  clef_tokenizer_size(e->tok) - 1, (long long)e->ck.config.text.vocab_size);
+        goto fail;
+    }
     progress(opt, "tokenizer loaded", t0);
     e->model = clef_model_create(&e->ck, opt->n_threads, err);
     if (!e->model) goto fail;

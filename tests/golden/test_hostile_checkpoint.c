@@ -135,9 +135,39 @@ static void test_nonfinite_weights_refused(void **state) {
     }
 }
 
+static void test_tokenizer_past_vocab_is_load_error(void **state) {
+    char copy[4096];
+    char *dir = make_dir("tokenizer.json", copy, sizeof copy);
+    size_t len;
+    char *text = tu_read_file(copy, &len);
+    char *at = strstr(text, "\"id\": 151644,"); /* <|im_start|>, first token of every record */
+    assert_non_null(at);
+    memcpy(at, "\"id\": 152100,", 13); /* same length; the embedding has 152064 rows */
+    FILE *f = fopen(copy, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(text, 1, len, f), len);
+    fclose(f);
+    free(text);
+    clef_engine_options opt = {.model_dir = dir, .truncate_state = 1, .n_threads = 1};
+    clef_err err;
+    clef_err_clear(&err);
+    clef_engine *e = clef_engine_open(&opt, &err);
+    if (e) {
+        clef_buf out = {0};
+        clef_engine_decide(e, REQUEST, sizeof REQUEST - 1, NULL, &out, &err);
+        clef_engine_close(e);
+        fail_msg("loaded; a request then gave %d %s", err.status, err.message);
+    }
+    assert_non_null(strstr(err.message, "tokenizer.json"));
+    assert_non_null(strstr(err.message, "152100"));
+    assert_non_null(strstr(err.message, "vocab_size 152064"));
+    remove_dir(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_nonfinite_weights_refused),
+        cmocka_unit_test(test_tokenizer_past_vocab_is_load_error),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
