@@ -401,6 +401,20 @@ static void test_attention_nan_propagates(void **state) {
     be->ops->destroy(be);
 }
 
+/* More threads than libgomp survives is refused at creation (it crashed in
+ * the first parallel region with --threads 100000). */
+static void test_thread_limit(void **state) {
+    clef_err err;
+    clef_err_clear(&err);
+    assert_null(clef_backend_cpu_create(100000, &err));
+    assert_int_equal(err.status, 500);
+    assert_non_null(strstr(err.message, "100000 threads"));
+    assert_null(clef_backend_cpu_create(CLEF_CPU_MAX_THREADS + 1, &err));
+    clef_backend *be = clef_backend_cpu_create(CLEF_CPU_MAX_THREADS, &err);
+    assert_non_null(be);
+    be->ops->destroy(be);
+}
+
 static void test_router(void **state) {
     clef_backend *be = cpu();
     clef_err err;
@@ -525,7 +539,7 @@ int main(void) {
         cmocka_unit_test(test_rope),         cmocka_unit_test(test_attention_causal_gqa),
         cmocka_unit_test(test_attention_cross), cmocka_unit_test(test_router),
         cmocka_unit_test(test_moe),          cmocka_unit_test(test_exp8),
-        cmocka_unit_test(test_attention_nan_propagates),
+        cmocka_unit_test(test_attention_nan_propagates), cmocka_unit_test(test_thread_limit),
     };
     if (getenv("CPU_OPS_FILTER")) cmocka_set_test_filter(getenv("CPU_OPS_FILTER")); /* one test by name */
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -7,11 +7,17 @@
 
 #include "backend/backend.h"
 
+/* Most OpenMP threads a CPU backend accepts.  libgomp crashes (SIGSEGV in
+ * GOMP_parallel) when a parallel region asks for tens of thousands. */
+#define CLEF_CPU_MAX_THREADS 1024
+
 /* A CPU backend using `n_threads` OpenMP threads (<= 0: all cores, or
  * OMP_NUM_THREADS when that is set).  Sets
  * OpenBLAS to one thread per call (the backend parallelises around it, which
  * keeps every product's reduction order fixed).  Release with
- * be->ops->destroy(be).  Returns NULL + err (500) on allocation failure. */
+ * be->ops->destroy(be).  Returns NULL + err (500) on allocation failure, or
+ * when more than CLEF_CPU_MAX_THREADS threads are asked for (directly or
+ * through OMP_NUM_THREADS). */
 clef_backend *clef_backend_cpu_create(int n_threads, clef_err *err);
 
 #endif

@@ -123,8 +123,14 @@ static const clef_backend_ops cpu_ops = {
 };
 
 clef_backend *clef_backend_cpu_create(int n_threads, clef_err *err) {
+    const int asked = n_threads;
     if (n_threads <= 0) n_threads = omp_get_max_threads(); /* OMP_NUM_THREADS if set, else every core */
     if (n_threads <= 0) n_threads = 1;
+    if (n_threads > CLEF_CPU_MAX_THREADS) {
+        clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CPU backend: %d threads%s; at most %d", n_threads,
+                  asked <= 0 ? " (OMP_NUM_THREADS)" : "", CLEF_CPU_MAX_THREADS);
+        return NULL;
+    }
     /* One BLAS thread per call: we split the work ourselves, so OpenBLAS never
      * changes a product's blocking with the machine's load or core count. */
     openblas_set_num_threads(1);
