@@ -1,9 +1,12 @@
 #include "cli/args.h"
 
 #include <errno.h>
+#include <inttypes.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "util/buf.h"
 
@@ -39,20 +42,40 @@ int arg_size(int argc, char **argv, int *i, const char *name, size_t *out) {
     return 1;
 }
 
-char *read_all(const char *path, size_t *len) {
+char *read_all(const char *path, size_t *len) { return read_all_max(path, SIZE_MAX, len); }
+
+char *read_all_max(const char *path, size_t max_bytes, size_t *len) {
     FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
     if (!f) {
         fprintf(stderr, "clef: cannot open %s: %s\n", path, strerror(errno));
         return NULL;
     }
+    const char *name = f == stdin ? "stdin" : path;
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode) && (uintmax_t)st.st_size > max_bytes) {
+        fprintf(stderr, "clef: %s is %jd bytes, more than the limit of %zu bytes\n", name, (intmax_t)st.st_size, max_bytes);
+        if (f != stdin) fclose(f);
+        return NULL;
+    }
     clef_buf b = {0};
     char chunk[65536];
     size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) clef_buf_append(&b, chunk, n);
-    int bad = ferror(f);
+    int too_big = 0;
+    errno = 0;
+    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) {
+        if (n > max_bytes - b.len) {
+            too_big = 1;
+            break;
+        }
+        clef_buf_append(&b, chunk, n);
+    }
+    int bad = ferror(f), e = errno; /* EISDIR for a directory */
     if (f != stdin) fclose(f);
-    if (bad) {
-        fprintf(stderr, "clef: error reading %s\n", path);
+    if (too_big || bad) {
+        if (too_big)
+            fprintf(stderr, "clef: %s is more than the limit of %zu bytes\n", name, max_bytes);
+        else
+            fprintf(stderr, "clef: error reading %s: %s\n", name, e ? strerror(e) : "read error");
         clef_buf_free(&b);
         return NULL;
     }

@@ -14,5 +14,10 @@ int arg_size(int argc, char **argv, int *i, const char *name, size_t *out);
 /* Read a whole file (or stdin for "-") into a heap buffer; returns NULL and
  * prints an error on failure. */
 char *read_all(const char *path, size_t *len);
+/* Same, refusing (NULL, error printed) an input of more than `max_bytes`:
+ * a regular file by its size before reading, a stream (stdin, a pipe,
+ * /dev/zero) as soon as it passes the limit, so an endless input ends with
+ * an error instead of exhausting memory. */
+char *read_all_max(const char *path, size_t max_bytes, size_t *len);
 
 #endif

@@ -1,8 +1,10 @@
 /* clef decide / clef demo — answer one request and print the response. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/cpu.h"
 #include "cli/args.h"
 #include "cli/cli.h"
 #include "decision/answer.h"
@@ -19,6 +21,10 @@ static const char TRIAGE_REQUEST[] =
     "\"outage\":{\"type\":\"noul\",\"instructions\":\"Is a service down?\"}}}";
 
 #define DEFAULT_DEMO_MODEL "tests/fixtures/tiny-clef-omni"
+
+/* Default request size limit of decide, MiB: far above any request that
+ * fits max_length, low enough that reading /dev/zero by mistake ends. */
+#define DECIDE_DEFAULT_MAX_BODY_MB 256
 
 /* Print the response or the error body; exit status 0 / 2 (rejected) / 1 (internal). */
 static int answer(clef_engine *e, const char *body, size_t len, int debug) {
@@ -51,23 +57,29 @@ static clef_engine *open_engine(const char *model, size_t max_length, int thread
 
 static void decide_usage(FILE *f) {
     fprintf(f,
-            "usage: clef decide --model DIR [--max-length N] [--threads N] [--debug] FILE|-\n"
+            "usage: clef decide --model DIR [--max-length N] [--threads N] [--max-body-mb N] [--debug] FILE|-\n"
             "  Answers one SystemOne request (JSON body in FILE, or stdin for -) and prints the\n"
             "  response JSON.  A rejected request prints {\"error\":{...}} and exits with status 2.\n"
-            "  --max-length N  token budget per record (default 64000); the state's tail is cut to fit,\n"
-            "                  as the reference does\n"
-            "  --debug         add a \"debug\" object: input_ids and per question spans, option ids, raw logits\n");
+            "  --max-length N   token budget per record, >= 1 (default 64000); the state's tail is cut\n"
+            "                   to fit, as the reference does\n"
+            "  --threads N      compute threads, 1..%d (default: all cores, or OMP_NUM_THREADS)\n"
+            "  --max-body-mb N  refuse a request file larger than N MiB (default %d)\n"
+            "  --debug          add a \"debug\" object: input_ids and per question spans, option ids, raw logits\n",
+            CLEF_CPU_MAX_THREADS, DECIDE_DEFAULT_MAX_BODY_MB);
 }
 
 int cli_decide(int argc, char **argv) {
     const char *model = NULL, *file = NULL;
-    size_t max_length = 0, threads = 0;
-    int debug = 0;
+    size_t max_length = 0, threads = 0, body_mb = DECIDE_DEFAULT_MAX_BODY_MB;
+    int debug = 0, max_length_given = 0;
     for (int i = 1; i < argc; i++) {
         int r;
-        if ((r = arg_str(argc, argv, &i, "--model", &model)) || (r = arg_size(argc, argv, &i, "--max-length", &max_length)) ||
-            (r = arg_size(argc, argv, &i, "--threads", &threads))) {
+        if ((r = arg_str(argc, argv, &i, "--model", &model)) || (r = arg_size(argc, argv, &i, "--threads", &threads)) ||
+            (r = arg_size(argc, argv, &i, "--max-body-mb", &body_mb))) {
             if (r < 0) return 2;
+        } else if ((r = arg_size(argc, argv, &i, "--max-length", &max_length))) {
+            if (r < 0) return 2;
+            max_length_given = 1;
         } else if (!strcmp(argv[i], "--debug")) {
             debug = 1;
         } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -85,11 +97,26 @@ int cli_decide(int argc, char **argv) {
         }
     }
     if (!model || !file) {
+        fprintf(stderr, "clef decide: %s\n", !model ? "--model DIR is required" : "no request file (FILE or - for stdin)");
         decide_usage(stderr);
         return 2;
     }
+    /* 0 would silently mean the default budget, and a thread count past the
+     * backend's limit crashed OpenMP (or wrapped when cast to int). */
+    if (max_length_given && max_length == 0) {
+        fprintf(stderr, "clef decide: --max-length must be at least 1\n");
+        return 2;
+    }
+    if (threads > CLEF_CPU_MAX_THREADS) {
+        fprintf(stderr, "clef decide: --threads %zu is more than the limit of %d\n", threads, CLEF_CPU_MAX_THREADS);
+        return 2;
+    }
+    if (body_mb == 0 || body_mb > SIZE_MAX >> 20) {
+        fprintf(stderr, "clef decide: --max-body-mb wants 1..%zu\n", (size_t)(SIZE_MAX >> 20));
+        return 2;
+    }
     size_t len;
-    char *body = read_all(file, &len);
+    char *body = read_all_max(file, body_mb << 20, &len);
     if (!body) return 1;
     clef_engine *e = open_engine(model, max_length, (int)threads);
     if (!e) {
