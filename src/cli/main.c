@@ -1,4 +1,5 @@
 /* clef — command-line entry point; one file per subcommand in src/cli/. */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -20,7 +21,7 @@ static void usage(FILE *f) {
             "`clef <command> --help` describes a command's flags.\n");
 }
 
-int main(int argc, char **argv) {
+static int dispatch(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
@@ -36,4 +37,16 @@ int main(int argc, char **argv) {
     fprintf(stderr, "clef: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return 2;
+}
+
+int main(int argc, char **argv) {
+    int rc = dispatch(argc, argv);
+    /* A response that could not be written (disk full, closed pipe) must not
+     * exit 0 as if it had been delivered. */
+    errno = 0;
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "clef: cannot write the output: %s\n", errno ? strerror(errno) : "write error");
+        return rc ? rc : 1;
+    }
+    return rc;
 }

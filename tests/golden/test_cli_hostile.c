@@ -1,10 +1,12 @@
 /* test_cli_hostile.c — `clef decide` on bad command lines and inputs: each
  * must end with a clear message and a sensible exit status (2 usage, 1 input
- * or model that cannot be used), never a signal or a silent substitute value:
+ * or model that cannot be used), never a signal, a silent substitute value
+ * or a reported success whose output was lost:
  *   --threads 100000 crashed OpenMP (SIGSEGV), --threads 4294967297 wrapped
  *   to 1 thread, OMP_NUM_THREADS=100000 crashed too; --max-length 0 silently
  *   meant 64000; an endless or huge input was read until memory ran out
- *   (abort); a directory gave "error reading" without the reason. */
+ *   (abort); a directory gave "error reading" without the reason; a response
+ *   written to a full disk exited 0. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,11 +109,19 @@ static void test_input_limits(void **state) {
     expect(a, 1, "error reading /tmp: Is a directory");
 }
 
+static void test_lost_output_is_an_error(void **state) {
+    if (access("/dev/full", W_OK) != 0) skip();
+    char a[1024];
+    snprintf(a, sizeof a, "--model %s %s > /dev/full", MODEL, request_path);
+    expect(a, 1, "cannot write the output: No space left on device");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_max_length_zero),
         cmocka_unit_test(test_input_limits),
+        cmocka_unit_test(test_lost_output_is_an_error),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
