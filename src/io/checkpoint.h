@@ -10,13 +10,14 @@
 #define CLEF_IO_CHECKPOINT_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "io/config.h"
 #include "io/safetensors.h"
 #include "util/err.h"
 
 typedef struct clef_checkpoint {
-    char *dir;                 /* owned */
+    char *dir;                 /* owned; NULL for an in-memory synthetic checkpoint */
     clef_config config;        /* thinker text config + head config */
     size_t n_shards;
     st_file *shards;           /* [n_shards] thinker shards, then joint_head.safetensors last */
@@ -36,6 +37,17 @@ int clef_checkpoint_open(const char *dir, clef_checkpoint *ck, clef_err *err);
 /* Unmap every shard and free the catalog; every st_tensor pointer obtained
  * from `ck` dies here.  Safe on a zeroed struct; leaves `ck` zeroed. */
 void clef_checkpoint_close(clef_checkpoint *ck);
+
+/* An in-memory synthetic checkpoint (io/synth.h): the random bf16 weights of
+ * `preset` ("tiny", "small" or "full") for `seed`, drawn in parallel (OpenMP)
+ * into anonymous memory maps — bitwise the tensors `clef synth` writes for the
+ * same preset and seed — with the config filled from the preset.  Same
+ * catalog as a directory checkpoint, so clef_model_create binds it the same
+ * way; `dir` is NULL (no config files; the weights are plain BF16) and shard
+ * paths read "synthetic-<preset>/model-00001-of-0000N.safetensors".  Errors
+ * (500): unknown preset, memory that cannot be mapped (full needs ≈ 61 GB).
+ * On failure `ck` is left zeroed; release with clef_checkpoint_close. */
+int clef_checkpoint_synthetic(const char *preset, uint64_t seed, clef_checkpoint *ck, clef_err *err);
 
 /* Tensor by name (thinker names carry the "thinker." prefix; head names are
  * bare as in joint_head.safetensors), or NULL.  O(log n) bsearch. */
