@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "decision/answer.h"
+#include "io/synth.h"
 #include "media/prompt.h"
 #include "model/model.h"
 #include "model/towers.h"
@@ -32,16 +33,26 @@ static void progress(const clef_engine_options *opt, const char *what, double t0
 
 clef_engine *clef_engine_open(const clef_engine_options *opt, clef_err *err) {
     double t0 = clef_now();
-    if (!opt || !opt->model_dir) {
+    if (!opt || (!opt->model_dir && !opt->synthetic)) {
         clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "no model directory given");
+        return NULL;
+    }
+    if (opt->synthetic && !opt->tokenizer) {
+        clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "a synthetic model needs a tokenizer path");
+        return NULL;
+    }
+    if (opt->device && strcmp(opt->device, "cpu") != 0) {
+        clef_fail(err, 500, CLEF_E_INTERNAL, "device", "device '%s' is not available in this build", opt->device);
         return NULL;
     }
     clef_engine *e = clef_xcalloc(1, sizeof *e);
     pthread_mutex_init(&e->forward_lock, NULL);
     e->limits = opt->limits.max_questions ? opt->limits : clef_limits_default();
     e->truncate_state = opt->truncate_state;
-    if (clef_checkpoint_open(opt->model_dir, &e->ck, err) != 0) goto fail_ck;
-    progress(opt, "checkpoint mapped", t0);
+    if (opt->synthetic ? clef_synth_checkpoint(opt->synthetic, opt->seed, opt->verbose ? stderr : NULL, &e->ck, err)
+                       : clef_checkpoint_open(opt->model_dir, &e->ck, err))
+        goto fail_ck;
+    progress(opt, opt->synthetic ? "synthetic weights drawn" : "checkpoint mapped", t0);
     size_t max_pos = (size_t)e->ck.config.text.max_position_embeddings;
     e->max_length = opt->max_length ? opt->max_length : CLEF_DEFAULT_MAX_LENGTH;
     if (e->max_length > max_pos) {
@@ -50,7 +61,10 @@ clef_engine *clef_engine_open(const clef_engine_options *opt, clef_err *err) {
         goto fail;
     }
     char path[4096];
-    snprintf(path, sizeof path, "%s/tokenizer.json", opt->model_dir);
+    if (opt->tokenizer)
+        snprintf(path, sizeof path, "%s", opt->tokenizer);
+    else
+        snprintf(path, sizeof path, "%s/tokenizer.json", opt->model_dir);
     e->tok = clef_tokenizer_load(path, err);
     if (!e->tok) goto fail;
     /* A tokenizer that can emit ids past the embedding rows is a broken

@@ -8,6 +8,7 @@
 #define CLEF_ENGINE_ENGINE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "decision/encode.h"
 #include "decision/request.h"
@@ -16,7 +17,14 @@
 #include "util/err.h"
 
 typedef struct clef_engine_options {
-    const char *model_dir;   /* checkpoint directory (SPEC §1.1), required */
+    const char *model_dir;   /* checkpoint directory (SPEC §1.1); required unless `synthetic` is set */
+    const char *synthetic;   /* NULL, or a synthetic preset ("tiny", "small", "full"; io/synth.h): random
+                                weights drawn into memory for `seed` instead of reading model_dir */
+    uint64_t seed;           /* seed of the synthetic weights */
+    const char *tokenizer;   /* tokenizer.json path; NULL = <model_dir>/tokenizer.json (required with
+                                `synthetic`) */
+    const char *device;      /* "cpu", "cuda", "cuda:N"; NULL = automatic (the CPU until a device backend
+                                exists) */
     int n_threads;           /* CPU threads; <= 0 = all cores */
     size_t max_length;       /* token budget per record; 0 = CLEF_DEFAULT_MAX_LENGTH; must not exceed
                                 max_position_embeddings */
