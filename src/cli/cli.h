@@ -4,6 +4,8 @@
 #ifndef CLEF_CLI_CLI_H
 #define CLEF_CLI_CLI_H
 
+#include <stddef.h>
+
 int cli_decide(int argc, char **argv);
 int cli_demo(int argc, char **argv);
 int cli_inspect(int argc, char **argv);
@@ -11,5 +13,16 @@ int cli_bench(int argc, char **argv);
 int cli_serve(int argc, char **argv);
 int cli_quantize(int argc, char **argv);
 int cli_parity(int argc, char **argv);
+int cli_synth(int argc, char **argv);
+
+/* Tokenizer used with synthetic weights when --tokenizer is not given. */
+#define CLI_DEFAULT_TOKENIZER "tests/fixtures/tiny-clef-omni/tokenizer.json"
+
+/* Append a triage-style request body (a 2-option choice and a noul question) whose state
+ * holds about tokens + 16 words, so that cutting the state to a max_length
+ * of `tokens` gives a record of exactly that length; `variant` changes the
+ * words (records of one batch differ).  Used by bench and synth --check. */
+struct clef_buf;
+void cli_bench_body(size_t tokens, size_t variant, struct clef_buf *body);
 
 #endif

@@ -13,10 +13,11 @@ static void usage(FILE *f) {
             "  decide   --model DIR [--max-length N] [--debug] FILE|-   answer one SystemOne request\n"
             "  demo     [--model DIR]                                    answer the built-in triage request\n"
             "  inspect  --model DIR                                      describe a checkpoint\n"
-            "  bench    --model DIR [--tokens N] [--iters N]             time prefill + head\n"
+            "  bench    --model DIR|--synthetic P [--tokens N] [--batch N] time forwards (p50/p95, tokens/s)\n"
             "  serve    --model DIR [--host H] [--port N] ...            SystemOne HTTP server (docs/API.md)\n"
             "  quantize --model DIR --format F --out DIR [--layout L]    write a quantized checkpoint\n"
             "  parity   --model A --model B --requests FILE.jsonl        compare two models' answers\n"
+            "  synth    --preset tiny|small|full --out DIR [--seed N]    write a random-weight checkpoint\n"
             "\n"
             "`clef <command> --help` describes a command's flags.\n");
 }
@@ -34,6 +35,7 @@ static int dispatch(int argc, char **argv) {
     if (!strcmp(cmd, "serve")) return cli_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "quantize")) return cli_quantize(argc - 1, argv + 1);
     if (!strcmp(cmd, "parity")) return cli_parity(argc - 1, argv + 1);
+    if (!strcmp(cmd, "synth")) return cli_synth(argc - 1, argv + 1);
     fprintf(stderr, "clef: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return 2;
