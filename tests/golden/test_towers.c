@@ -218,77 +218,11 @@ static void test_audio_tower(void **state) {
     assert_int_equal(calls, 7);
 }
 
-/* The whole multimodal record through the CPU model: request -> record
- * (ids, positions) -> media tensors -> towers -> thinker with media rows and
- * deepstack -> head.  Logits within 1e-4 of the reference (SPEC §11 rules
- * 4 and 8). */
-static void test_logits(void **state) {
-    (void)state;
-    clef_err err;
-    clef_err_clear(&err);
-    char *p = tu_fixture("tiny-clef-omni/tokenizer.json");
-    clef_tokenizer *tok = clef_tokenizer_load(p, &err);
-    free(p);
-    assert_non_null(tok);
-    clef_model *model = clef_model_create(&ck, 2, &err);
-    if (!model) fail_msg("model: %s", err.message);
-    clef_towers *mt = clef_towers_create(&ck, clef_model_backend(model), &err);
-    assert_non_null(mt);
-    const clef_config *cfg = clef_model_config(model);
-    double worst = 0;
-    size_t n_logits = 0;
-    for (size_t ci = 0; ci < n_cases; ci++) {
-        const json_value *c = cases[ci];
-        clef_buf body = {0};
-        json_render_opts(json_get(c, "request"), 0, &body);
-        clef_request req;
-        clef_record rec;
-        if (clef_request_parse(body.data, body.len, NULL, &req, &err) ||
-            clef_encode_record(tok, &req, CLEF_DEFAULT_MAX_LENGTH, 1, &rec, &err) ||
-            clef_media_preprocess(&req.media, &err))
-            fail_msg("%s: %s", case_name(c), err.message);
-        clef_media_embeds me;
-        if (clef_towers_embed(mt, &req.media, rec.input_ids, rec.n_ids, 0, (int32_t)cfg->image_token_id,
-                              (int32_t)cfg->video_token_id, (int32_t)cfg->audio_token_id, cfg->text.hidden_size, &me,
-                              &err))
-            fail_msg("%s: embed: %s", case_name(c), err.message);
-        float *hidden = malloc(sizeof(float) * rec.n_ids * (size_t)cfg->text.hidden_size);
-        size_t seg[2] = {0, rec.n_ids};
-        if (clef_thinker_forward_media(model, rec.input_ids, rec.n_ids, seg, 1, rec.positions, &me.view, hidden, NULL,
-                                       &err))
-            fail_msg("%s: thinker: %s", case_name(c), err.message);
-        size_t n_opt = clef_record_total_options(&rec);
-        float *logits = malloc(sizeof(float) * (n_opt + 1));
-        if (clef_head_forward(model, hidden, &rec, logits, &err)) fail_msg("%s: head: %s", case_name(c), err.message);
-        const json_value *qs = json_get(c, "questions");
-        size_t at = 0;
-        for (size_t q = 0; q < qs->n; q++) {
-            const json_value *gl = json_get(qs->items[q], "logits");
-            for (size_t j = 0; j < gl->n; j++, at++) {
-                double d = fabs(tu_num_at(gl, j) - logits[at]);
-                if (d > worst) worst = d;
-                if (!(d <= 1e-4))
-                    fail_msg("%s: question %zu option %zu logit %.7g, golden %.7g", case_name(c), q, j, logits[at],
-                             tu_num_at(gl, j));
-            }
-        }
-        assert_int_equal(at, n_opt);
-        n_logits += n_opt;
-        free(logits);
-        free(hidden);
-        clef_media_embeds_free(&me);
-        clef_record_free(&rec);
-        clef_request_free(&req);
-        clef_buf_free(&body);
-    }
-    print_message("multimodal logits: %zu options in 12 cases, max |diff| %.3g\n", n_logits, worst);
-    clef_towers_free(mt);
-    clef_model_free(model);
-    clef_tokenizer_free(tok);
-}
-
-/* The same requests through the engine (parse, encode, towers, thinker,
- * head, render): every response equals the reference's. */
+/* The whole multimodal request through the engine on the CPU backend:
+ * parse -> record (ids, 3-D positions) -> media tensors -> towers -> thinker
+ * with media rows and deepstack -> head -> response.  With the debug block:
+ * input ids and spans exact, logits within 1e-4 of the reference (SPEC §11
+ * rules 1, 4, 8); the response equals the reference's. */
 static void test_engine_responses(void **state) {
     (void)state;
     clef_err err;
@@ -300,23 +234,62 @@ static void test_engine_responses(void **state) {
     opt.truncate_state = 1;
     clef_engine *e = clef_engine_open(&opt, &err);
     if (!e) fail_msg("engine: %s", err.message);
+    clef_decide_params dp = {.debug = 1, .truncate_state = -1};
+    double worst = 0;
+    size_t n_logits = 0;
     for (size_t ci = 0; ci < n_cases; ci++) {
         const json_value *c = cases[ci];
         clef_buf body = {0}, out = {0}, want = {0}, got = {0};
         json_render_opts(json_get(c, "request"), 0, &body);
-        if (clef_engine_decide(e, body.data, body.len, NULL, &out, &err))
+        if (clef_engine_decide(e, body.data, body.len, &dp, &out, &err))
             fail_msg("%s: decide: %s", case_name(c), err.message);
         json_value *resp = json_parse(out.data, out.len, &err);
         assert_non_null(resp);
-        json_render_opts(resp, 1, &got);
+        /* debug block: ids, spans, logits */
+        const json_value *dbg = json_get(resp, "debug");
+        assert_non_null(dbg);
+        const json_value *ids = json_get(dbg, "input_ids"), *gids = json_get(c, "input_ids");
+        assert_int_equal(ids->n, gids->n);
+        for (size_t i = 0; i < ids->n; i++) assert_int_equal(tu_int_at(ids, i), tu_int_at(gids, i));
+        const json_value *qs = json_get(dbg, "questions"), *gq = json_get(c, "questions");
+        assert_int_equal(qs->n, gq->n);
+        for (size_t q = 0; q < qs->n; q++) {
+            const json_value *sp = json_get(qs->items[q], "question_span"), *gsp = json_get(gq->items[q], "question_span");
+            assert_int_equal(tu_int_at(sp, 0), tu_int_at(gsp, 0));
+            assert_int_equal(tu_int_at(sp, 1), tu_int_at(gsp, 1));
+            const json_value *os = json_get(qs->items[q], "option_spans"), *gos = json_get(gq->items[q], "option_spans");
+            assert_int_equal(os->n, gos->n);
+            for (size_t j = 0; j < os->n; j++) {
+                assert_int_equal(tu_int_at(os->items[j], 0), tu_int_at(gos->items[j], 0));
+                assert_int_equal(tu_int_at(os->items[j], 1), tu_int_at(gos->items[j], 1));
+            }
+            const json_value *lg = json_get(qs->items[q], "logits"), *glg = json_get(gq->items[q], "logits");
+            assert_int_equal(lg->n, glg->n);
+            for (size_t j = 0; j < lg->n; j++, n_logits++) {
+                double d = fabs(tu_num_at(lg, j) - tu_num_at(glg, j));
+                if (d > worst) worst = d;
+                if (!(d <= 1e-4))
+                    fail_msg("%s: question %zu option %zu logit %.7g, reference %.7g", case_name(c), q, j,
+                             tu_num_at(lg, j), tu_num_at(glg, j));
+            }
+        }
+        /* the response itself, without the debug block */
+        json_value *plain = json_new(JSON_OBJECT);
+        for (size_t k = 0; k < resp->n; k++)
+            if (strcmp(resp->keys[k], "debug"))
+                json_object_set(plain, resp->keys[k], resp->key_lens[k], json_clone(resp->items[k]));
+        json_render_opts(plain, 1, &got);
         json_render_opts(json_get(c, "response"), 1, &want);
         if (strcmp(got.data, want.data)) fail_msg("%s: response %s, reference %s", case_name(c), got.data, want.data);
+        json_free(plain);
         json_free(resp);
         clef_buf_free(&body);
         clef_buf_free(&out);
         clef_buf_free(&want);
         clef_buf_free(&got);
     }
+    print_message("multimodal engine: 12 responses equal, %zu logits, max |diff| %.3g\n", n_logits, worst);
+    assert_int_equal(n_logits, 34);
     clef_engine_close(e);
     free(dir);
 }
@@ -325,7 +298,6 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_vision_tower),
         cmocka_unit_test(test_audio_tower),
-        cmocka_unit_test(test_logits),
         cmocka_unit_test(test_engine_responses),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
