@@ -1,0 +1,125 @@
+#!/bin/bash
+# gpu_check.sh — everything the CUDA backend promises, checked and timed in one run on the GPU
+# machine (one H200, CUDA 13), from the binaries scripts/gpu_pack.sh packed into .gpu/pack.tar.xz:
+#   env           device, driver, libraries; copy bandwidth and bf16 matmul rate (torch) = the floors
+#   tests         tests/unit/test_cuda_ops (every op vs the CPU backend, determinism) and
+#                 tests/golden/test_cuda_golden (tiny fixture goldens, packed == alone)
+#   parity        `small` preset end to end vs the CPU f32 answers (bench/parity: 200 generated
+#                 requests, answers computed by `clef devcheck --save-reference` on a CPU machine):
+#                 top-1 agreement >= 99.5%, mean TV <= 0.005, batches of 1/8/64 bitwise identical
+#   bench         `clef bench --synthetic full --device cuda`: 1x300, 1x1000, 1x4000 tokens
+#                 (p50/p95), 8x1k and 32x1k packed (tokens/s), GPU peak memory, per-op profile
+#   transformers  bench/bench_transformers.py (the peer baseline on the same card)
+# usage: scripts/gpu_check.sh [stage ...]        (default: all, in that order)
+# Logs go to $OUT (default /tmp/gpu_check): <stage>.log and summary.txt.
+set -u
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+OUT=${OUT:-/tmp/gpu_check}
+mkdir -p "$OUT"
+STAGES=${*:-env tests parity bench transformers}
+SUM=$OUT/summary.txt
+: > "$SUM"
+note() { echo "$*" | tee -a "$SUM"; }
+
+# ---- binaries and libraries ----------------------------------------------------------------
+if [ -f .gpu/pack.tar.xz ]; then
+    rm -rf /tmp/clefgpu && mkdir -p /tmp/clefgpu && tar -C /tmp/clefgpu -xJf .gpu/pack.tar.xz
+    BIN=/tmp/clefgpu/bin
+    LIBS=/tmp/clefgpu/lib
+else
+    echo "no .gpu/pack.tar.xz: run scripts/gpu_pack.sh on a build machine and carry .gpu" >&2
+    exit 2
+fi
+CUBLAS_DIR=$(dirname "$( (ldconfig -p 2>/dev/null | awk '/libcublasLt\.so\.13/ {print $NF}';
+    ls /usr/local/cuda*/lib64/libcublasLt.so.13 /usr/local/cuda*/targets/x86_64-linux/lib/libcublasLt.so.13 \
+       /usr/lib/x86_64-linux-gnu/libcublasLt.so.13 2>/dev/null;
+    python3 -c 'import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], "lib", "libcublasLt.so.13"))' \
+       2>/dev/null) | head -1)")
+export LD_LIBRARY_PATH=$LIBS:$CUBLAS_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# the test binaries read fixtures from the absolute path they were built with
+FIX=$(strings "$BIN/test_cuda_golden" | grep -m1 '/tests/fixtures$' || true)
+if [ -n "$FIX" ] && [ ! -e "$FIX" ]; then
+    mkdir -p "$(dirname "$(dirname "$(dirname "$FIX")")")" && ln -s "$ROOT" "$(dirname "$(dirname "$FIX")")"
+fi
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
+
+run_stage() { # name timeout command...
+    local name=$1 t=$2
+    shift 2
+    echo "=== $name: $*" | tee "$OUT/$name.log"
+    local t0=$SECONDS
+    timeout "$t" "$@" >> "$OUT/$name.log" 2>&1
+    local rc=$?
+    note "stage $name: exit $rc in $((SECONDS - t0)) s"
+    return $rc
+}
+
+for st in $STAGES; do
+    case $st in
+    env)
+        {
+            date -u; uname -a; nproc; free -g | head -2
+            nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv
+            echo "cublasLt from: $CUBLAS_DIR"; echo "pack commit: $(cat /tmp/clefgpu/COMMIT)"
+            ldd "$BIN/clef" | grep -E "not found|cublas" || true
+            "$BIN/clef" --help > /dev/null && echo "clef runs"
+        } > "$OUT/env.log" 2>&1
+        timeout 120 python3 - >> "$OUT/env.log" 2>&1 <<'EOF'
+import torch, time
+torch.backends.cuda.matmul.allow_tf32 = False
+def t(fn, n):
+    for _ in range(3): fn()
+    torch.cuda.synchronize(); s = torch.cuda.Event(enable_timing=True); e = torch.cuda.Event(enable_timing=True)
+    ms = []
+    for _ in range(n):
+        s.record(); fn(); e.record(); torch.cuda.synchronize(); ms.append(s.elapsed_time(e))
+    ms.sort(); return ms[len(ms) // 2]
+a = torch.randn(2 * 1024**3 // 2, dtype=torch.bfloat16, device="cuda"); b = torch.empty_like(a)
+ms = t(lambda: b.copy_(a), 20)
+print(f"FLOOR copy bandwidth: {2 * a.numel() * 2 / ms / 1e6:.0f} GB/s (read+write, median of 20)")
+del a, b
+x = torch.randn(8192, 8192, dtype=torch.bfloat16, device="cuda"); y = torch.randn_like(x)
+ms = t(lambda: x @ y, 20)
+print(f"FLOOR bf16 matmul: {2 * 8192**3 / ms / 1e9:.0f} TFLOP/s (8192^3, random data, median of 20)")
+EOF
+        grep FLOOR "$OUT/env.log" | tee -a "$SUM"
+        ;;
+    tests)
+        run_stage test_cuda_ops 150 "$BIN/test_cuda_ops"
+        run_stage test_cuda_golden 150 "$BIN/test_cuda_golden"
+        cat "$OUT/test_cuda_ops.log" "$OUT/test_cuda_golden.log" > "$OUT/tests.log" && rm -f "$OUT/test_cuda_ops.log" "$OUT/test_cuda_golden.log"
+        grep -E "rel L2|bitwise|PASSED|FAILED|mode:|Error|error" "$OUT/tests.log" | tail -60 >> "$SUM"
+        ;;
+    parity)
+        REF=bench/parity/cpu_answers_small_seed1.jsonl
+        if [ -f "$REF" ]; then
+            run_stage parity 420 "$BIN/clef" devcheck --synthetic small --seed 1 --device cuda \
+                --requests bench/parity/requests_200.jsonl --reference "$REF" --batches 1,8,64
+        else
+            run_stage parity 540 "$BIN/clef" devcheck --synthetic small --seed 1 --device cuda \
+                --requests bench/parity/requests_200.jsonl --batches 1,8,64
+        fi
+        grep -E "^parity|^batch invariance|^devcheck|flip" "$OUT/parity.log" >> "$SUM"
+        ;;
+    bench)
+        run_stage bench 480 "$BIN/clef" bench --synthetic full --seed 1 --device cuda \
+            --runs 1x300,1x1000,1x4000,8x1000,32x1000 --iters 10 --profile
+        grep -v -E "^(clef|===)" "$OUT/bench.log" | grep -E "^[a-z_]+ |run " | head -80 >> "$SUM"
+        ;;
+    transformers)
+        PYTHONUNBUFFERED=1 run_stage transformers 420 python3 bench/bench_transformers.py
+        grep -E "ceiling|RESULT|peak|built" "$OUT/transformers.log" >> "$SUM"
+        ;;
+    explore) # first-call exploration with throwaway tools (not part of the final check)
+        run_stage explore_parity 240 "$BIN/devcheck2" --synthetic small --seed 1 --device cuda \
+            --requests .gpu/req60.jsonl --batches 1,8,64
+        grep -E "^parity|^batch invariance|^devcheck|flip|loaded" "$OUT/explore_parity.log" >> "$SUM"
+        run_stage explore_bench 150 "$BIN/gbench" small 10
+        grep -E "^run|^synth|^device" "$OUT/explore_bench.log" >> "$SUM"
+        ;;
+    *) echo "unknown stage $st" >&2 ;;
+    esac
+done
+echo "==== summary"
+cat "$SUM"

@@ -1,0 +1,348 @@
+/* cuda_attn.cu — interleaved M-RoPE and attention over packed segments.
+ *
+ * attn_tc_kernel is a FlashAttention-2-style forward: one block of 4 warps
+ * owns 64 query rows of one head of one segment, keeps Q in registers,
+ * walks the segment's keys in 64-row tiles (S = Q K^T and O += P V on the
+ * tensor cores, bf16 inputs, f32 accumulation) with an online softmax in
+ * f32, so no T x T matrix ever exists.  Tiles start at multiples of 64 from
+ * the segment's first row, so a record's result does not depend on where it
+ * sits in the packed batch.
+ *
+ * attn_f32_kernel handles any head_dim in f32 (the head's single-head
+ * summary attention of width W, small test models, the precise mode): one
+ * warp per (query row, head), keys in order.
+ */
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "backend/cuda/cuda_kernels.h"
+
+typedef __nv_bfloat16 bf16;
+
+namespace {
+
+__device__ __forceinline__ uint32_t smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+__device__ __forceinline__ void ldsm_x4(uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3, const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3, const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void mma16816(float *d, const uint32_t *a, uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+/* Two floats as a bf16x2 register, lo in the low half. */
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+/* ---- RoPE --------------------------------------------------------------- */
+
+__global__ void rope_kernel(float *x, int64_t T, int64_t heads, int64_t D, const int32_t *__restrict__ pos, int64_t s1,
+                            int64_t s2, const float *__restrict__ inv_freq) {
+    const int64_t half = D / 2, total = T * heads * half;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t j = i % half, th = i / half, t = th / heads;
+        /* which position axis frequency j reads (SPEC §6.3) */
+        const int axis = (j % 3 == 1 && j < 3 * s1) ? 1 : (j % 3 == 2 && j < 3 * s2) ? 2 : 0;
+        const float ang = __fmul_rn((float)pos[axis * T + t], inv_freq[j]);
+        const float c = cosf(ang), s = sinf(ang);
+        float *v = x + th * D;
+        const float x1 = v[j], x2 = v[j + half];
+        v[j] = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s));
+        v[j + half] = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
+    }
+}
+
+/* ---- tensor-core flash attention ---------------------------------------- */
+
+constexpr int FA_BM = 64, FA_BN = 64, FA_THREADS = 128;
+
+template <int D> constexpr int fa_smem_bytes() { return 3 * FA_BM * (D + 8) * 2; }
+
+template <int D, bool CAUSAL>
+__global__ void __launch_bounds__(FA_THREADS) attn_tc_kernel(const bf16 *__restrict__ Q, const bf16 *__restrict__ K,
+                                                             const bf16 *__restrict__ V, float *__restrict__ out,
+                                                             int64_t o_stride, const int32_t *__restrict__ tiles,
+                                                             const int64_t *__restrict__ q_off,
+                                                             const int64_t *__restrict__ kv_off, int nh, int nkv,
+                                                             float scale_log2) {
+    constexpr int P = D + 8, CH = D / 8, KD = D / 16;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    bf16 *Qs = reinterpret_cast<bf16 *>(smem_raw), *Ks = Qs + FA_BM * P, *Vs = Ks + FA_BN * P;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tig = lane & 3;
+    const int s = tiles[2 * blockIdx.x], i0 = tiles[2 * blockIdx.x + 1], h = blockIdx.y;
+    const int64_t q0 = q_off[s], ql = q_off[s + 1] - q0, kv0 = kv_off[s], kl = kv_off[s + 1] - kv0;
+    const int hk = h / (nh / nkv);
+
+    for (int c = tid; c < FA_BM * CH; c += FA_THREADS) {
+        const int r = c / CH, col = (c % CH) * 8;
+        const bool ok = i0 + r < ql;
+        cp_async16(Qs + r * P + col, ok ? Q + ((q0 + i0 + r) * nh + h) * D + col : Q, ok);
+    }
+    cp_async_commit();
+
+    const int64_t n_keys = CAUSAL ? (kl < i0 + FA_BM ? kl : i0 + FA_BM) : kl;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    float o[D / 8][4];
+#pragma unroll
+    for (int i = 0; i < D / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    uint32_t qf[KD][4];
+    const int r0 = warp * 16 + g; /* this thread's rows r0 and r0 + 8 of the tile */
+
+    for (int64_t j0 = 0; j0 < n_keys; j0 += FA_BN) {
+        __syncthreads(); /* everyone is done with the previous K/V tile */
+        for (int c = tid; c < FA_BN * CH; c += FA_THREADS) {
+            const int r = c / CH, col = (c % CH) * 8;
+            const bool ok = j0 + r < kl;
+            cp_async16(Ks + r * P + col, ok ? K + ((kv0 + j0 + r) * nkv + hk) * D + col : K, ok);
+        }
+        cp_async_commit();
+        for (int c = tid; c < FA_BN * CH; c += FA_THREADS) {
+            const int r = c / CH, col = (c % CH) * 8;
+            const bool ok = j0 + r < kl; /* zero rows: P = 0 there, and 0 * 0 stays finite */
+            cp_async16(Vs + r * P + col, ok ? V + ((kv0 + j0 + r) * nkv + hk) * D + col : V, ok);
+        }
+        cp_async_commit();
+        cp_async_wait<1>(); /* Q and K are in */
+        __syncthreads();
+        if (j0 == 0) {
+#pragma unroll
+            for (int kk = 0; kk < KD; kk++)
+                ldsm_x4(qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3],
+                        Qs + (warp * 16 + (lane & 15)) * P + kk * 16 + (lane >> 4) * 8);
+        }
+        float sa[8][4];
+#pragma unroll
+        for (int i = 0; i < 8; i++) sa[i][0] = sa[i][1] = sa[i][2] = sa[i][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < KD; kk++)
+#pragma unroll
+            for (int nj = 0; nj < 4; nj++) {
+                uint32_t b0, b1, b2, b3;
+                ldsm_x4(b0, b1, b2, b3,
+                        Ks + (nj * 16 + (lane & 7) + ((lane >> 4) << 3)) * P + kk * 16 + ((lane >> 3) & 1) * 8);
+                mma16816(sa[2 * nj], qf[kk], b0, b1);
+                mma16816(sa[2 * nj + 1], qf[kk], b2, b3);
+            }
+        /* scale (log2 domain), mask, online softmax */
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const int64_t key = j0 + nt * 8 + tig * 2 + (q & 1), qi = i0 + r0 + (q >> 1) * 8;
+                float v = sa[nt][q] * scale_log2;
+                if (key >= kl || (CAUSAL && key > qi)) v = -INFINITY;
+                sa[nt][q] = v;
+                mx[q >> 1] = fmaxf(mx[q >> 1], v);
+            }
+        float base[2], alpha[2];
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 1));
+            mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 2));
+            const float mnew = fmaxf(m[hh], mx[hh]);
+            base[hh] = mnew == -INFINITY ? 0.0f : mnew; /* a fully masked row stays finite */
+            alpha[hh] = exp2f(m[hh] - base[hh]);
+            m[hh] = mnew;
+        }
+        float rs[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const float p = exp2f(sa[nt][q] - base[q >> 1]);
+                sa[nt][q] = p;
+                rs[q >> 1] += p;
+            }
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            rs[hh] += __shfl_xor_sync(0xffffffffu, rs[hh], 1);
+            rs[hh] += __shfl_xor_sync(0xffffffffu, rs[hh], 2);
+            l[hh] = l[hh] * alpha[hh] + rs[hh];
+        }
+#pragma unroll
+        for (int i = 0; i < D / 8; i++) {
+            o[i][0] *= alpha[0];
+            o[i][1] *= alpha[0];
+            o[i][2] *= alpha[1];
+            o[i][3] *= alpha[1];
+        }
+        cp_async_wait<0>(); /* V is in */
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < FA_BN / 16; kk++) {
+            const uint32_t pa[4] = {pack_bf16(sa[2 * kk][0], sa[2 * kk][1]), pack_bf16(sa[2 * kk][2], sa[2 * kk][3]),
+                                    pack_bf16(sa[2 * kk + 1][0], sa[2 * kk + 1][1]),
+                                    pack_bf16(sa[2 * kk + 1][2], sa[2 * kk + 1][3])};
+#pragma unroll
+            for (int dn = 0; dn < D / 16; dn++) {
+                uint32_t b0, b1, b2, b3;
+                ldsm_x4_t(b0, b1, b2, b3,
+                          Vs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * P + dn * 16 + (lane >> 4) * 8);
+                mma16816(o[2 * dn], pa, b0, b1);
+                mma16816(o[2 * dn + 1], pa, b2, b3);
+            }
+        }
+    }
+    const float inv[2] = {l[0] > 0.0f ? 1.0f / l[0] : 0.0f, l[1] > 0.0f ? 1.0f / l[1] : 0.0f};
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+        const int r = r0 + hh * 8;
+        if (i0 + r >= ql) continue;
+        float *orow = out + (q0 + i0 + r) * o_stride + (int64_t)h * D;
+#pragma unroll
+        for (int dt = 0; dt < D / 8; dt++) {
+            orow[dt * 8 + tig * 2] = o[dt][hh * 2] * inv[hh];
+            orow[dt * 8 + tig * 2 + 1] = o[dt][hh * 2 + 1] * inv[hh];
+        }
+    }
+}
+
+/* ---- f32 attention ------------------------------------------------------ */
+
+constexpr int F32_WARPS = 4;
+
+__global__ void __launch_bounds__(F32_WARPS * 32) attn_f32_kernel(
+    const float *__restrict__ q, const float *__restrict__ k, const float *__restrict__ v, float *__restrict__ out,
+    int64_t q_stride, int64_t k_stride, int64_t v_stride, int64_t o_stride, const int64_t *__restrict__ q_off,
+    const int64_t *__restrict__ kv_off, int64_t n_seg, int64_t n_rows, int nh, int nkv, int D, float scale,
+    int causal) {
+    extern __shared__ float fsm[]; /* [F32_WARPS][2][D]: query row, accumulator */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t gw = (int64_t)blockIdx.x * F32_WARPS + warp;
+    if (gw >= n_rows * nh) return;
+    const int64_t row = gw / nh;
+    const int h = (int)(gw % nh), hk = h / (nh / nkv);
+    int64_t lo = 0, hi = n_seg - 1; /* the last segment starting at or before row */
+    while (lo < hi) {
+        const int64_t mid = (lo + hi + 1) / 2;
+        if (q_off[mid] <= row)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    const int64_t i = row - q_off[lo], kv0 = kv_off[lo], kl = kv_off[lo + 1] - kv0;
+    const int64_t nk = causal ? i + 1 : kl;
+    float *qs = fsm + (size_t)warp * 2 * D, *acc = qs + D;
+    for (int d = lane; d < D; d += 32) {
+        qs[d] = q[row * q_stride + (int64_t)h * D + d];
+        acc[d] = 0.0f;
+    }
+    float m = -INFINITY, lsum = 0.0f;
+    for (int64_t j = 0; j < nk; j++) {
+        const float *kr = k + (kv0 + j) * k_stride + (int64_t)hk * D;
+        float part = 0.0f;
+        for (int d = lane; d < D; d += 32) part = fmaf(qs[d], kr[d], part);
+        for (int o = 16; o; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o); /* same sum in every lane */
+        const float sc = part * scale, mnew = fmaxf(m, sc);
+        const float c = expf(m - mnew), p = expf(sc - mnew);
+        lsum = lsum * c + p;
+        const float *vr = v + (kv0 + j) * v_stride + (int64_t)hk * D;
+        for (int d = lane; d < D; d += 32) acc[d] = acc[d] * c + p * vr[d];
+        m = mnew;
+    }
+    const float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;
+    for (int d = lane; d < D; d += 32) out[row * o_stride + (int64_t)h * D + d] = acc[d] * inv;
+}
+
+unsigned grid_for(int64_t n, int threads) {
+    int64_t b = (n + threads - 1) / threads;
+    if (b < 1) b = 1;
+    if (b > 65535LL * 16) b = 65535LL * 16;
+    return (unsigned)b;
+}
+
+/* Raise a kernel's dynamic shared memory limit once per device. */
+template <typename F> cudaError_t allow_smem(F *fn, int bytes, unsigned *done_mask) {
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess) return e;
+    if (dev < 32 && (*done_mask >> dev) & 1u) return cudaSuccess;
+    e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (e == cudaSuccess && dev < 32) *done_mask |= 1u << dev;
+    return e;
+}
+
+template <int D, bool CAUSAL>
+cudaError_t launch_tc(const bf16 *q, const bf16 *k, const bf16 *v, float *out, int64_t o_stride, const int32_t *tiles,
+                      int64_t n_tiles, const int64_t *q_off, const int64_t *kv_off, int nh, int nkv, float scale_log2,
+                      cudaStream_t st) {
+    static unsigned done = 0;
+    constexpr int smem = fa_smem_bytes<D>();
+    cudaError_t e = allow_smem(attn_tc_kernel<D, CAUSAL>, smem, &done);
+    if (e != cudaSuccess) return e;
+    dim3 grid((unsigned)n_tiles, (unsigned)nh);
+    attn_tc_kernel<D, CAUSAL><<<grid, FA_THREADS, smem, st>>>(q, k, v, out, o_stride, tiles, q_off, kv_off, nh, nkv,
+                                                             scale_log2);
+    return cudaGetLastError();
+}
+
+} /* namespace */
+
+extern "C" {
+
+cudaError_t ck_rope(float *x, int64_t T, int64_t heads, int64_t D, const int32_t *pos, int64_t s1, int64_t s2,
+                    const float *inv_freq, cudaStream_t st) {
+    if (T <= 0 || heads <= 0) return cudaSuccess;
+    rope_kernel<<<grid_for(T * heads * (D / 2), 256), 256, 0, st>>>(x, T, heads, D, pos, s1, s2, inv_freq);
+    return cudaGetLastError();
+}
+
+cudaError_t ck_attn_tc(const uint16_t *q, const uint16_t *k, const uint16_t *v, float *out, int64_t o_stride,
+                       const int32_t *tiles, int64_t n_tiles, const int64_t *q_off, const int64_t *kv_off, int nh,
+                       int nkv, int D, float scale, int causal, cudaStream_t st) {
+    if (n_tiles <= 0) return cudaSuccess;
+    if (n_tiles > 0x7fffffffLL || nh > 65535) return cudaErrorInvalidConfiguration;
+    const bf16 *Q = reinterpret_cast<const bf16 *>(q), *K = reinterpret_cast<const bf16 *>(k),
+               *V = reinterpret_cast<const bf16 *>(v);
+    const float sl2 = scale * 1.4426950408889634f;
+    if (D == 128)
+        return causal ? launch_tc<128, true>(Q, K, V, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, st)
+                      : launch_tc<128, false>(Q, K, V, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, st);
+    if (D == 64)
+        return causal ? launch_tc<64, true>(Q, K, V, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, st)
+                      : launch_tc<64, false>(Q, K, V, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, st);
+    return cudaErrorInvalidValue;
+}
+
+cudaError_t ck_attn_f32(const float *q, const float *k, const float *v, float *out, int64_t q_stride,
+                        int64_t k_stride, int64_t v_stride, int64_t o_stride, const int64_t *q_off,
+                        const int64_t *kv_off, int64_t n_seg, int64_t n_rows, int nh, int nkv, int D, float scale,
+                        int causal, cudaStream_t st) {
+    if (n_rows <= 0 || n_seg <= 0) return cudaSuccess;
+    const int64_t warps = n_rows * nh, blocks = (warps + F32_WARPS - 1) / F32_WARPS;
+    if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+    const size_t smem = (size_t)F32_WARPS * 2 * (size_t)D * sizeof(float);
+    if (smem > 48 * 1024) { /* rare (head_dim > 1536): set for this size each time */
+        if (smem > 200 * 1024) return cudaErrorInvalidValue;
+        cudaError_t e = cudaFuncSetAttribute(attn_f32_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) return e;
+    }
+    attn_f32_kernel<<<(unsigned)blocks, F32_WARPS * 32, smem, st>>>(q, k, v, out, q_stride, k_stride, v_stride,
+                                                                     o_stride, q_off, kv_off, n_seg, n_rows, nh, nkv,
+                                                                     D, scale, causal);
+    return cudaGetLastError();
+}
+
+} /* extern "C" */

@@ -1,0 +1,1098 @@
+/* cuda_backend.c — the CUDA backend's op table (backend.h) in C: argument
+ * checks, device memory (weights in arenas, workspaces from the
+ * stream-ordered pool, scratch slots grown on demand), host arrays staged to
+ * the device, cuBLASLt for dense products, and the launches of the kernels
+ * in cuda_*.cu (cuda_kernels.h).  Everything runs on one stream per backend;
+ * the only host synchronisation in a forward is the download of its result.
+ *
+ * Without CLEF_HAVE_CUDA (CMake CLEF_CUDA=OFF) only the stubs at the end are
+ * compiled. */
+#include "backend/cuda/cuda.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef CLEF_HAVE_CUDA
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include "backend/cuda/cuda_kernels.h"
+
+/* Scratch slots (device memory kept by the backend, grown on demand). */
+enum cu_slot {
+    SLOT_A16,   /* activation rows as bf16 (matmul, expert input) */
+    SLOT_META,  /* small host arrays staged to the device (offsets, spans, rows) */
+    SLOT_MOE_IX, /* expert counts, offsets, permutation, tiles */
+    SLOT_MOE_H, /* SwiGLU output of the experts, bf16 */
+    SLOT_MOE_Y, /* expert outputs in permuted order, f32 */
+    SLOT_ATT16, /* Q, K, V as bf16 */
+    SLOT_COUNT
+};
+
+/* A cuBLASLt algorithm fixed for one weight shape (never split-K), and the
+ * layouts used with it. */
+typedef struct lt_plan {
+    int64_t N, K;
+    int ok; /* 0 = no batch-invariant algorithm: the custom kernel is used for this shape */
+    cublasLtMatmulAlgo_t algo;
+    cublasLtMatrixLayout_t a, b, d;
+} lt_plan;
+
+/* Device copies of one MoE layer's expert pointer arrays [gate E | up E | down E]. */
+typedef struct moe_ptrs {
+    const clef_weight *gate, *up, *down; /* the layer's host arrays (key) */
+    int64_t E;
+    const void **host; /* [3E] the device pointers as last uploaded (checked on every use) */
+    void *dev;
+} moe_ptrs;
+
+/* A weight arena: one cudaMalloc holding many weights. */
+typedef struct arena {
+    char *base;
+    size_t size, used;
+    size_t live; /* weights still bound in it */
+} arena;
+
+#define ARENA_BYTES ((size_t)1 << 30)
+#define ALIGN_UP(x, a) (((x) + (a) - 1) & ~(size_t)((a) - 1))
+
+/* Profiling: per-op totals from CUDA events. */
+typedef struct prof_key {
+    char name[64];
+    double ms;
+    long calls;
+} prof_key;
+typedef struct prof_ev {
+    int key;
+    cudaEvent_t a, b;
+} prof_ev;
+
+typedef struct cuda_ctx {
+    int device;
+    int precise, gemm_custom, profile;
+    cudaStream_t st;
+    cublasLtHandle_t lt;
+    cublasLtMatmulDesc_t lt_desc;
+    void *lt_ws;
+    size_t lt_ws_bytes;
+    lt_plan *plans;
+    size_t n_plans, cap_plans;
+    void *slot[SLOT_COUNT];
+    size_t slot_bytes[SLOT_COUNT];
+    char *host; /* host staging for small argument arrays */
+    size_t host_bytes;
+    arena *arenas;
+    size_t n_arenas, cap_arenas;
+    moe_ptrs *moe;
+    size_t n_moe, cap_moe;
+    /* the last activation rows converted to bf16 (reused by consecutive
+     * matmuls of the same input, e.g. q/k/v); any other op clears it */
+    const float *cvt_x;
+    int64_t cvt_rows, cvt_K, cvt_ld;
+    int cvt_split, cvt_valid;
+    size_t peak_used; /* device memory in use at the fullest point seen (driver's view) */
+    size_t total_mem;
+    /* profiling */
+    prof_key *keys;
+    size_t n_keys, cap_keys;
+    prof_ev *ev;
+    size_t n_ev, cap_ev, used_ev;
+    int cur_key;
+    char desc[256];
+} cuda_ctx;
+
+static const clef_backend_ops cuda_ops;
+
+static inline cuda_ctx *cu_of(clef_backend *be) { return (cuda_ctx *)be->ctx; }
+
+/* 0, or -1 with err 500 naming the CUDA error. */
+static int cu_check(cudaError_t e, const char *what, clef_err *err) {
+    if (e == cudaSuccess) return 0;
+    return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CUDA %s: %s (%s)", what, cudaGetErrorString(e),
+                     cudaGetErrorName(e));
+}
+
+static int lt_check(cublasStatus_t s, const char *what, clef_err *err) {
+    if (s == CUBLAS_STATUS_SUCCESS) return 0;
+    return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "cuBLASLt %s: %s (%d)", what, cublasLtGetStatusString(s), (int)s);
+}
+
+static int getenv_int(const char *name, int dflt) {
+    const char *v = getenv(name);
+    if (!v || !*v) return dflt;
+    return atoi(v);
+}
+
+/* ---- profiling ----------------------------------------------------------- */
+
+static int prof_key_of(cuda_ctx *c, const char *name) {
+    for (size_t i = 0; i < c->n_keys; i++)
+        if (strcmp(c->keys[i].name, name) == 0) return (int)i;
+    if (c->n_keys == c->cap_keys) {
+        size_t cap = c->cap_keys ? 2 * c->cap_keys : 64;
+        prof_key *k = realloc(c->keys, cap * sizeof *k);
+        if (!k) return -1;
+        c->keys = k;
+        c->cap_keys = cap;
+    }
+    prof_key *k = &c->keys[c->n_keys];
+    memset(k, 0, sizeof *k);
+    snprintf(k->name, sizeof k->name, "%s", name);
+    return (int)c->n_keys++;
+}
+
+/* Fold every recorded event pair into the totals (waits for the last). */
+static void prof_collect(cuda_ctx *c) {
+    if (!c->used_ev) return;
+    cudaEventSynchronize(c->ev[c->used_ev - 1].b);
+    for (size_t i = 0; i < c->used_ev; i++) {
+        float ms = 0;
+        if (cudaEventElapsedTime(&ms, c->ev[i].a, c->ev[i].b) == cudaSuccess && c->ev[i].key >= 0) {
+            c->keys[c->ev[i].key].ms += ms;
+            c->keys[c->ev[i].key].calls++;
+        }
+    }
+    c->used_ev = 0;
+}
+
+/* Start timing `name` (no-op unless profiling). */
+static void prof_begin(cuda_ctx *c, const char *name) {
+    c->cur_key = -1;
+    if (!c->profile) return;
+    if (c->used_ev == c->cap_ev && c->cap_ev >= 8192) prof_collect(c);
+    if (c->used_ev == c->n_ev) {
+        if (c->n_ev == c->cap_ev) {
+            size_t cap = c->cap_ev ? 2 * c->cap_ev : 256;
+            prof_ev *e = realloc(c->ev, cap * sizeof *e);
+            if (!e) return;
+            c->ev = e;
+            c->cap_ev = cap;
+        }
+        if (cudaEventCreate(&c->ev[c->n_ev].a) != cudaSuccess) return;
+        if (cudaEventCreate(&c->ev[c->n_ev].b) != cudaSuccess) {
+            cudaEventDestroy(c->ev[c->n_ev].a);
+            return;
+        }
+        c->n_ev++;
+    }
+    c->cur_key = prof_key_of(c, name);
+    c->ev[c->used_ev].key = c->cur_key;
+    cudaEventRecord(c->ev[c->used_ev].a, c->st);
+}
+
+static void prof_end(cuda_ctx *c) {
+    if (!c->profile || c->cur_key < 0) return;
+    cudaEventRecord(c->ev[c->used_ev].b, c->st);
+    c->used_ev++;
+    c->cur_key = -1;
+}
+
+static int cmp_key_ms(const void *a, const void *b) {
+    double x = ((const prof_key *)a)->ms, y = ((const prof_key *)b)->ms;
+    return (x < y) - (x > y);
+}
+
+void clef_cuda_profile_dump(clef_backend *be, FILE *f) {
+    if (!clef_backend_is_cuda(be)) return;
+    cuda_ctx *c = cu_of(be);
+    if (!c->profile) return;
+    cudaSetDevice(c->device);
+    prof_collect(c);
+    qsort(c->keys, c->n_keys, sizeof *c->keys, cmp_key_ms);
+    double total = 0;
+    for (size_t i = 0; i < c->n_keys; i++) total += c->keys[i].ms;
+    fprintf(f, "%-44s %8s %11s %9s %6s\n", "op", "calls", "total ms", "mean us", "share");
+    for (size_t i = 0; i < c->n_keys; i++) {
+        const prof_key *k = &c->keys[i];
+        if (!k->calls) continue;
+        fprintf(f, "%-44s %8ld %11.3f %9.1f %5.1f%%\n", k->name, k->calls, k->ms, 1e3 * k->ms / (double)k->calls,
+                total > 0 ? 100.0 * k->ms / total : 0.0);
+    }
+    fprintf(f, "%-44s %8s %11.3f\n", "sum of op times", "", total);
+    c->n_keys = 0;
+}
+
+/* Every op: select the device, forget the converted rows (unless the op is
+ * a matmul, which manages them), start the op's timer. */
+static void op_begin(cuda_ctx *c, const char *name, int keep_cvt) {
+    cudaSetDevice(c->device);
+    if (!keep_cvt) c->cvt_valid = 0;
+    prof_begin(c, name);
+}
+
+/* Close the op's timer; passes rc through. */
+static int op_end(cuda_ctx *c, int rc) {
+    prof_end(c);
+    return rc;
+}
+
+/* ---- memory -------------------------------------------------------------- */
+
+static void note_usage(cuda_ctx *c) {
+    size_t fr = 0, tot = 0;
+    if (cudaMemGetInfo(&fr, &tot) == cudaSuccess && tot - fr > c->peak_used) c->peak_used = tot - fr;
+}
+
+/* Slot `s` with at least `bytes` (contents not kept on growth), or NULL +
+ * err (422 too many tokens).  Growth frees in stream order, so work still
+ * queued on the old buffer is safe. */
+static void *cu_slot(cuda_ctx *c, int s, size_t bytes, clef_err *err) {
+    if (c->slot[s] && c->slot_bytes[s] >= bytes) return c->slot[s];
+    if (c->slot[s]) cudaFreeAsync(c->slot[s], c->st);
+    c->slot[s] = NULL;
+    c->slot_bytes[s] = 0;
+    size_t want = ALIGN_UP(bytes + bytes / 4 + 256, 256); /* a little headroom: fewer regrowths */
+    void *p = NULL;
+    cudaError_t e = cudaMallocAsync(&p, want, c->st);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        clef_fail(err, 422, CLEF_E_CAPACITY, NULL, "too many tokens: cannot allocate %zu bytes of CUDA scratch (%s)",
+                  want, cudaGetErrorString(e));
+        return NULL;
+    }
+    c->slot[s] = p;
+    c->slot_bytes[s] = want;
+    if (s == SLOT_A16) c->cvt_valid = 0;
+    return p;
+}
+
+/* Host staging buffer of at least `bytes`. */
+static void *cu_host(cuda_ctx *c, size_t bytes, clef_err *err) {
+    if (c->host_bytes >= bytes) return c->host;
+    char *h = realloc(c->host, bytes);
+    if (!h) {
+        clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CUDA backend: out of host memory (%zu bytes)", bytes);
+        return NULL;
+    }
+    c->host = h;
+    c->host_bytes = bytes;
+    return h;
+}
+
+/* Copy the host staging buffer's first `bytes` into the META slot. */
+static void *stage_meta(cuda_ctx *c, size_t bytes, clef_err *err) {
+    void *d = cu_slot(c, SLOT_META, bytes, err);
+    if (!d) return NULL;
+    /* from pageable memory: returns once the bytes are staged, so the host
+     * buffer may be reused at once; the device write is stream-ordered */
+    if (cu_check(cudaMemcpyAsync(d, c->host, bytes, cudaMemcpyHostToDevice, c->st), "stage arguments", err)) return NULL;
+    return d;
+}
+
+static void *cu_alloc(clef_backend *be, size_t bytes) {
+    cuda_ctx *c = cu_of(be);
+    cudaSetDevice(c->device);
+    void *p = NULL;
+    if (cudaMallocAsync(&p, bytes ? bytes : 256, c->st) != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+
+static void cu_free(clef_backend *be, void *p) {
+    if (!p) return;
+    cuda_ctx *c = cu_of(be);
+    cudaSetDevice(c->device);
+    note_usage(c);
+    cudaFreeAsync(p, c->st);
+}
+
+static int cu_upload(clef_backend *be, void *dst, const void *src, size_t bytes, clef_err *err) {
+    cuda_ctx *c = cu_of(be);
+    if (!bytes) return 0;
+    op_begin(c, "upload", 0);
+    return op_end(c, cu_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->st), "upload", err));
+}
+
+static int cu_download(clef_backend *be, void *dst, const void *src, size_t bytes, clef_err *err) {
+    cuda_ctx *c = cu_of(be);
+    if (!bytes) return 0;
+    op_begin(c, "download", 1);
+    int rc = cu_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->st), "download", err);
+    op_end(c, rc);
+    /* the forward's one synchronisation: surfaces any fault of the queued kernels */
+    if (rc == 0) rc = cu_check(cudaStreamSynchronize(c->st), "synchronize", err);
+    note_usage(c);
+    return rc;
+}
+
+static int cu_copy(clef_backend *be, void *dst, const void *src, size_t bytes, clef_err *err) {
+    cuda_ctx *c = cu_of(be);
+    if (!bytes) return 0;
+    op_begin(c, "copy", 0);
+    return op_end(c, cu_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->st), "copy", err));
+}
+
+/* ---- weights ------------------------------------------------------------- */
+
+/* `bytes` of weight memory (256-byte aligned) from the arenas. */
+static void *arena_take(cuda_ctx *c, size_t bytes, clef_err *err) {
+    bytes = ALIGN_UP(bytes ? bytes : 1, 256);
+    if (c->n_arenas) {
+        arena *a = &c->arenas[c->n_arenas - 1];
+        if (a->size - a->used >= bytes) {
+            void *p = a->base + a->used;
+            a->used += bytes;
+            a->live++;
+            return p;
+        }
+    }
+    if (c->n_arenas == c->cap_arenas) {
+        size_t cap = c->cap_arenas ? 2 * c->cap_arenas : 64;
+        arena *na = realloc(c->arenas, cap * sizeof *na);
+        if (!na) {
+            clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CUDA backend: out of host memory");
+            return NULL;
+        }
+        c->arenas = na;
+        c->cap_arenas = cap;
+    }
+    size_t size = bytes > ARENA_BYTES / 4 ? bytes : ARENA_BYTES; /* big tensors get their own */
+    void *base = NULL;
+    cudaError_t e = cudaMalloc(&base, size);
+    if (e != cudaSuccess && size > bytes) { /* near the end of memory: just this tensor */
+        cudaGetLastError();
+        size = bytes;
+        e = cudaMalloc(&base, size);
+    }
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CUDA: cannot allocate %zu bytes for weights: %s", size,
+                  cudaGetErrorString(e));
+        return NULL;
+    }
+    /* the fuller arena stays last, so small tensors keep filling it */
+    arena na = {.base = base, .size = size, .used = bytes, .live = 1};
+    if (c->n_arenas && size == bytes) {
+        c->arenas[c->n_arenas] = c->arenas[c->n_arenas - 1];
+        c->arenas[c->n_arenas - 1] = na;
+    } else {
+        c->arenas[c->n_arenas] = na;
+    }
+    c->n_arenas++;
+    return base;
+}
+
+static void arena_release(cuda_ctx *c, const void *p) {
+    for (size_t i = 0; i < c->n_arenas; i++) {
+        arena *a = &c->arenas[i];
+        if ((const char *)p < a->base || (const char *)p >= a->base + a->size) continue;
+        if (a->live && --a->live == 0) {
+            cudaFree(a->base);
+            c->arenas[i] = c->arenas[--c->n_arenas];
+        }
+        return;
+    }
+}
+
+static int cu_weight_init(clef_backend *be, clef_weight *w, clef_dtype dtype, int64_t rows, int64_t cols,
+                          const void *host, clef_err *err) {
+    cuda_ctx *c = cu_of(be);
+    if (dtype != CLEF_DT_BF16 && dtype != CLEF_DT_F16 && dtype != CLEF_DT_F32)
+        return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "unsupported weight dtype on cuda: %s",
+                         clef_dtype_name(dtype));
+    if (rows < 0 || cols < 0 || (!host && rows * cols > 0))
+        return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CUDA backend: invalid weight [%lld,%lld]", (long long)rows,
+                         (long long)cols);
+    cudaSetDevice(c->device);
+    const size_t n = (size_t)rows * (size_t)cols;
+    /* bf16 stays bf16 (the tensor cores' input); f16 widens to f32 exactly */
+    const clef_dtype dev_dtype = dtype == CLEF_DT_BF16 ? CLEF_DT_BF16 : CLEF_DT_F32;
+    const size_t bytes = n * clef_dtype_size(dev_dtype);
+    void *d = arena_take(c, bytes, err);
+    if (!d) return -1;
+    int rc;
+    if (dtype == CLEF_DT_F16) {
+        float *tmp = malloc(n ? n * sizeof *tmp : 1);
+        if (!tmp) {
+            arena_release(c, d);
+            return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CUDA backend: out of host memory");
+        }
+        clef_to_f32(CLEF_DT_F16, host, tmp, n);
+        rc = cu_check(cudaMemcpyAsync(d, tmp, bytes, cudaMemcpyHostToDevice, c->st), "weight upload", err);
+        free(tmp); /* pageable source: staged before the call returned */
+    } else {
+        rc = bytes ? cu_check(cudaMemcpyAsync(d, host, bytes, cudaMemcpyHostToDevice, c->st), "weight upload", err) : 0;
+    }
+    if (rc != 0) {
+        arena_release(c, d);
+        return -1;
+    }
+    *w = (clef_weight){.dtype = dev_dtype, .rows = rows, .cols = cols, .data = d};
+    return 0;
+}
+
+static int cu_weight_init_packed(clef_backend *be, clef_weight *w, const clef_qweight *q, clef_err *err) {
+    if (q->quant.type != CLEF_QT_NONE)
+        return clef_fail(err, 500, CLEF_E_INTERNAL, NULL,
+                         "unsupported weight dtype on cuda: %s (%s) [%lld,%lld]; quantized checkpoints run on --device "
+                         "cpu",
+                         clef_wqtype_name(q->quant.type), clef_dtype_name(q->dtype), (long long)q->rows,
+                         (long long)q->cols);
+    return cu_weight_init(be, w, q->dtype, q->rows, q->cols, q->data, err);
+}
+
+static void cu_weight_release(clef_backend *be, clef_weight *w) {
+    if (!w) return;
+    cuda_ctx *c = cu_of(be);
+    if (w->data) {
+        cudaSetDevice(c->device);
+        arena_release(c, w->data);
+    }
+    memset(w, 0, sizeof *w);
+}
+
+/* ---- dense products ------------------------------------------------------ */
+
+/* An op wrote [p, p + bytes): forget the converted rows if they overlap. */
+static void cvt_clobber(cuda_ctx *c, const void *p, size_t bytes) {
+    if (c->cvt_valid && (const char *)p < (const char *)(c->cvt_x + c->cvt_rows * c->cvt_ld) &&
+        (const char *)p + bytes > (const char *)c->cvt_x)
+        c->cvt_valid = 0;
+}
+
+/* x [rows, K] (rows ldx apart) as bf16 rows in SLOT_A16 ([hi | lo] when
+ * precise), reusing the last conversion when it is of the same rows. */
+static const uint16_t *convert_rows(cuda_ctx *c, const float *x, int64_t rows, int64_t K, int64_t ldx, clef_err *err) {
+    const int split = c->precise ? 2 : 1;
+    if (c->cvt_valid && c->cvt_x == x && c->cvt_rows == rows && c->cvt_K == K && c->cvt_ld == ldx &&
+        c->cvt_split == split)
+        return c->slot[SLOT_A16];
+    uint16_t *d = cu_slot(c, SLOT_A16, (size_t)rows * (size_t)K * (size_t)split * 2, err);
+    if (!d) return NULL;
+    if (cu_check(ck_rows_to_bf16(x, rows, K, ldx, d, split, c->st), "activation to bf16", err)) return NULL;
+    c->cvt_x = x, c->cvt_rows = rows, c->cvt_K = K, c->cvt_ld = ldx, c->cvt_split = split, c->cvt_valid = 1;
+    return d;
+}
+
+/* Layout rows x cols (column-major, ld) of `type`. */
+static int lt_layout(cublasLtMatrixLayout_t *l, cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld,
+                     clef_err *err) {
+    return lt_check(cublasLtMatrixLayoutCreate(l, type, (uint64_t)rows, (uint64_t)cols, ld), "layout", err);
+}
+
+/* One algorithm for weight shape [N, K], chosen once from the heuristic at
+ * M = 4096 among those that never split K and accepted for every M the
+ * engine can ask for (checked at 1, 7, 64, 300, 4097, 65536 rows): each row
+ * is then reduced the same way whatever the batch. */
+static lt_plan *lt_plan_for(cuda_ctx *c, int64_t N, int64_t K, clef_err *err) {
+    for (size_t i = 0; i < c->n_plans; i++)
+        if (c->plans[i].N == N && c->plans[i].K == K) return &c->plans[i];
+    if (c->n_plans == c->cap_plans) {
+        size_t cap = c->cap_plans ? 2 * c->cap_plans : 32;
+        lt_plan *p = realloc(c->plans, cap * sizeof *p);
+        if (!p) {
+            clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CUDA backend: out of host memory");
+            return NULL;
+        }
+        c->plans = p;
+        c->cap_plans = cap;
+    }
+    lt_plan *p = &c->plans[c->n_plans];
+    memset(p, 0, sizeof *p);
+    p->N = N, p->K = K;
+    const int64_t m_rep = 4096;
+    if (lt_layout(&p->a, CUDA_R_16BF, K, N, K, err) || lt_layout(&p->b, CUDA_R_16BF, K, m_rep, K, err) ||
+        lt_layout(&p->d, CUDA_R_32F, N, m_rep, N, err))
+        return NULL;
+    cublasLtMatmulPreference_t pref;
+    if (lt_check(cublasLtMatmulPreferenceCreate(&pref), "preference", err)) return NULL;
+    uint64_t ws = c->lt_ws_bytes;
+    uint32_t al_ab = 256, al_cd = 16;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_ab, sizeof al_ab);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_ab, sizeof al_ab);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_cd, sizeof al_cd);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_cd, sizeof al_cd);
+    cublasLtMatmulHeuristicResult_t res[32];
+    int n_res = 0;
+    cublasStatus_t s =
+        cublasLtMatmulAlgoGetHeuristic(c->lt, c->lt_desc, p->a, p->b, p->d, p->d, pref, 32, res, &n_res);
+    cublasLtMatmulPreferenceDestroy(pref);
+    c->n_plans++;
+    if (s != CUBLAS_STATUS_SUCCESS) n_res = 0;
+    static const int64_t ms[] = {1, 7, 64, 300, 4097, 65536};
+    for (int i = 0; i < n_res && !p->ok; i++) {
+        if (res[i].state != CUBLAS_STATUS_SUCCESS) continue;
+        uint32_t splitk = 1, scheme = 0;
+        size_t got = 0;
+        cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof splitk,
+                                             &got);
+        cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme,
+                                             sizeof scheme, &got);
+        if (splitk > 1 || scheme != CUBLASLT_REDUCTION_SCHEME_NONE) continue;
+        int all = 1;
+        for (size_t j = 0; j < sizeof ms / sizeof *ms && all; j++) {
+            cublasLtMatrixLayoutSetAttribute(p->b, CUBLASLT_MATRIX_LAYOUT_COLS, &ms[j], sizeof ms[j]);
+            cublasLtMatrixLayoutSetAttribute(p->d, CUBLASLT_MATRIX_LAYOUT_COLS, &ms[j], sizeof ms[j]);
+            cublasLtMatmulHeuristicResult_t chk;
+            all = cublasLtMatmulAlgoCheck(c->lt, c->lt_desc, p->a, p->b, p->d, p->d, &res[i].algo, &chk) ==
+                      CUBLAS_STATUS_SUCCESS &&
+                  chk.workspaceSize <= c->lt_ws_bytes;
+        }
+        if (all) {
+            p->algo = res[i].algo;
+            p->ok = 1;
+        }
+    }
+    return p;
+}
+
+/* y[T, N] = bf16(x) . W^T through the fixed cuBLASLt algorithm of W's shape. */
+static int lt_matmul(cuda_ctx *c, lt_plan *p, const uint16_t *a16, int64_t T, const clef_weight *w, float *y,
+                     clef_err *err) {
+    const float one = 1.0f, zero = 0.0f;
+    cublasLtMatrixLayoutSetAttribute(p->b, CUBLASLT_MATRIX_LAYOUT_COLS, &T, sizeof T);
+    cublasLtMatrixLayoutSetAttribute(p->d, CUBLASLT_MATRIX_LAYOUT_COLS, &T, sizeof T);
+    return lt_check(cublasLtMatmul(c->lt, c->lt_desc, &one, w->data, p->a, a16, p->b, &zero, y, p->d, y, p->d,
+                                   &p->algo, c->lt_ws, c->lt_ws_bytes, c->st),
+                    "matmul", err);
+}
+
+static int weight_plain_bf16_ok(const clef_weight *w, const char *what, clef_err *err) {
+    if (w->quant.type != CLEF_QT_NONE || (w->dtype != CLEF_DT_BF16 && w->dtype != CLEF_DT_F32))
+        return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "unsupported weight dtype on cuda: %s in %s",
+                         w->quant.type != CLEF_QT_NONE ? clef_wqtype_name(w->quant.type) : clef_dtype_name(w->dtype),
+                         what);
+    if (w->dtype == CLEF_DT_BF16 && (w->cols % 8 || ((uintptr_t)w->data & 15)))
+        return clef_fail(err, 500, CLEF_E_INTERNAL, NULL,
+                         "CUDA %s: weight [%lld,%lld] needs a multiple of 8 columns and 16-byte alignment", what,
+                         (long long)w->rows, (long long)w->cols);
+    return 0;
+}
+
+static int cu_matmul(clef_backend *be, const float *x, int64_t T, const clef_weight *w, const float *bias, float *y,
+                     clef_err *err) {
+    cuda_ctx *c = cu_of(be);
+    if (T <= 0 || w->rows <= 0) return 0;
+    char name[64];
+    snprintf(name, sizeof name, "matmul %lldx%lld", (long long)w->rows, (long long)w->cols);
+    op_begin(c, name, 1);
+    if (weight_plain_bf16_ok(w, "matmul", err)) return op_end(c, -1);
+    const int64_t N = w->rows, K = w->cols;
+    int rc;
+    if (w->dtype == CLEF_DT_F32) {
+        c->cvt_valid = 0;
+        rc = cu_check(ck_gemm_f32(x, T, K, w->data, N, bias, y, c->st), "matmul f32", err);
+    } else {
+        const uint16_t *a16 = convert_rows(c, x, T, K, K, err);
+        if (!a16) return op_end(c, -1);
+        lt_plan *p = NULL;
+        if (!c->gemm_custom && !c->precise && !((uintptr_t)y & 15) && !(N % 4)) {
+            p = lt_plan_for(c, N, K, err);
+            if (!p) return op_end(c, -1);
+        }
+        if (p && p->ok) {
+            rc = lt_matmul(c, p, a16, T, w, y, err);
+            if (rc == 0 && bias) rc = cu_check(ck_add_bias(y, T, N, N, bias, c->st), "bias", err);
+        } else {
+            ck_gemm_args g = {.mode = CK_GEMM_DENSE, .A = a16, .lda = K * (c->precise ? 2 : 1), .K = K,
+                              .split = c->precise ? 2 : 1, .N = N, .W = w->data, .M = T, .bias = bias, .Y = y,
+                              .ldy = N, .big = T >= 1024};
+            rc = cu_check(ck_gemm(&g, c->st), "matmul", err);
+        }
+    }
+    cvt_clobber(c, y, (size_t)(T * N) * sizeof(float)); /* y may overlap the rows cached as converted */
+    return op_end(c, rc);
+}
+
+static int cu_gather(clef_backend *be, const clef_weight *table, const int32_t *ids, int64_t n, float *out,
+                     clef_err *err) {
+    cuda_ctx *c = cu_of(be);
+    op_begin(c, "gather", 0);
+    if (table->quant.type != CLEF_QT_NONE || (table->dtype != CLEF_DT_BF16 && table->dtype != CLEF_DT_F32))
+        return op_end(c, clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "unsupported weight dtype on cuda: %s in gather",
+                                   clef_dtype_name(table->dtype)));
+    return op_end(c, cu_check(ck_gather(table->data, table->dtype == CLEF_DT_F32, table->rows, table->cols, ids, n, out,
+                                        c->st),
+                              "gather", err));
+}
+
+/* ---- thinker ops --------------------------------------------------------- */
+
+static int cu_rmsnorm(clef_backend *be, const float *x, const float *w, float *y, int64_t rows, int64_t dim, float eps,
+                      clef_err *err) {
+    cuda_ctx *c = cu_of(be);
+    op_begin(c, "rmsnorm", 0);
+    return op_end(c, cu_check(ck_rmsnorm(x, w, y, rows, dim, eps, c->st), "rmsnorm", err));
+}
+
+static int cu_rope(clef_backend *be, float *x, int64_t T, int64_t heads, const int32_t *pos, const clef_rope_desc *r,
+                   clef_err *err) {
+    cuda_ctx *c = cu_of(be);
+    const int64_t D = r->head_dim;
+    if (D <= 0 || D % 2 || D > 4096)
+        return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CUDA rope: head_dim %lld", (long long)D);
+    op_begin(c, "rope", 0);
+    return op_end(c, cu_check(ck_rope(x, T, heads, D, pos, r->section[1], r->section[2], r->inv_freq, c->st), "rope",
+                              err));
+}
+
+/* Attention: offsets (and, on the tensor-core path, the 64-row query tiles,
+ * heaviest first) staged in one copy; Q, K, V converted to bf16 rows. */
+static int cu_attention(clef_backend *be, const float *q, const float *k, const float *v, float *out,
+                        const clef_attn_desc *a, clef_err *err) {
+    cuda_ctx *c = cu_of(be);
+    const int64_t nh = a->n_q_heads, nkv = a->n_kv_heads, D = a->head_dim, ns = a->n_seg;
+    if (nh <= 0 || nkv <= 0 || nh % nkv || D <= 0 || ns < 0 || nh > 65535)
+        return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CUDA attention: %lld query / %lld kv heads of %lld",
+                         (long long)nh, (long long)nkv, (long long)D);
+    int64_t n_tiles = 0;
+    for (int64_t s = 0; s < ns; s++) {
+        int64_t ql = a->q_off[s + 1] - a->q_off[s], kl = a->kv_off[s + 1] - a->kv_off[s];
+        if (ql < 0 || kl < 0 || (ql > 0 && kl == 0) || (a->causal && ql != kl) || kl > INT32_MAX)
+            return clef_fail(err, 500, CLEF_E_INTERNAL, NULL,
+                             "CUDA attention: segment %lld has %lld queries and %lld keys", (long long)s,
+                             (long long)ql, (long long)kl);
+        n_tiles += (ql + 63) / 64;
+    }
+    const int64_t nq = ns ? a->q_off[ns] : 0, nk = ns ? a->kv_off[ns] : 0;
+    if (nq == 0) return 0;
+    const int tc = !c->precise && (D == 64 || D == 128);
+    op_begin(c, tc ? "attention (tensor cores)" : "attention (f32)", 0);
+    const size_t off_bytes = (size_t)(ns + 1) * sizeof(int64_t);
+    const size_t meta = 2 * off_bytes + (tc ? (size_t)n_tiles * 2 * sizeof(int32_t) : 0);
+    char *h = cu_host(c, meta, err);
+    if (!h) return op_end(c, -1);
+    memcpy(h, a->q_off, off_bytes);
+    memcpy(h + off_bytes, a->kv_off, off_bytes);
+    if (tc) { /* tiles by descending first row: the longest causal tiles start first */
+        int32_t *t = (int32_t *)(h + 2 * off_bytes);
+        int64_t maxq = 0, m = 0;
+        for (int64_t s = 0; s < ns; s++)
+            if (a->q_off[s + 1] - a->q_off[s] > maxq) maxq = a->q_off[s + 1] - a->q_off[s];
+        for (int64_t i0 = ((maxq + 63) / 64 - 1) * 64; i0 >= 0; i0 -= 64)
+            for (int64_t s = 0; s < ns; s++)
+                if (a->q_off[s + 1] - a->q_off[s] > i0) {
+                    t[2 * m] = (int32_t)s;
+                    t[2 * m + 1] = (int32_t)i0;
+                    m++;
+                }
+    }
+    char *d = stage_meta(c, meta, err);
+    if (!d) return op_end(c, -1);
+    const int64_t *dq = (const int64_t *)d, *dk = (const int64_t *)(d + off_bytes);
+    int rc;
+    if (tc) {
+        const size_t qn = (size_t)(nq * nh * D), kn = (size_t)(nk * nkv * D);
+        uint16_t *b16 = cu_slot(c, SLOT_ATT16, (qn + 2 * kn) * 2 + 64, err);
+        if (!b16) return op_end(c, -1);
+        uint16_t *q16 = b16, *k16 = q16 + qn, *v16 = k16 + kn;
+        rc = cu_check(ck_rows_to_bf16(q, nq, nh * D, a->q_stride, q16, 1, c->st), "attention q to bf16", err);
+        if (rc == 0) rc = cu_check(ck_rows_to_bf16(k, nk, nkv * D, a->k_stride, k16, 1, c->st), "attention k", err);
+        if (rc == 0) rc = cu_check(ck_rows_to_bf16(v, nk, nkv * D, a->v_stride, v16, 1, c->st), "attention v", err);
+        if (rc == 0)
+            rc = cu_check(ck_attn_tc(q16, k16, v16, out, a->o_stride, (const int32_t *)(d + 2 * off_bytes), n_tiles, dq,
+                                     dk, (int)nh, (int)nkv, (int)D, a->scale, a->causal, c->st),
+                          "attention", err);
+    } else {
+        rc = cu_check(ck_attn_f32(q, k, v, out, a->q_stride, a->k_stride, a->v_stride, a->o_stride, dq, dk, ns, nq,
+                                  (int)nh, (int)nkv, (int)D, a->scale, a->causal, c->st),
+                      "attention f32", err);
+    }
+    return op_end(c, rc);
+}
+
+static int cu_router_topk(clef_backend *be, const float *logits, int64_t T, int64_t E, int64_t k, int norm,
+                          int32_t *idx, float *w, clef_err *err) {
+    cuda_ctx *c = cu_of(be);
+    if (E <= 0 || k <= 0 || k > E || k > 64 || E > 8192)
+        return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CUDA router: top-%lld of %lld experts", (long long)k,
+                         (long long)E);
+    op_begin(c, "router top-k", 1); /* the experts then reuse the rows the router matmul converted */
+    cvt_clobber(c, idx, (size_t)(T * k) * sizeof(int32_t));
+    cvt_clobber(c, w, (size_t)(T * k) * sizeof(float));
+    return op_end(c, cu_check(ck_router_topk(logits, T, E, k, norm, idx, w, c->st), "router", err));
+}
+
+/* Device pointer arrays of a layer's experts, uploaded once and re-checked
+ * against the layer's weights on every use (cheap: host memory only). */
+static const void *const *moe_pointers(cuda_ctx *c, const clef_moe_weights *ex, clef_err *err) {
+    const int64_t E = ex->n_experts;
+    moe_ptrs *m = NULL;
+    for (size_t i = 0; i < c->n_moe && !m; i++)
+        if (c->moe[i].gate == ex->gate && c->moe[i].up == ex->up && c->moe[i].down == ex->down && c->moe[i].E == E)
+            m = &c->moe[i];
+    if (m) {
+        int same = 1;
+        for (int64_t e = 0; e < E && same; e++)
+            same = m->host[e] == ex->gate[e].data && m->host[E + e] == ex->up[e].data &&
+                   m->host[2 * E + e] == ex->down[e].data;
+        if (same) return m->dev;
+    } else {
+        if (c->n_moe == c->cap_moe) {
+            size_t cap = c->cap_moe ? 2 * c->cap_moe : 64;
+            moe_ptrs *n = realloc(c->moe, cap * sizeof *n);
+            if (!n) {
+                clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CUDA backend: out of host memory");
+                return NULL;
+            }
+            c->moe = n;
+            c->cap_moe = cap;
+        }
+        m = &c->moe[c->n_moe];
+        memset(m, 0, sizeof *m);
+        m->host = calloc((size_t)(3 * E), sizeof *m->host);
+        if (!m->host || cu_check(cudaMalloc(&m->dev, (size_t)(3 * E) * sizeof(void *)), "expert table", err)) {
+            free(m->host);
+            if (!err->status) clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CUDA backend: out of host memory");
+            return NULL;
+        }
+        m->gate = ex->gate, m->up = ex->up, m->down = ex->down, m->E = E;
+        c->n_moe++;
+    }
+    for (int64_t e = 0; e < E; e++) {
+        const clef_weight *ws[3] = {&ex->gate[e], &ex->up[e], &ex->down[e]};
+        for (int j = 0; j < 3; j++) {
+            if (weight_plain_bf16_ok(ws[j], "moe", err)) return NULL;
+            if (ws[j]->dtype != CLEF_DT_BF16) {
+                clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "unsupported weight dtype on cuda: %s experts",
+                          clef_dtype_name(ws[j]->dtype));
+                return NULL;
+            }
+        }
+        m->host[e] = ex->gate[e].data;
+        m->host[E + e] = ex->up[e].data;
+        m->host[2 * E + e] = ex->down[e].data;
+    }
+    /* host array owned by the table: the copy is staged before the call returns */
+    if (cu_check(cudaMemcpyAsync(m->dev, m->host, (size_t)(3 * E) * sizeof(void *), cudaMemcpyHostToDevice, c->st),
+                 "expert table", err))
+        return NULL;
+    return m->dev;
+}
+
+/* Grouped expert block (backend.h moe): permutation on the device, the
+ * gate/up GEMM with SwiGLU fused, the down GEMM, the ordered combine. */
+static int cu_moe(clef_backend *be, const float *x, int64_t T, const int32_t *idx, const float *w, int64_t k,
+                  const clef_moe_weights *ex, float *y, clef_err *err) {
+    cuda_ctx *c = cu_of(be);
+    const int64_t E = ex->n_experts, H = ex->hidden, NI = ex->inter, TK = T * k;
+    if (T <= 0) return 0;
+    if (k <= 0 || k > 64 || k > E || E > 65535 || H % 8 || NI % 8 || TK > INT32_MAX / 2)
+        return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CUDA moe: %lld of %lld experts, hidden %lld, inter %lld",
+                         (long long)k, (long long)E, (long long)H, (long long)NI);
+    op_begin(c, "moe: expert table + permutation", 1);
+    const void *const *ptrs = moe_pointers(c, ex, err);
+    if (!ptrs) return op_end(c, -1);
+    const int split = c->precise ? 2 : 1, big = TK >= 8192, BM = ck_gemm_bm(big);
+    const int64_t max_tiles = (TK + BM - 1) / BM + E;
+    int32_t *ix = cu_slot(c, SLOT_MOE_IX, (size_t)(2 * E + 2 * TK + 2 * max_tiles + 1) * sizeof(int32_t), err);
+    if (!ix) return op_end(c, -1);
+    int32_t *cnt = ix, *end = cnt + E, *row_tok = end + E, *slot_pos = row_tok + TK, *t_exp = slot_pos + TK,
+            *t_row = t_exp + max_tiles, *n_tiles = t_row + max_tiles;
+    if (cu_check(ck_moe_plan(idx, T, (int)k, (int)E, BM, cnt, end, row_tok, slot_pos, t_exp, t_row, n_tiles, c->st),
+                 "moe permutation", err))
+        return op_end(c, -1);
+    op_end(c, 0);
+
+    op_begin(c, "moe: input to bf16", 1);
+    const uint16_t *a16 = convert_rows(c, x, T, H, H, err);
+    if (!a16) return op_end(c, -1);
+    op_end(c, 0);
+
+    op_begin(c, "moe: gate+up GEMM (SwiGLU)", 1);
+    uint16_t *hbuf = cu_slot(c, SLOT_MOE_H, (size_t)TK * (size_t)(NI * split) * 2, err);
+    if (!hbuf) return op_end(c, -1);
+    ck_gemm_args g = {.mode = CK_GEMM_GATEUP, .A = a16, .lda = H * split, .K = H, .split = split, .N = NI,
+                      .W0 = (const uint16_t *const *)ptrs, .W1 = (const uint16_t *const *)(ptrs + E),
+                      .tile_expert = t_exp, .tile_row0 = t_row, .expert_end = end, .n_tiles = n_tiles,
+                      .max_tiles = max_tiles, .row_src = row_tok, .H = hbuf, .big = big};
+    if (cu_check(ck_gemm(&g, c->st), "moe gate/up", err)) return op_end(c, -1);
+    op_end(c, 0);
+
+    op_begin(c, "moe: down GEMM", 1);
+    float *yp = cu_slot(c, SLOT_MOE_Y, (size_t)TK * (size_t)H * sizeof(float), err);
+    if (!yp) return op_end(c, -1);
+    ck_gemm_args d = {.mode = CK_GEMM_DOWN, .A = hbuf, .lda = NI * split, .K = NI, .split = split, .N = H,
+                      .W0 = (const uint16_t *const *)(ptrs + 2 * E), .tile_expert = t_exp, .tile_row0 = t_row,
+                      .expert_end = end, .n_tiles = n_tiles, .max_tiles = max_tiles, .Y = yp, .ldy = H, .big = big};
+    if (cu_check(ck_gemm(&d, c->st), "moe down", err)) return op_end(c, -1);
+    op_end(c, 0);
+
+    op_begin(c, "moe: combine", 0);
+    return op_end(c, cu_check(ck_moe_combine(yp, idx, w, slot_pos, T, (int)k, H, y, c->st), "moe combine", err));
+}
+
+static int cu_swiglu(clef_backend *be, const float *g, const float *u, float *out, int64_t n, clef_err *err) {
+    cuda_ctx *c = cu_of(be);
+    op_begin(c, "swiglu", 0);
+    return op_end(c, cu_check(ck_swiglu(g, u, out, n, c->st), "swiglu", err));
+}
+
+static int cu_add(clef_backend *be, const float *a, const float *b, float *y, int64_t rows, int64_t dim,
+                  int64_t b_stride, clef_err *err) {
+    cuda_ctx *c = cu_of(be);
+    op_begin(c, "add", 0);
+    return op_end(c, cu_check(ck_add(a, b, y, rows, dim, b_stride, c->st), "add", err));
+}
+
+/* ---- head ops ------------------------------------------------------------ */
+
+static int cu_layernorm(clef_backend *be, const float *x, const float *w, const float *b, float *y, int64_t rows,
+                        int64_t dim, float eps, clef_err *err) {
+    cuda_ctx *c = cu_of(be);
+    op_begin(c, "layernorm", 0);
+    return op_end(c, cu_check(ck_layernorm(x, w, b, y, rows, dim, eps, c->st), "layernorm", err));
+}
+
+static int cu_gelu(clef_backend *be, const float *x, float *y, int64_t n, clef_err *err) {
+    cuda_ctx *c = cu_of(be);
+    op_begin(c, "gelu", 0);
+    return op_end(c, cu_check(ck_gelu(x, y, n, c->st), "gelu", err));
+}
+
+static int cu_span_mean(clef_backend *be, const float *x, int64_t dim, const clef_row_span *spans, int64_t n,
+                        float *out, clef_err *err) {
+    cuda_ctx *c = cu_of(be);
+    for (int64_t i = 0; i < n; i++)
+        if (spans[i].end <= spans[i].start || spans[i].start < 0)
+            return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CUDA span_mean: span %lld is [%lld,%lld)",
+                             (long long)i, (long long)spans[i].start, (long long)spans[i].end);
+    if (n <= 0) return 0;
+    op_begin(c, "span_mean", 0);
+    int64_t *h = cu_host(c, (size_t)(2 * n) * sizeof(int64_t), err);
+    if (!h) return op_end(c, -1);
+    for (int64_t i = 0; i < n; i++) h[2 * i] = spans[i].start, h[2 * i + 1] = spans[i].end;
+    const int64_t *d = stage_meta(c, (size_t)(2 * n) * sizeof(int64_t), err);
+    if (!d) return op_end(c, -1);
+    return op_end(c, cu_check(ck_span_mean(x, dim, d, n, out, c->st), "span_mean", err));
+}
+
+static int cu_pair_features(clef_backend *be, const float *F, const int32_t *f_rows, const float *o, int64_t n,
+                            int64_t dim, float *out, clef_err *err) {
+    cuda_ctx *c = cu_of(be);
+    if (n <= 0) return 0;
+    op_begin(c, "pair_features", 0);
+    int32_t *h = cu_host(c, (size_t)n * sizeof(int32_t), err);
+    if (!h) return op_end(c, -1);
+    memcpy(h, f_rows, (size_t)n * sizeof(int32_t));
+    const int32_t *d = stage_meta(c, (size_t)n * sizeof(int32_t), err);
+    if (!d) return op_end(c, -1);
+    return op_end(c, cu_check(ck_pair_features(F, d, o, n, dim, out, c->st), "pair_features", err));
+}
+
+static int cu_cosine(clef_backend *be, const float *a, const int32_t *a_rows, const float *b, int64_t n, int64_t dim,
+                     float eps, float *out, clef_err *err) {
+    cuda_ctx *c = cu_of(be);
+    if (n <= 0) return 0;
+    op_begin(c, "cosine", 0);
+    const int32_t *d = NULL;
+    if (a_rows) {
+        int32_t *h = cu_host(c, (size_t)n * sizeof(int32_t), err);
+        if (!h) return op_end(c, -1);
+        memcpy(h, a_rows, (size_t)n * sizeof(int32_t));
+        if (!(d = stage_meta(c, (size_t)n * sizeof(int32_t), err))) return op_end(c, -1);
+    }
+    return op_end(c, cu_check(ck_cosine(a, d, b, n, dim, eps, out, c->st), "cosine", err));
+}
+
+/* ---- lifetime ------------------------------------------------------------ */
+
+static void cu_destroy(clef_backend *be) {
+    if (!be) return;
+    cuda_ctx *c = cu_of(be);
+    if (c) {
+        cudaSetDevice(c->device);
+        if (c->st) cudaStreamSynchronize(c->st);
+        for (int s = 0; s < SLOT_COUNT; s++)
+            if (c->slot[s]) cudaFreeAsync(c->slot[s], c->st);
+        if (c->st) cudaStreamSynchronize(c->st);
+        for (size_t i = 0; i < c->n_plans; i++) {
+            if (c->plans[i].a) cublasLtMatrixLayoutDestroy(c->plans[i].a);
+            if (c->plans[i].b) cublasLtMatrixLayoutDestroy(c->plans[i].b);
+            if (c->plans[i].d) cublasLtMatrixLayoutDestroy(c->plans[i].d);
+        }
+        free(c->plans);
+        for (size_t i = 0; i < c->n_moe; i++) {
+            cudaFree(c->moe[i].dev);
+            free(c->moe[i].host);
+        }
+        free(c->moe);
+        for (size_t i = 0; i < c->n_arenas; i++) cudaFree(c->arenas[i].base);
+        free(c->arenas);
+        for (size_t i = 0; i < c->n_ev; i++) {
+            cudaEventDestroy(c->ev[i].a);
+            cudaEventDestroy(c->ev[i].b);
+        }
+        free(c->ev);
+        free(c->keys);
+        if (c->lt_ws) cudaFree(c->lt_ws);
+        if (c->lt_desc) cublasLtMatmulDescDestroy(c->lt_desc);
+        if (c->lt) cublasLtDestroy(c->lt);
+        if (c->st) cudaStreamDestroy(c->st);
+        free(c->host);
+        free(c);
+    }
+    free(be);
+}
+
+static const clef_backend_ops cuda_ops = {
+    .name = "cuda",
+    .destroy = cu_destroy,
+    .alloc = cu_alloc,
+    .free = cu_free,
+    .upload = cu_upload,
+    .download = cu_download,
+    .copy = cu_copy,
+    .weight_init = cu_weight_init,
+    .weight_release = cu_weight_release,
+    .weight_init_packed = cu_weight_init_packed,
+    .matmul = cu_matmul,
+    .gather = cu_gather,
+    .rmsnorm = cu_rmsnorm,
+    .rope = cu_rope,
+    .attention = cu_attention,
+    .router_topk = cu_router_topk,
+    .moe = cu_moe,
+    .swiglu = cu_swiglu,
+    .add = cu_add,
+    .layernorm = cu_layernorm,
+    .gelu = cu_gelu,
+    .span_mean = cu_span_mean,
+    .pair_features = cu_pair_features,
+    .cosine = cu_cosine,
+};
+
+int clef_backend_is_cuda(const clef_backend *be) { return be && be->ops == &cuda_ops; }
+
+int clef_cuda_device_count(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError(); /* no driver / no device: not an error here */
+        return 0;
+    }
+    return n;
+}
+
+/* Create the stream, cuBLASLt handle and workspace, and keep freed pool
+ * memory cached (workspaces come back every forward). */
+static int ctx_init(cuda_ctx *c, clef_err *err) {
+    if (cu_check(cudaSetDevice(c->device), "set device", err)) return -1;
+    struct cudaDeviceProp prop;
+    if (cu_check(cudaGetDeviceProperties(&prop, c->device), "device properties", err)) return -1;
+    if (prop.major < 8)
+        return clef_fail(err, 500, CLEF_E_INTERNAL, NULL,
+                         "CUDA device %d (%s) has compute capability %d.%d; clef needs 8.0 or newer (built for 9.0)",
+                         c->device, prop.name, prop.major, prop.minor);
+    int rt = 0;
+    cudaRuntimeGetVersion(&rt);
+    c->total_mem = prop.totalGlobalMem;
+    snprintf(c->desc, sizeof c->desc, "%.128s, %d SMs, %.1f GiB, CUDA runtime %d.%d", prop.name,
+             prop.multiProcessorCount, (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0), rt / 1000,
+             (rt % 1000) / 10);
+    if (cu_check(cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking), "stream", err)) return -1;
+    cudaMemPool_t pool;
+    if (cu_check(cudaDeviceGetDefaultMemPool(&pool, c->device), "memory pool", err)) return -1;
+    uint64_t keep = UINT64_MAX;
+    if (cu_check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep), "memory pool", err)) return -1;
+    if (lt_check(cublasLtCreate(&c->lt), "create", err)) return -1;
+    if (lt_check(cublasLtMatmulDescCreate(&c->lt_desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "descriptor", err)) return -1;
+    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    if (lt_check(cublasLtMatmulDescSetAttribute(c->lt_desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "desc", err) ||
+        lt_check(cublasLtMatmulDescSetAttribute(c->lt_desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "desc", err))
+        return -1;
+    c->lt_ws_bytes = (size_t)32 << 20;
+    if (cu_check(cudaMalloc(&c->lt_ws, c->lt_ws_bytes), "cuBLASLt workspace", err)) return -1;
+    note_usage(c);
+    return 0;
+}
+
+clef_backend *clef_cuda_backend_create_ex(const clef_cuda_options *opt, clef_err *err) {
+    int n = clef_cuda_device_count();
+    if (n == 0) {
+        clef_fail(err, 500, CLEF_E_INTERNAL, "device", "no CUDA device is available (driver or GPU missing)");
+        return NULL;
+    }
+    if (opt->device < 0 || opt->device >= n) {
+        clef_fail(err, 500, CLEF_E_INTERNAL, "device", "CUDA device %d does not exist (%d present)", opt->device, n);
+        return NULL;
+    }
+    clef_backend *be = calloc(1, sizeof *be);
+    cuda_ctx *c = calloc(1, sizeof *c);
+    if (!be || !c) {
+        free(be);
+        free(c);
+        clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CUDA backend: out of memory");
+        return NULL;
+    }
+    c->device = opt->device;
+    c->precise = opt->precise >= 0 ? opt->precise : getenv_int("CLEF_CUDA_PRECISE", 0) != 0;
+    if (opt->gemm >= 0) {
+        c->gemm_custom = opt->gemm == 1;
+    } else {
+        const char *g = getenv("CLEF_CUDA_GEMM");
+        c->gemm_custom = g && strcmp(g, "custom") == 0;
+    }
+    c->profile = opt->profile >= 0 ? opt->profile : getenv_int("CLEF_CUDA_PROFILE", 0) != 0;
+    be->ops = &cuda_ops;
+    be->ctx = c;
+    if (ctx_init(c, err) != 0) {
+        cu_destroy(be);
+        return NULL;
+    }
+    return be;
+}
+
+clef_backend *clef_cuda_backend_create(int device, clef_err *err) {
+    clef_cuda_options o = {.device = device, .precise = -1, .gemm = -1, .profile = -1};
+    return clef_cuda_backend_create_ex(&o, err);
+}
+
+void clef_cuda_describe(clef_backend *be, char *buf, size_t cap) {
+    if (!cap) return;
+    if (!clef_backend_is_cuda(be)) {
+        buf[0] = '\0';
+        return;
+    }
+    cuda_ctx *c = cu_of(be);
+    snprintf(buf, cap, "%s%s%s", c->desc, c->precise ? ", precise" : "",
+             c->gemm_custom ? ", custom dense GEMM" : ", cuBLASLt dense GEMM");
+}
+
+size_t clef_cuda_peak_bytes(clef_backend *be) {
+    if (!clef_backend_is_cuda(be)) return 0;
+    cuda_ctx *c = cu_of(be);
+    cudaSetDevice(c->device);
+    cudaStreamSynchronize(c->st);
+    note_usage(c);
+    return c->peak_used;
+}
+
+size_t clef_cuda_used_bytes(clef_backend *be) {
+    if (!clef_backend_is_cuda(be)) return 0;
+    cuda_ctx *c = cu_of(be);
+    size_t fr = 0, tot = 0;
+    cudaSetDevice(c->device);
+    if (cudaMemGetInfo(&fr, &tot) != cudaSuccess) return 0;
+    return tot - fr;
+}
+
+#else /* !CLEF_HAVE_CUDA: the same API, no device */
+
+int clef_cuda_device_count(void) { return 0; }
+
+clef_backend *clef_cuda_backend_create_ex(const clef_cuda_options *opt, clef_err *err) {
+    (void)opt;
+    clef_fail(err, 500, CLEF_E_INTERNAL, "device", "this build of clef has no CUDA support (CMake CLEF_CUDA=OFF)");
+    return NULL;
+}
+
+clef_backend *clef_cuda_backend_create(int device, clef_err *err) {
+    clef_cuda_options o = {.device = device, .precise = -1, .gemm = -1, .profile = -1};
+    return clef_cuda_backend_create_ex(&o, err);
+}
+
+void clef_cuda_describe(clef_backend *be, char *buf, size_t cap) {
+    (void)be;
+    if (cap) buf[0] = '\0';
+}
+size_t clef_cuda_peak_bytes(clef_backend *be) { return (void)be, 0; }
+size_t clef_cuda_used_bytes(clef_backend *be) { return (void)be, 0; }
+void clef_cuda_profile_dump(clef_backend *be, FILE *f) { (void)be, (void)f; }
+int clef_backend_is_cuda(const clef_backend *be) { return (void)be, 0; }
+
+#endif

@@ -1,0 +1,206 @@
+/* cuda_elem.cu — norms, activations, adds and the head's small row ops on
+ * the GPU, in f32 with the CPU backend's formulas.  Products and sums that
+ * the CPU rounds one at a time are written with __fmul_rn / __fadd_rn so
+ * the compiler does not fuse them into FMAs (values then differ from the
+ * CPU only through the order of the row reductions).  Reductions have one
+ * fixed shape per row (warp/block trees), so results never depend on how
+ * many rows run together.
+ */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "backend/cuda/cuda_kernels.h"
+
+namespace {
+
+constexpr int ROW_WARPS = 8;
+
+__device__ __forceinline__ double warp_sum_d(double v) {
+    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* Sum over the block (every thread gets the same value); sm >= 32 doubles. */
+__device__ double block_sum_d(double v, double *sm) {
+    v = warp_sum_d(v);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    __syncthreads();
+    if (lane == 0) sm[warp] = v;
+    __syncthreads();
+    double t = 0.0;
+    for (int w = 0; w < nw; w++) t += sm[w];
+    return t;
+}
+
+unsigned grid_for(int64_t n, int threads) {
+    int64_t b = (n + threads - 1) / threads;
+    if (b < 1) b = 1;
+    if (b > 65535LL * 16) b = 65535LL * 16;
+    return (unsigned)b;
+}
+
+unsigned row_blocks(int64_t rows) { return (unsigned)((rows + ROW_WARPS - 1) / ROW_WARPS); }
+
+__global__ void rmsnorm_kernel(const float *x, const float *__restrict__ w, float *y, int64_t rows, int64_t dim,
+                               float eps) {
+    const int lane = threadIdx.x & 31;
+    const int64_t r = (int64_t)blockIdx.x * ROW_WARPS + (threadIdx.x >> 5);
+    if (r >= rows) return;
+    const float *xr = x + r * dim;
+    float *yr = y + r * dim;
+    double ss = 0.0;
+    for (int64_t i = lane; i < dim; i += 32) ss += (double)xr[i] * xr[i];
+    ss = warp_sum_d(ss);
+    const float var = (float)(ss / (double)dim), inv = 1.0f / sqrtf(var + eps);
+    for (int64_t i = lane; i < dim; i += 32) yr[i] = __fmul_rn(w[i], __fmul_rn(xr[i], inv)); /* y may be x: own i */
+}
+
+__global__ void layernorm_kernel(const float *x, const float *__restrict__ w, const float *__restrict__ b, float *y,
+                                 int64_t rows, int64_t dim, float eps) {
+    const int lane = threadIdx.x & 31;
+    const int64_t r = (int64_t)blockIdx.x * ROW_WARPS + (threadIdx.x >> 5);
+    if (r >= rows) return;
+    const float *xr = x + r * dim;
+    float *yr = y + r * dim;
+    double s = 0.0;
+    for (int64_t i = lane; i < dim; i += 32) s += xr[i];
+    const double mean = warp_sum_d(s) / (double)dim;
+    double ss = 0.0;
+    for (int64_t i = lane; i < dim; i += 32) ss += ((double)xr[i] - mean) * ((double)xr[i] - mean);
+    ss = warp_sum_d(ss);
+    const float fmean = (float)mean, rstd = 1.0f / sqrtf((float)(ss / (double)dim) + eps);
+    for (int64_t i = lane; i < dim; i += 32)
+        yr[i] = __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(xr[i], fmean), rstd), w[i]), b[i]);
+}
+
+__global__ void swiglu_kernel(const float *g, const float *u, float *out, int64_t n) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const float z = g[i];
+        out[i] = __fmul_rn(z / (1.0f + expf(-z)), u[i]);
+    }
+}
+
+__global__ void add_kernel(const float *a, const float *b, float *y, int64_t rows, int64_t dim, int64_t b_stride) {
+    const int64_t n = rows * dim;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = i / dim, c = i - r * dim;
+        y[i] = __fadd_rn(a[i], b[r * b_stride + c]);
+    }
+}
+
+__global__ void gelu_kernel(const float *x, float *y, int64_t n) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const float v = x[i];
+        y[i] = __fmul_rn(__fmul_rn(v, 0.5f), __fadd_rn(1.0f, erff(__fmul_rn(v, 0.70710678118654752f))));
+    }
+}
+
+/* One block per span, threads over columns: rows summed in order, then / count. */
+__global__ void span_mean_kernel(const float *__restrict__ x, int64_t dim, const int64_t *__restrict__ spans,
+                                 float *__restrict__ out) {
+    const int64_t i = blockIdx.x, r0 = spans[2 * i], r1 = spans[2 * i + 1];
+    const float cnt = (float)(r1 - r0);
+    for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) {
+        float s = 0.0f;
+        for (int64_t r = r0; r < r1; r++) s = __fadd_rn(s, x[r * dim + d]);
+        out[i * dim + d] = s / cnt;
+    }
+}
+
+__global__ void pair_features_kernel(const float *__restrict__ F, const int32_t *__restrict__ f_rows,
+                                     const float *__restrict__ o, int64_t n, int64_t dim, float *__restrict__ out) {
+    const int64_t total = n * dim;
+    for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < total; k += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t i = k / dim, d = k - i * dim;
+        const float f = F[(int64_t)f_rows[i] * dim + d], v = o[i * dim + d];
+        float *r = out + i * 4 * dim;
+        r[d] = f;
+        r[dim + d] = v;
+        r[2 * dim + d] = __fmul_rn(f, v);
+        r[3 * dim + d] = fabsf(__fsub_rn(f, v));
+    }
+}
+
+/* One block per pair: norms in double, clamped at eps, then the dot of the
+ * normalised rows in double (torch's cosine_similarity). */
+__global__ void cosine_kernel(const float *__restrict__ a, const int32_t *__restrict__ a_rows,
+                              const float *__restrict__ b, int64_t dim, float eps, float *__restrict__ out) {
+    __shared__ double sm[32];
+    const int64_t i = blockIdx.x, ra = a_rows ? (int64_t)a_rows[i] : i;
+    const float *ar = a + ra * dim, *br = b + i * dim;
+    double sa = 0.0, sb = 0.0;
+    for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) {
+        sa += (double)ar[d] * ar[d];
+        sb += (double)br[d] * br[d];
+    }
+    sa = block_sum_d(sa, sm);
+    sb = block_sum_d(sb, sm);
+    float na = (float)sqrt(sa), nb = (float)sqrt(sb);
+    na = na > eps ? na : eps;
+    nb = nb > eps ? nb : eps;
+    double dot = 0.0;
+    for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) dot += (double)(ar[d] / na) * (double)(br[d] / nb);
+    dot = block_sum_d(dot, sm);
+    if (threadIdx.x == 0) out[i] = (float)dot;
+}
+
+} /* namespace */
+
+extern "C" {
+
+cudaError_t ck_rmsnorm(const float *x, const float *w, float *y, int64_t rows, int64_t dim, float eps, cudaStream_t st) {
+    if (rows <= 0) return cudaSuccess;
+    rmsnorm_kernel<<<row_blocks(rows), ROW_WARPS * 32, 0, st>>>(x, w, y, rows, dim, eps);
+    return cudaGetLastError();
+}
+
+cudaError_t ck_layernorm(const float *x, const float *w, const float *b, float *y, int64_t rows, int64_t dim,
+                         float eps, cudaStream_t st) {
+    if (rows <= 0) return cudaSuccess;
+    layernorm_kernel<<<row_blocks(rows), ROW_WARPS * 32, 0, st>>>(x, w, b, y, rows, dim, eps);
+    return cudaGetLastError();
+}
+
+cudaError_t ck_swiglu(const float *g, const float *u, float *out, int64_t n, cudaStream_t st) {
+    if (n <= 0) return cudaSuccess;
+    swiglu_kernel<<<grid_for(n, 256), 256, 0, st>>>(g, u, out, n);
+    return cudaGetLastError();
+}
+
+cudaError_t ck_add(const float *a, const float *b, float *y, int64_t rows, int64_t dim, int64_t b_stride,
+                   cudaStream_t st) {
+    if (rows <= 0 || dim <= 0) return cudaSuccess;
+    add_kernel<<<grid_for(rows * dim, 256), 256, 0, st>>>(a, b, y, rows, dim, b_stride);
+    return cudaGetLastError();
+}
+
+cudaError_t ck_gelu(const float *x, float *y, int64_t n, cudaStream_t st) {
+    if (n <= 0) return cudaSuccess;
+    gelu_kernel<<<grid_for(n, 256), 256, 0, st>>>(x, y, n);
+    return cudaGetLastError();
+}
+
+cudaError_t ck_span_mean(const float *x, int64_t dim, const int64_t *spans, int64_t n, float *out, cudaStream_t st) {
+    if (n <= 0) return cudaSuccess;
+    if (n > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+    span_mean_kernel<<<(unsigned)n, 256, 0, st>>>(x, dim, spans, out);
+    return cudaGetLastError();
+}
+
+cudaError_t ck_pair_features(const float *F, const int32_t *f_rows, const float *o, int64_t n, int64_t dim, float *out,
+                             cudaStream_t st) {
+    if (n <= 0) return cudaSuccess;
+    pair_features_kernel<<<grid_for(n * dim, 256), 256, 0, st>>>(F, f_rows, o, n, dim, out);
+    return cudaGetLastError();
+}
+
+cudaError_t ck_cosine(const float *a, const int32_t *a_rows, const float *b, int64_t n, int64_t dim, float eps,
+                      float *out, cudaStream_t st) {
+    if (n <= 0) return cudaSuccess;
+    if (n > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+    cosine_kernel<<<(unsigned)n, 256, 0, st>>>(a, a_rows, b, dim, eps, out);
+    return cudaGetLastError();
+}
+
+} /* extern "C" */

@@ -1,0 +1,580 @@
+/* cuda_gemm.cu — weight products of the CUDA backend: f32 -> bf16 activation
+ * rows, the tensor-core GEMM (dense, and grouped over experts with the
+ * SwiGLU fused into the gate/up epilogue), the MoE permutation and combine,
+ * the router top-k and the embedding gather.
+ *
+ * The GEMM is a plain Ampere-style kernel (cp.async 3-stage pipeline,
+ * ldmatrix, mma.sync m16n8k16 bf16 -> f32).  Its one numerical promise:
+ * every output element is the dot product of its A row and W row
+ * accumulated over K in ascending 16-wide chunks by one thread, whatever the
+ * tile shape, the grid or the rows around it, so results are bitwise
+ * independent of batch composition (backend.h determinism rule).
+ */
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "backend/cuda/cuda_kernels.h"
+
+typedef __nv_bfloat16 bf16;
+
+namespace {
+
+/* ---- PTX helpers -------------------------------------------------------- */
+
+__device__ __forceinline__ uint32_t smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+/* 16-byte async copy global -> shared; valid = 0 fills the 16 bytes with zeros. */
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+__device__ __forceinline__ void ldsm_x4(uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3, const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(smem_addr(p)));
+}
+
+/* d += a . b for one m16n8k16 tile (bf16 inputs, f32 accumulators). */
+__device__ __forceinline__ void mma16816(float *d, const uint32_t *a, uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* ---- activations to bf16 ------------------------------------------------ */
+
+__global__ void rows_to_bf16_kernel(const float *__restrict__ x, int64_t rows, int64_t K, int64_t ldx,
+                                    bf16 *__restrict__ dst, int split) {
+    const int64_t n = rows * K;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = i / K, c = i - r * K;
+        const float v = x[r * ldx + c];
+        const bf16 hi = __float2bfloat16_rn(v);
+        bf16 *d = dst + r * K * split;
+        d[c] = hi;
+        if (split == 2) d[K + c] = __float2bfloat16_rn(v - __bfloat162float(hi));
+    }
+}
+
+/* ---- the GEMM ----------------------------------------------------------- */
+
+constexpr int BN = 128;     /* output columns per block (GATEUP: 64 gate + 64 up) */
+constexpr int BK = 64;      /* K per pipeline stage */
+constexpr int PITCH = BK + 8; /* smem row pitch in bf16: 144 bytes, conflict-free ldmatrix */
+constexpr int STAGES = 3;
+constexpr int THREADS = 256; /* 8 warps: 2 along M, 4 along N */
+constexpr int WARPS_M = 2, WARPS_N = 4;
+
+template <int BM> constexpr int gemm_smem_bytes() {
+    return STAGES * (BM + BN) * PITCH * 2 > BM * (BN + 4) * 4 ? STAGES * (BM + BN) * PITCH * 2 : BM * (BN + 4) * 4;
+}
+
+template <int BM>
+__global__ void __launch_bounds__(THREADS, 2) gemm_kernel(const ck_gemm_args a) {
+    constexpr int WTM = BM / WARPS_M, WTN = BN / WARPS_N; /* warp tile */
+    constexpr int MI = WTM / 16, NI = WTN / 8;
+    constexpr int A_CHUNKS = BM * (BK / 8) / THREADS; /* 16-byte chunks per thread per stage */
+    constexpr int W_CHUNKS = BN * (BK / 8) / THREADS;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    bf16 *As = reinterpret_cast<bf16 *>(smem_raw);            /* [STAGES][BM][PITCH] */
+    bf16 *Ws = As + STAGES * BM * PITCH;                      /* [STAGES][BN][PITCH] */
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wm = warp / WARPS_N, wn = warp % WARPS_N;
+    const int64_t n_tiles_n = a.mode == CK_GEMM_GATEUP ? (a.N + 63) / 64 : (a.N + BN - 1) / BN;
+    const int64_t mt = blockIdx.x / n_tiles_n, nt = blockIdx.x % n_tiles_n;
+
+    /* This block's rows: [row0, row0 + rows) of A / the output, and its weights. */
+    int64_t row0, rows;
+    const bf16 *w0, *w1 = nullptr;
+    if (a.mode == CK_GEMM_DENSE) {
+        row0 = mt * BM;
+        rows = a.M - row0 < BM ? a.M - row0 : BM;
+        w0 = reinterpret_cast<const bf16 *>(a.W);
+    } else {
+        if (mt >= *a.n_tiles) return;
+        const int e = a.tile_expert[mt];
+        row0 = a.tile_row0[mt];
+        const int64_t end = a.expert_end[e];
+        rows = end - row0 < BM ? end - row0 : BM;
+        w0 = reinterpret_cast<const bf16 *>(a.W0[e]);
+        if (a.mode == CK_GEMM_GATEUP) w1 = reinterpret_cast<const bf16 *>(a.W1[e]);
+    }
+    const bf16 *A = reinterpret_cast<const bf16 *>(a.A);
+    const int64_t K = a.K, KA = a.K * a.split;
+
+    /* Source rows of this thread's chunks (NULL = zero fill), fixed over K. */
+    const bf16 *a_src[A_CHUNKS];
+    int a_dst[A_CHUNKS], a_col[A_CHUNKS];
+#pragma unroll
+    for (int i = 0; i < A_CHUNKS; i++) {
+        const int c = tid + i * THREADS, r = c / (BK / 8);
+        a_col[i] = (c % (BK / 8)) * 8;
+        a_dst[i] = r * PITCH + a_col[i];
+        if (r < rows) {
+            int64_t p = row0 + r;
+            if (a.mode == CK_GEMM_GATEUP) p = a.row_src[p];
+            a_src[i] = A + p * a.lda;
+        } else {
+            a_src[i] = nullptr;
+        }
+    }
+    const bf16 *w_src[W_CHUNKS];
+    int w_dst[W_CHUNKS], w_col[W_CHUNKS];
+#pragma unroll
+    for (int i = 0; i < W_CHUNKS; i++) {
+        const int c = tid + i * THREADS, r = c / (BK / 8);
+        w_col[i] = (c % (BK / 8)) * 8;
+        w_dst[i] = r * PITCH + w_col[i];
+        int64_t n;
+        const bf16 *base;
+        if (a.mode == CK_GEMM_GATEUP) { /* rows 0..63 gate, 64..127 up, both of columns j0 + r % 64 */
+            n = nt * 64 + (r & 63);
+            base = r < 64 ? w0 : w1;
+        } else {
+            n = nt * BN + r;
+            base = w0;
+        }
+        w_src[i] = n < a.N ? base + n * K : nullptr;
+    }
+
+    auto load_stage = [&](int kt, int stage) {
+        const int64_t k0 = (int64_t)kt * BK;
+        bf16 *as = As + stage * BM * PITCH, *ws = Ws + stage * BN * PITCH;
+#pragma unroll
+        for (int i = 0; i < A_CHUNKS; i++) {
+            const int64_t kc = k0 + a_col[i];
+            const bool ok = a_src[i] && kc < KA;
+            cp_async16(as + a_dst[i], ok ? a_src[i] + kc : A, ok);
+        }
+#pragma unroll
+        for (int i = 0; i < W_CHUNKS; i++) {
+            int64_t kc = k0 + w_col[i];
+            const bool ok = w_src[i] && kc < KA;
+            if (kc >= K) kc -= K; /* split: the lo half reuses the weight columns */
+            cp_async16(ws + w_dst[i], ok ? w_src[i] + kc : A, ok);
+        }
+    };
+
+    float acc[MI][NI][4];
+#pragma unroll
+    for (int i = 0; i < MI; i++)
+#pragma unroll
+        for (int j = 0; j < NI; j++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) acc[i][j][q] = 0.0f;
+
+    const int ktiles = (int)((KA + BK - 1) / BK);
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; s++) {
+        if (s < ktiles) load_stage(s, s);
+        cp_async_commit();
+    }
+    for (int kt = 0; kt < ktiles; kt++) {
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        if (kt + STAGES - 1 < ktiles) load_stage(kt + STAGES - 1, (kt + STAGES - 1) % STAGES);
+        cp_async_commit();
+        const bf16 *as = As + (kt % STAGES) * BM * PITCH, *ws = Ws + (kt % STAGES) * BN * PITCH;
+#pragma unroll
+        for (int ks = 0; ks < BK / 16; ks++) {
+            uint32_t af[MI][4], bfr[NI][2];
+#pragma unroll
+            for (int mi = 0; mi < MI; mi++)
+                ldsm_x4(af[mi][0], af[mi][1], af[mi][2], af[mi][3],
+                        as + (wm * WTM + mi * 16 + (lane & 15)) * PITCH + ks * 16 + (lane >> 4) * 8);
+#pragma unroll
+            for (int nj = 0; nj < NI / 2; nj++)
+                ldsm_x4(bfr[2 * nj][0], bfr[2 * nj][1], bfr[2 * nj + 1][0], bfr[2 * nj + 1][1],
+                        ws + (wn * WTN + nj * 16 + (lane & 7) + ((lane >> 4) << 3)) * PITCH + ks * 16 +
+                            ((lane >> 3) & 1) * 8);
+#pragma unroll
+            for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+                for (int ni = 0; ni < NI; ni++) mma16816(acc[mi][ni], af[mi], bfr[ni][0], bfr[ni][1]);
+        }
+    }
+    cp_async_wait<0>();
+
+    const int g = lane >> 2, tig = lane & 3;
+    if (a.mode != CK_GEMM_GATEUP) {
+#pragma unroll
+        for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+            for (int ni = 0; ni < NI; ni++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int r = wm * WTM + mi * 16 + g + h * 8;
+                    if (r >= rows) continue;
+                    float *y = a.Y + (row0 + r) * a.ldy;
+#pragma unroll
+                    for (int q = 0; q < 2; q++) {
+                        const int64_t n = nt * BN + wn * WTN + ni * 8 + tig * 2 + q;
+                        if (n < a.N) y[n] = a.bias ? acc[mi][ni][h * 2 + q] + a.bias[n] : acc[mi][ni][h * 2 + q];
+                    }
+                }
+        return;
+    }
+    /* GATEUP: pair gate column j with up column j through shared memory. */
+    __syncthreads();
+    float *Cs = reinterpret_cast<float *>(smem_raw); /* [BM][BN + 4] */
+#pragma unroll
+    for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+        for (int ni = 0; ni < NI; ni++)
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+#pragma unroll
+                for (int q = 0; q < 2; q++)
+                    Cs[(wm * WTM + mi * 16 + g + h * 8) * (BN + 4) + wn * WTN + ni * 8 + tig * 2 + q] =
+                        acc[mi][ni][h * 2 + q];
+    __syncthreads();
+    bf16 *H = reinterpret_cast<bf16 *>(a.H);
+    const int64_t ldh = a.N * a.split;
+    for (int i = tid; i < BM * 64; i += THREADS) {
+        const int r = i >> 6, j = i & 63;
+        const int64_t col = nt * 64 + j;
+        if (r >= rows || col >= a.N) continue;
+        const float gv = Cs[r * (BN + 4) + j], uv = Cs[r * (BN + 4) + 64 + j];
+        const float hv = gv / (1.0f + expf(-gv)) * uv; /* silu(g) * u, as the CPU backend */
+        const bf16 hb = __float2bfloat16_rn(hv);
+        bf16 *hr = H + (row0 + r) * ldh;
+        hr[col] = hb;
+        if (a.split == 2) hr[a.N + col] = __float2bfloat16_rn(hv - __bfloat162float(hb));
+    }
+}
+
+/* ---- f32 fallback GEMM and bias ----------------------------------------- */
+
+__global__ void gemm_f32_kernel(const float *__restrict__ x, int64_t M, int64_t K, const float *__restrict__ W,
+                                int64_t N, const float *__restrict__ bias, float *__restrict__ Y) {
+    const int64_t n = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, r = blockIdx.y;
+    if (n >= N || r >= M) return;
+    const float *xr = x + r * K, *wr = W + n * K;
+    float s = 0.0f;
+    for (int64_t k = 0; k < K; k++) s = fmaf(xr[k], wr[k], s);
+    Y[r * N + n] = bias ? s + bias[n] : s;
+}
+
+__global__ void add_bias_kernel(float *Y, int64_t M, int64_t N, int64_t ldy, const float *bias) {
+    const int64_t total = M * N;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = i / N, c = i - r * N;
+        Y[r * ldy + c] += bias[c];
+    }
+}
+
+/* ---- MoE permutation ---------------------------------------------------- */
+
+__global__ void moe_count_kernel(const int32_t *__restrict__ idx, int64_t TK, int E, int32_t *cnt) {
+    extern __shared__ int32_t hist[];
+    for (int e = threadIdx.x; e < E; e += blockDim.x) hist[e] = 0;
+    __syncthreads();
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < TK; i += (int64_t)gridDim.x * blockDim.x) {
+        const int e = idx[i];
+        if (e >= 0 && e < E) atomicAdd(&hist[e], 1); /* integer counts: the total is order-free */
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < E; e += blockDim.x)
+        if (hist[e]) atomicAdd(&cnt[e], hist[e]);
+}
+
+constexpr int PLACE_THREADS = 256, PLACE_PER_THREAD = 8;
+
+/* Sum of v over the block (every thread gets it); sm: >= 32 ints. */
+__device__ int block_sum(int v, int *sm) {
+    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    __syncthreads();
+    if (lane == 0) sm[warp] = v;
+    __syncthreads();
+    int t = 0;
+    for (int w = 0; w < nw; w++) t += sm[w];
+    return t;
+}
+
+/* One block per expert: its offset and tiles from the counts, then a stable
+ * compaction of its entries in entry order (= token order). */
+__global__ void __launch_bounds__(PLACE_THREADS) moe_place_kernel(const int32_t *__restrict__ idx, int64_t TK, int k,
+                                                                  int E, int BM, const int32_t *__restrict__ cnt,
+                                                                  int32_t *expert_end, int32_t *row_tok,
+                                                                  int32_t *slot_pos, int32_t *tile_expert,
+                                                                  int32_t *tile_row0, int32_t *n_tiles) {
+    __shared__ int sm[32];
+    __shared__ int warp_tot[PLACE_THREADS / 32];
+    const int e = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    int my_off = 0, my_tiles = 0, all_tiles = 0;
+    for (int j = tid; j < E; j += blockDim.x) {
+        const int c = cnt[j], t = (c + BM - 1) / BM;
+        if (j < e) {
+            my_off += c;
+            my_tiles += t;
+        }
+        all_tiles += t;
+    }
+    const int off = block_sum(my_off, sm), tstart = block_sum(my_tiles, sm), total = block_sum(all_tiles, sm);
+    const int ce = cnt[e], nt = (ce + BM - 1) / BM;
+    if (tid == 0) {
+        expert_end[e] = off + ce;
+        if (e == 0) *n_tiles = total;
+    }
+    for (int t = tid; t < nt; t += blockDim.x) {
+        tile_expert[tstart + t] = e;
+        tile_row0[tstart + t] = off + t * BM;
+    }
+    int base = off;
+    for (int64_t c0 = 0; c0 < TK && base - off < ce; c0 += (int64_t)PLACE_THREADS * PLACE_PER_THREAD) {
+        const int64_t i0 = c0 + (int64_t)tid * PLACE_PER_THREAD;
+        int flags = 0, n = 0;
+#pragma unroll
+        for (int u = 0; u < PLACE_PER_THREAD; u++) {
+            const int64_t i = i0 + u;
+            if (i < TK && idx[i] == e) {
+                flags |= 1 << u;
+                n++;
+            }
+        }
+        /* exclusive prefix of n over the block, in thread order */
+        int incl = n;
+        for (int o = 1; o < 32; o <<= 1) {
+            const int v = __shfl_up_sync(0xffffffffu, incl, o);
+            if (lane >= o) incl += v;
+        }
+        __syncthreads();
+        if (lane == 31) warp_tot[warp] = incl;
+        __syncthreads();
+        int before = 0, all = 0;
+        for (int w = 0; w < PLACE_THREADS / 32; w++) {
+            if (w < warp) before += warp_tot[w];
+            all += warp_tot[w];
+        }
+        int pos = base + before + incl - n;
+#pragma unroll
+        for (int u = 0; u < PLACE_PER_THREAD; u++)
+            if (flags & (1 << u)) {
+                const int64_t i = i0 + u;
+                row_tok[pos] = (int32_t)(i / k);
+                slot_pos[i] = pos;
+                pos++;
+            }
+        base += all;
+    }
+}
+
+__global__ void moe_combine_kernel(const float *__restrict__ yp, const int32_t *__restrict__ idx,
+                                   const float *__restrict__ w, const int32_t *__restrict__ slot_pos, int k, int64_t H,
+                                   float *__restrict__ y) {
+    __shared__ int order[64];
+    const int64_t t = blockIdx.x;
+    if (threadIdx.x == 0) { /* slots by ascending expert: the reference's index_add order */
+        for (int s = 0; s < k; s++) {
+            int j = s;
+            while (j > 0 && idx[t * k + order[j - 1]] > idx[t * k + s]) {
+                order[j] = order[j - 1];
+                j--;
+            }
+            order[j] = s;
+        }
+    }
+    __syncthreads();
+    for (int64_t h = threadIdx.x; h < H; h += blockDim.x) {
+        float acc = 0.0f;
+        for (int i = 0; i < k; i++) {
+            const int s = order[i];
+            const float term = __fmul_rn(yp[(int64_t)slot_pos[t * k + s] * H + h], w[t * k + s]);
+            acc = i == 0 ? term : __fadd_rn(acc, term); /* product then sum, as the CPU backend */
+        }
+        y[t * H + h] = acc;
+    }
+}
+
+/* ---- router ------------------------------------------------------------- */
+
+constexpr int ROUTER_WARPS = 4;
+
+__global__ void router_kernel(const float *__restrict__ logits, int64_t T, int E, int k, int norm, int32_t *idx,
+                              float *wout) {
+    extern __shared__ float rp[]; /* [ROUTER_WARPS][E] */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t t = (int64_t)blockIdx.x * ROUTER_WARPS + warp;
+    if (t >= T) return;
+    float *p = rp + warp * E;
+    const float *l = logits + t * E;
+    float mx = -INFINITY;
+    for (int e = lane; e < E; e += 32) mx = fmaxf(mx, l[e]);
+    for (int o = 16; o; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    double s = 0.0;
+    for (int e = lane; e < E; e += 32) {
+        p[e] = expf(l[e] - mx);
+        s += p[e];
+    }
+    for (int o = 16; o; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    const float fsum = (float)s;
+    for (int e = lane; e < E; e += 32) p[e] = p[e] / fsum;
+    __syncwarp();
+    float wsel[64];
+    int isel[64];
+    for (int j = 0; j < k; j++) {
+        float bv = -1.0f;
+        int be = E;
+        for (int e = lane; e < E; e += 32)
+            if (p[e] >= 0.0f && (be == E || p[e] > bv)) {
+                bv = p[e];
+                be = e;
+            }
+        for (int o = 16; o; o >>= 1) { /* larger p wins; ties: lower expert */
+            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            const int oe = __shfl_xor_sync(0xffffffffu, be, o);
+            if (oe != E && (be == E || ov > bv || (ov == bv && oe < be))) {
+                bv = ov;
+                be = oe;
+            }
+        }
+        wsel[j] = bv;
+        isel[j] = be;
+        __syncwarp();
+        if (lane == 0 && be < E) p[be] = -1.0f;
+        __syncwarp();
+    }
+    if (lane == 0) {
+        float ws = 0.0f;
+        if (norm)
+            for (int j = 0; j < k; j++) ws += wsel[j];
+        for (int j = 0; j < k; j++) {
+            idx[t * k + j] = isel[j];
+            wout[t * k + j] = norm ? wsel[j] / ws : wsel[j];
+        }
+    }
+}
+
+/* ---- gather ------------------------------------------------------------- */
+
+__global__ void gather_kernel(const void *__restrict__ table, int is_f32, int64_t rows, int64_t cols,
+                              const int32_t *__restrict__ ids, int64_t n, float *__restrict__ out) {
+    const int64_t total = n * cols;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = i / cols, c = i - r * cols;
+        const int64_t id = ids[r];
+        float v = 0.0f;
+        if (id >= 0 && id < rows)
+            v = is_f32 ? reinterpret_cast<const float *>(table)[id * cols + c]
+                       : __bfloat162float(reinterpret_cast<const bf16 *>(table)[id * cols + c]);
+        out[i] = v;
+    }
+}
+
+/* Grid for a grid-stride loop over n elements. */
+unsigned grid_for(int64_t n, int threads) {
+    int64_t b = (n + threads - 1) / threads;
+    if (b < 1) b = 1;
+    if (b > 65535LL * 16) b = 65535LL * 16;
+    return (unsigned)b;
+}
+
+template <int BM> cudaError_t launch_gemm(const ck_gemm_args *a, cudaStream_t st) {
+    constexpr int smem = gemm_smem_bytes<BM>();
+    static unsigned done = 0; /* devices whose limit is raised (same value from any thread: a benign race) */
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess) return e;
+    if (dev >= 32 || !((done >> dev) & 1u)) {
+        e = cudaFuncSetAttribute(gemm_kernel<BM>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        if (e != cudaSuccess) return e;
+        if (dev < 32) done |= 1u << dev;
+    }
+    const int64_t nt = a->mode == CK_GEMM_GATEUP ? (a->N + 63) / 64 : (a->N + BN - 1) / BN;
+    const int64_t mt = a->mode == CK_GEMM_DENSE ? (a->M + BM - 1) / BM : a->max_tiles;
+    const int64_t blocks = mt * nt;
+    if (blocks <= 0) return cudaSuccess;
+    if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+    gemm_kernel<BM><<<(unsigned)blocks, THREADS, smem, st>>>(*a);
+    return cudaGetLastError();
+}
+
+} /* namespace */
+
+extern "C" {
+
+cudaError_t ck_rows_to_bf16(const float *x, int64_t rows, int64_t K, int64_t ldx, uint16_t *dst, int split,
+                            cudaStream_t st) {
+    if (rows <= 0 || K <= 0) return cudaSuccess;
+    rows_to_bf16_kernel<<<grid_for(rows * K, 256), 256, 0, st>>>(x, rows, K, ldx, reinterpret_cast<bf16 *>(dst),
+                                                                 split);
+    return cudaGetLastError();
+}
+
+int ck_gemm_bm(int big) { return big ? 128 : 64; }
+
+cudaError_t ck_gemm(const ck_gemm_args *a, cudaStream_t st) {
+    return a->big ? launch_gemm<128>(a, st) : launch_gemm<64>(a, st);
+}
+
+cudaError_t ck_gemm_f32(const float *x, int64_t M, int64_t K, const float *W, int64_t N, const float *bias, float *Y,
+                        cudaStream_t st) {
+    if (M <= 0 || N <= 0) return cudaSuccess;
+    if (M > 65535) return cudaErrorInvalidConfiguration;
+    dim3 grid((unsigned)((N + 127) / 128), (unsigned)M);
+    gemm_f32_kernel<<<grid, 128, 0, st>>>(x, M, K, W, N, bias, Y);
+    return cudaGetLastError();
+}
+
+cudaError_t ck_add_bias(float *Y, int64_t M, int64_t N, int64_t ldy, const float *bias, cudaStream_t st) {
+    if (M <= 0 || N <= 0) return cudaSuccess;
+    add_bias_kernel<<<grid_for(M * N, 256), 256, 0, st>>>(Y, M, N, ldy, bias);
+    return cudaGetLastError();
+}
+
+cudaError_t ck_moe_plan(const int32_t *idx, int64_t T, int k, int E, int BM, int32_t *cnt, int32_t *expert_end,
+                        int32_t *row_tok, int32_t *slot_pos, int32_t *tile_expert, int32_t *tile_row0,
+                        int32_t *n_tiles, cudaStream_t st) {
+    const int64_t TK = T * k;
+    cudaError_t e = cudaMemsetAsync(cnt, 0, (size_t)E * sizeof(int32_t), st);
+    if (e != cudaSuccess) return e;
+    if (TK > 0) {
+        int64_t blocks = (TK + 1023) / 1024;
+        if (blocks > 4096) blocks = 4096;
+        moe_count_kernel<<<(unsigned)blocks, 256, (size_t)E * sizeof(int32_t), st>>>(idx, TK, E, cnt);
+        if ((e = cudaGetLastError()) != cudaSuccess) return e;
+    }
+    moe_place_kernel<<<(unsigned)E, PLACE_THREADS, 0, st>>>(idx, TK, k, E, BM, cnt, expert_end, row_tok, slot_pos,
+                                                            tile_expert, tile_row0, n_tiles);
+    return cudaGetLastError();
+}
+
+cudaError_t ck_moe_combine(const float *yp, const int32_t *idx, const float *w, const int32_t *slot_pos, int64_t T,
+                           int k, int64_t H, float *y, cudaStream_t st) {
+    if (T <= 0) return cudaSuccess;
+    if (T > 0x7fffffffLL || k > 64) return cudaErrorInvalidConfiguration;
+    moe_combine_kernel<<<(unsigned)T, 256, 0, st>>>(yp, idx, w, slot_pos, k, H, y);
+    return cudaGetLastError();
+}
+
+cudaError_t ck_router_topk(const float *logits, int64_t T, int64_t E, int64_t k, int norm, int32_t *idx, float *w,
+                           cudaStream_t st) {
+    if (T <= 0) return cudaSuccess;
+    if (k > 64 || E > 8192) return cudaErrorInvalidConfiguration;
+    const size_t smem = (size_t)ROUTER_WARPS * (size_t)E * sizeof(float);
+    if (smem > 48 * 1024) {
+        cudaError_t e = cudaFuncSetAttribute(router_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) return e;
+    }
+    router_kernel<<<(unsigned)((T + ROUTER_WARPS - 1) / ROUTER_WARPS), ROUTER_WARPS * 32, smem, st>>>(
+        logits, T, (int)E, (int)k, norm, idx, w);
+    return cudaGetLastError();
+}
+
+cudaError_t ck_gather(const void *table, int is_f32, int64_t rows, int64_t cols, const int32_t *ids, int64_t n,
+                      float *out, cudaStream_t st) {
+    if (n <= 0 || cols <= 0) return cudaSuccess;
+    gather_kernel<<<grid_for(n * cols, 256), 256, 0, st>>>(table, is_f32, rows, cols, ids, n, out);
+    return cudaGetLastError();
+}
+
+} /* extern "C" */

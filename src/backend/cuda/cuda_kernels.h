@@ -1,0 +1,153 @@
+/* cuda_kernels.h — the CUDA kernels of the CUDA backend behind plain C
+ * launchers (shared by the .cu files, compiled by nvcc, and cuda_backend.c,
+ * compiled by the C compiler).  Every launcher enqueues work on `st` and
+ * returns the launch's cudaError_t (cudaSuccess, or the error of the launch;
+ * faults inside a kernel surface at the next synchronising call).
+ *
+ * Shapes are in elements; all pointers are device memory unless marked
+ * (host).  bf16 values travel as uint16_t so this header stays plain C.
+ */
+#ifndef CLEF_BACKEND_CUDA_KERNELS_H
+#define CLEF_BACKEND_CUDA_KERNELS_H
+
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- activations to bf16 ------------------------------------------------ */
+
+/* dst[r, 0..K) = bf16(x[r * ldx + k]) (round to nearest even) for r < rows.
+ * With split = 2 each dst row holds 2K values: [hi | lo], hi = bf16(x),
+ * lo = bf16(x - hi).  dst rows are K * split apart.  K % 8 == 0 keeps every
+ * dst row 16-byte aligned (needed by the GEMM loads). */
+cudaError_t ck_rows_to_bf16(const float *x, int64_t rows, int64_t K, int64_t ldx, uint16_t *dst, int split,
+                            cudaStream_t st);
+
+/* ---- tensor-core GEMM (mma.sync m16n8k16 bf16, f32 accumulation) --------- */
+
+/* What a GEMM launch computes.
+ *   DENSE:  Y[r, n] = A[r] . W[n] (+ bias[n]) for r < M, n < N.
+ *   GATEUP: grouped over experts; tile t covers permuted rows
+ *           [tile_row0[t], min(tile_row0[t] + BM, expert_end[e])) of expert
+ *           e = tile_expert[t]; A row of permuted row p is row_src[p];
+ *           H[p, j] = silu(G) * U with G = A . gate_e[j], U = A . up_e[j],
+ *           j < N (the intermediate size), stored bf16 ([hi | lo] rows of
+ *           2N when split = 2).
+ *   DOWN:   grouped as GATEUP with A row p = p: Y[p, n] = A[p] . down_e[n].
+ * Every output element is one dot product over K in ascending 16-wide
+ * chunks: its value never depends on M, the tile it lands in or the rows
+ * packed around it. */
+typedef enum ck_gemm_mode { CK_GEMM_DENSE = 0, CK_GEMM_GATEUP = 1, CK_GEMM_DOWN = 2 } ck_gemm_mode;
+
+typedef struct ck_gemm_args {
+    ck_gemm_mode mode;
+    const uint16_t *A;  /* bf16 activations, rows of lda = K * split elements */
+    int64_t lda;
+    int64_t K;          /* weight columns (K % 8 == 0) */
+    int split;          /* 1, or 2 = A rows are [hi | lo] and every weight column is used twice */
+    int64_t N;          /* output columns (DENSE/DOWN: weight rows; GATEUP: intermediate size) */
+    /* DENSE */
+    const uint16_t *W;  /* [N, K] */
+    int64_t M;          /* rows of A / Y */
+    const float *bias;  /* [N] or NULL */
+    /* grouped (GATEUP, DOWN) */
+    const uint16_t *const *W0; /* [E] gate (GATEUP) or down (DOWN) weight of each expert */
+    const uint16_t *const *W1; /* [E] up weight (GATEUP) */
+    const int32_t *tile_expert, *tile_row0, *expert_end, *n_tiles; /* from ck_moe_plan */
+    int64_t max_tiles;  /* grid bound: ceil(rows / BM) + E */
+    const int32_t *row_src; /* GATEUP: A row of each permuted row */
+    /* outputs */
+    float *Y;           /* DENSE, DOWN */
+    int64_t ldy;
+    uint16_t *H;        /* GATEUP: [rows, N * split] bf16 */
+    int big;            /* tile shape: 0 = 64x128 (few rows), 1 = 128x128 (many rows); same results */
+} ck_gemm_args;
+
+/* Rows per M tile of a tile shape (ck_moe_plan must use the same). */
+int ck_gemm_bm(int big);
+
+cudaError_t ck_gemm(const ck_gemm_args *a, cudaStream_t st);
+
+/* Y[r, n] = sum_k x[r, k] * W[n, k] (+ bias[n]) for f32 weights, one thread
+ * per output, k ascending (fallback for F32/F16 checkpoints). */
+cudaError_t ck_gemm_f32(const float *x, int64_t M, int64_t K, const float *W, int64_t N, const float *bias, float *Y,
+                        cudaStream_t st);
+
+/* Y[r, n] += bias[n] for r < M, n < N (rows ldy apart). */
+cudaError_t ck_add_bias(float *Y, int64_t M, int64_t N, int64_t ldy, const float *bias, cudaStream_t st);
+
+/* ---- MoE routing -------------------------------------------------------- */
+
+/* Permute the T*k (token, slot) entries of idx by expert, token order kept
+ * within an expert (a stable counting sort, integer atomics only):
+ *   cnt[E]          scratch (zeroed here)
+ *   expert_end[E]   one past the last permuted row of each expert
+ *   row_tok[T*k]    token of each permuted row
+ *   slot_pos[T*k]   permuted row of each entry (t * k + s)
+ *   tile_expert / tile_row0 [ceil(T*k / BM) + E], n_tiles[1]: the M tiles of
+ *   every expert with rows, experts ascending.
+ * Entries outside [0, E) are not placed (the caller checks them). */
+cudaError_t ck_moe_plan(const int32_t *idx, int64_t T, int k, int E, int BM, int32_t *cnt, int32_t *expert_end,
+                        int32_t *row_tok, int32_t *slot_pos, int32_t *tile_expert, int32_t *tile_row0,
+                        int32_t *n_tiles, cudaStream_t st);
+
+/* y[t] = sum over t's k slots in ascending expert order of w[t,s] * yp[slot_pos[t*k+s]]. */
+cudaError_t ck_moe_combine(const float *yp, const int32_t *idx, const float *w, const int32_t *slot_pos, int64_t T,
+                           int k, int64_t H, float *y, cudaStream_t st);
+
+/* Router softmax + top-k (+ renormalisation), one warp per token. */
+cudaError_t ck_router_topk(const float *logits, int64_t T, int64_t E, int64_t k, int norm, int32_t *idx, float *w,
+                           cudaStream_t st);
+
+/* out[i] = f32(table[ids[i]]) for a bf16 (is_f32 = 0) or f32 table [rows, cols];
+ * an id outside [0, rows) gives a zero row. */
+cudaError_t ck_gather(const void *table, int is_f32, int64_t rows, int64_t cols, const int32_t *ids, int64_t n,
+                      float *out, cudaStream_t st);
+
+/* ---- attention ---------------------------------------------------------- */
+
+/* In-place interleaved M-RoPE on x[T, heads, D]; pos int32 [3][T]. */
+cudaError_t ck_rope(float *x, int64_t T, int64_t heads, int64_t D, const int32_t *pos, int64_t s1, int64_t s2,
+                    const float *inv_freq, cudaStream_t st);
+
+/* Tensor-core flash attention (D = 64 or 128): q [*, nh, D], k/v [*, nkv, D]
+ * bf16 rows packed (row stride nh*D / nkv*D); tiles int32 [n_tiles][2] =
+ * (segment, first query row within it, a multiple of 64); offsets int64
+ * [n_seg + 1].  out f32 rows o_stride apart. */
+cudaError_t ck_attn_tc(const uint16_t *q, const uint16_t *k, const uint16_t *v, float *out, int64_t o_stride,
+                       const int32_t *tiles, int64_t n_tiles, const int64_t *q_off, const int64_t *kv_off, int nh,
+                       int nkv, int D, float scale, int causal, cudaStream_t st);
+
+/* f32 attention for any head_dim: one warp per (query row, head), online
+ * softmax over the keys in order.  n_rows = q_off[n_seg]. */
+cudaError_t ck_attn_f32(const float *q, const float *k, const float *v, float *out, int64_t q_stride,
+                        int64_t k_stride, int64_t v_stride, int64_t o_stride, const int64_t *q_off,
+                        const int64_t *kv_off, int64_t n_seg, int64_t n_rows, int nh, int nkv, int D, float scale,
+                        int causal, cudaStream_t st);
+
+/* ---- row ops ------------------------------------------------------------ */
+
+cudaError_t ck_rmsnorm(const float *x, const float *w, float *y, int64_t rows, int64_t dim, float eps, cudaStream_t st);
+cudaError_t ck_layernorm(const float *x, const float *w, const float *b, float *y, int64_t rows, int64_t dim,
+                         float eps, cudaStream_t st);
+cudaError_t ck_swiglu(const float *g, const float *u, float *out, int64_t n, cudaStream_t st);
+cudaError_t ck_add(const float *a, const float *b, float *y, int64_t rows, int64_t dim, int64_t b_stride,
+                   cudaStream_t st);
+cudaError_t ck_gelu(const float *x, float *y, int64_t n, cudaStream_t st);
+/* spans: int64 [n][2] (start, end). */
+cudaError_t ck_span_mean(const float *x, int64_t dim, const int64_t *spans, int64_t n, float *out, cudaStream_t st);
+cudaError_t ck_pair_features(const float *F, const int32_t *f_rows, const float *o, int64_t n, int64_t dim, float *out,
+                             cudaStream_t st);
+/* a_rows NULL = identity. */
+cudaError_t ck_cosine(const float *a, const int32_t *a_rows, const float *b, int64_t n, int64_t dim, float eps,
+                      float *out, cudaStream_t st);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,244 @@
+/* test_cuda_golden.c — the golden cases of the tiny fixture on the CUDA
+ * backend (thinker + joint schema head), in both numeric modes, plus
+ * packed-vs-alone bitwise equality on the GPU.  Skipped without a device.
+ *
+ * Tolerances against the reference logits (goldens.jsonl):
+ *   precise mode (CLEF_CUDA_PRECISE: split-bf16 activations, f32 attention):
+ *     the CPU backend's rules — |dlogit| <= 1e-4 where the case's
+ *     min_router_logit_gap >= 1e-3, <= 2e-3 otherwise.
+ *   fast mode (bf16 activations into the tensor cores): |dlogit| <= 0.1 and
+ *     per-question total-variation distance <= 0.02.  Rounding every
+ *     activation of the tiny model (hidden 32) to bf16 on the CPU moved the
+ *     logits by at most 2.2e-2 and the TV by at most 6.7e-3 over these cases
+ *     (measured while writing this test), so the bounds leave ~3-4x margin;
+ *     the real widths average far more terms (see the `small` parity run in
+ *     scripts/gpu_check.sh for the model-level figures).
+ * Packing: three records in one forward give bitwise the hidden states and
+ * logits of each record alone. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda.h"
+#include "io/checkpoint.h"
+#include "model/model.h"
+#include "testutil.h"
+
+typedef struct fixture {
+    clef_checkpoint ck;
+    clef_model *m[2]; /* fast, precise */
+    json_value **cases;
+    size_t n_cases;
+} fixture;
+
+static int setup(void **state) {
+    *state = NULL;
+    int n = clef_cuda_device_count();
+    printf("  CUDA devices: %d\n", n);
+    if (n == 0) return 0;
+    fixture *f = calloc(1, sizeof *f);
+    clef_err err;
+    clef_err_clear(&err);
+    char *dir = tu_fixture("tiny-clef-omni");
+    if (clef_checkpoint_open(dir, &f->ck, &err) != 0) {
+        fprintf(stderr, "checkpoint: %s\n", err.message);
+        return -1;
+    }
+    free(dir);
+    for (int i = 0; i < 2; i++) {
+        clef_cuda_options o = {.device = 0, .precise = i, .gemm = -1, .profile = 0};
+        clef_backend *be = clef_cuda_backend_create_ex(&o, &err);
+        if (!be || !(f->m[i] = clef_model_create_on(&f->ck, be, 1, &err))) {
+            fprintf(stderr, "cuda model: %s\n", err.message);
+            return -1;
+        }
+    }
+    char d[256];
+    clef_cuda_describe(clef_model_backend(f->m[0]), d, sizeof d);
+    printf("  device: %s\n", d);
+    char *path = tu_fixture("goldens/goldens.jsonl");
+    f->cases = tu_read_jsonl(path, &f->n_cases);
+    free(path);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state) {
+    fixture *f = *state;
+    if (!f) return 0;
+    for (size_t i = 0; i < f->n_cases; i++) json_free(f->cases[i]);
+    free(f->cases);
+    clef_model_free(f->m[0]);
+    clef_model_free(f->m[1]);
+    clef_checkpoint_close(&f->ck);
+    free(f);
+    return 0;
+}
+
+#define NEED_GPU(state)                                                                                                \
+    do {                                                                                                               \
+        if (!*(state)) {                                                                                               \
+            printf("  no CUDA device: skipped\n");                                                                     \
+            skip();                                                                                                    \
+        }                                                                                                              \
+    } while (0)
+
+static void record_from_golden(const json_value *c, clef_record *r) {
+    memset(r, 0, sizeof *r);
+    const json_value *ids = json_get(c, "input_ids"), *qs = json_get(c, "questions");
+    r->n_ids = ids->n;
+    r->input_ids = malloc((ids->n + 1) * sizeof *r->input_ids);
+    for (size_t i = 0; i < ids->n; i++) r->input_ids[i] = (int32_t)tu_int_at(ids, i);
+    r->n_questions = qs->n;
+    r->questions = calloc(qs->n, sizeof *r->questions);
+    for (size_t i = 0; i < qs->n; i++) {
+        const json_value *q = qs->items[i], *qsp = json_get(q, "question_span"), *os = json_get(q, "option_spans");
+        clef_record_question *rq = &r->questions[i];
+        int64_t type;
+        assert_int_equal(json_as_i64(json_get(q, "type"), &type), 0);
+        rq->type = (clef_qtype)type;
+        rq->question = (clef_span){(int32_t)tu_int_at(qsp, 0), (int32_t)tu_int_at(qsp, 1)};
+        rq->n_options = os->n;
+        rq->options = calloc(os->n, sizeof *rq->options);
+        for (size_t j = 0; j < os->n; j++)
+            rq->options[j] = (clef_span){(int32_t)tu_int_at(os->items[j], 0), (int32_t)tu_int_at(os->items[j], 1)};
+    }
+}
+
+static void record_free(clef_record *r) {
+    for (size_t i = 0; i < r->n_questions; i++) free(r->questions[i].options);
+    free(r->questions);
+    free(r->input_ids);
+}
+
+static size_t total_options(const clef_record *r) {
+    size_t n = 0;
+    for (size_t i = 0; i < r->n_questions; i++) n += r->questions[i].n_options;
+    return n;
+}
+
+static float *run_record(clef_model *m, const clef_record *r, size_t H, clef_err *err) {
+    float *hidden = malloc(r->n_ids * H * sizeof *hidden), *logits = malloc((total_options(r) + 1) * sizeof *logits);
+    int rc = clef_thinker_forward(m, r->input_ids, r->n_ids, hidden, NULL, err);
+    if (rc == 0) rc = clef_head_forward(m, hidden, r, logits, err);
+    free(hidden);
+    if (rc != 0) {
+        free(logits);
+        return NULL;
+    }
+    return logits;
+}
+
+/* Every case on model `m`; precise = CPU rules, else the fast-mode bounds. */
+static void golden_cases(fixture *f, clef_model *m, int precise) {
+    const size_t H = (size_t)f->ck.config.text.hidden_size;
+    double worst = 0, worst_tv = 0;
+    size_t n_checked = 0;
+    for (size_t ci = 0; ci < f->n_cases; ci++) {
+        const json_value *c = f->cases[ci];
+        if (json_get(c, "error")) continue;
+        const char *name = json_get(c, "name")->str;
+        clef_record r;
+        record_from_golden(c, &r);
+        clef_err err;
+        clef_err_clear(&err);
+        float *logits = run_record(m, &r, H, &err);
+        if (strcmp(name, "question_id_empty") == 0) {
+            assert_null(logits);
+            assert_int_equal(err.status, 422);
+            record_free(&r);
+            continue;
+        }
+        if (!logits) fail_msg("%s: %s", name, err.message);
+        double gap;
+        assert_int_equal(json_as_double(json_get(c, "min_router_logit_gap"), &gap), 0);
+        const double tol = precise ? (gap >= 1e-3 ? 1e-4 : 2e-3) : 0.1;
+        const json_value *qs = json_get(c, "questions");
+        double case_max = 0, case_tv = 0;
+        size_t k = 0;
+        for (size_t i = 0; i < qs->n; i++) {
+            const json_value *gl = json_get(qs->items[i], "logits"), *gp = json_get(qs->items[i], "probs");
+            assert_int_equal(gl->n, r.questions[i].n_options);
+            double mx = logits[k], sum = 0, tv = 0;
+            for (size_t j = 1; j < gl->n; j++) mx = fmax(mx, logits[k + j]);
+            for (size_t j = 0; j < gl->n; j++) sum += exp(logits[k + j] - mx);
+            for (size_t j = 0; j < gl->n; j++, k++) {
+                double d = fabs((double)logits[k] - tu_num_at(gl, j));
+                if (!(d <= tol))
+                    fail_msg("%s (%s) q%zu option %zu: logit %.9g, golden %.9g (tol %g, router gap %.3g)", name,
+                             precise ? "precise" : "fast", i, j, logits[k], tu_num_at(gl, j), tol, gap);
+                case_max = fmax(case_max, d);
+                tv += fabs(exp(logits[k] - mx) / sum - tu_num_at(gp, j));
+            }
+            case_tv = fmax(case_tv, tv / 2);
+        }
+        if (!precise && !(case_tv <= 0.02)) fail_msg("%s (fast): total-variation distance %.3g > 0.02", name, case_tv);
+        printf("  %-6s %-28s %5zu tokens  max |dlogit| %.2e  max TV %.2e  gap %.2e\n", precise ? "precise" : "fast",
+               name, r.n_ids, case_max, case_tv, gap);
+        worst = fmax(worst, case_max);
+        worst_tv = fmax(worst_tv, case_tv);
+        n_checked++;
+        free(logits);
+        record_free(&r);
+    }
+    printf("  %s mode: %zu cases, max |dlogit| %.3e, max TV %.3e\n", precise ? "precise" : "fast", n_checked, worst,
+           worst_tv);
+    assert_int_equal(n_checked, 38);
+}
+
+static void test_golden_fast(void **state) {
+    NEED_GPU(state);
+    fixture *f = *state;
+    golden_cases(f, f->m[0], 0);
+}
+
+static void test_golden_precise(void **state) {
+    NEED_GPU(state);
+    fixture *f = *state;
+    golden_cases(f, f->m[1], 1);
+}
+
+/* Three records in one packed forward: hidden states and logits bitwise
+ * those of each record alone (fast mode, the one that serves). */
+static void test_packed_equals_alone(void **state) {
+    NEED_GPU(state);
+    fixture *f = *state;
+    clef_model *m = f->m[0];
+    const size_t H = (size_t)f->ck.config.text.hidden_size;
+    const size_t pick[3] = {1, 0, 4};
+    clef_record r[3];
+    size_t seg[4] = {0};
+    for (int i = 0; i < 3; i++) {
+        record_from_golden(f->cases[pick[i]], &r[i]);
+        seg[i + 1] = seg[i] + r[i].n_ids;
+    }
+    int32_t *ids = malloc(seg[3] * sizeof *ids);
+    for (int i = 0; i < 3; i++) memcpy(ids + seg[i], r[i].input_ids, r[i].n_ids * sizeof *ids);
+    float *packed = malloc(seg[3] * H * sizeof *packed);
+    clef_err err;
+    clef_err_clear(&err);
+    if (clef_thinker_forward_batch(m, ids, seg[3], seg, 3, NULL, packed, NULL, &err) != 0) fail_msg("%s", err.message);
+    for (int i = 0; i < 3; i++) {
+        float *alone = malloc(r[i].n_ids * H * sizeof *alone);
+        if (clef_thinker_forward(m, r[i].input_ids, r[i].n_ids, alone, NULL, &err) != 0) fail_msg("%s", err.message);
+        assert_memory_equal(alone, packed + seg[i] * H, r[i].n_ids * H * sizeof(float));
+        float *la = malloc((total_options(&r[i]) + 1) * 4), *lp = malloc((total_options(&r[i]) + 1) * 4);
+        if (clef_head_forward(m, alone, &r[i], la, &err) || clef_head_forward(m, packed + seg[i] * H, &r[i], lp, &err))
+            fail_msg("%s", err.message);
+        assert_memory_equal(la, lp, total_options(&r[i]) * 4);
+        free(la), free(lp), free(alone);
+    }
+    printf("  3 records (%zu tokens) packed: hidden states and logits bitwise equal to alone\n", seg[3]);
+    for (int i = 0; i < 3; i++) record_free(&r[i]);
+    free(ids), free(packed);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_golden_fast),
+        cmocka_unit_test(test_golden_precise),
+        cmocka_unit_test(test_packed_equals_alone),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

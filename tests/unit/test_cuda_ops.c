@@ -1,0 +1,556 @@
+/* test_cuda_ops.c — every CUDA backend op against the CPU reference backend
+ * on fresh random inputs (relative L2 error printed), and the determinism
+ * promise of backend.h on the GPU: a row / token / segment gives bitwise the
+ * same result alone, in a slice, or packed into a larger batch (including
+ * batches large enough to switch the GEMM to its big tiles).  Skipped when
+ * no CUDA device is present.
+ *
+ * Tolerances (relative L2 error vs the CPU's f32 result):
+ *   f32 ops (norms, RoPE, adds, activations, router, head row ops,
+ *   f32 attention, gather)                                    1e-6 .. 1e-5
+ *     the CPU and GPU differ only in reduction order and libm ulps.
+ *   bf16-activation products (matmul, grouped experts)         1e-2
+ *     each activation is rounded to bf16 (relative error <= 2^-9 ≈ 2e-3,
+ *     rms ≈ 1.1e-3); a dot product of K such terms with random signs has a
+ *     relative error of the same order (observed ~3e-3), accumulation is
+ *     f32.  1e-2 leaves ~3x margin and still fails on any indexing bug
+ *     (which gives errors of order 1).
+ *   tensor-core attention (bf16 Q, K, V and probabilities)      1e-2 (same argument)
+ *   precise mode (split bf16 activations, f32 attention)        1e-5
+ *     x = hi + lo to 2^-17 relative, weights are exactly bf16.
+ * Every GPU output is poisoned with NaN before the op, so an element the
+ * op forgot to write fails the check. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu.h"
+#include "backend/cuda/cuda.h"
+#include "testutil.h"
+
+#define TOL_F32 1e-6
+#define TOL_BF16 1e-2
+#define TOL_PRECISE 1e-5
+
+static uint64_t rng_state = 0x2545f4914f6cdd1dull;
+
+static float frand(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (float)((double)(rng_state >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+static float *rand_vec(size_t n, float scale) {
+    float *v = malloc((n ? n : 1) * sizeof *v);
+    for (size_t i = 0; i < n; i++) v[i] = frand() * scale;
+    return v;
+}
+
+static uint16_t *rand_bf16(size_t n, float scale) {
+    uint16_t *h = malloc((n ? n : 1) * sizeof *h);
+    for (size_t i = 0; i < n; i++) h[i] = clef_f32_to_bf16(frand() * scale);
+    return h;
+}
+
+/* The backends under test: cuBLASLt dense products, the custom kernel for
+ * them, and the precise mode; plus the CPU reference. */
+typedef struct fx {
+    clef_backend *cpu;
+    clef_backend *gpu[3];
+    const char *name[3];
+    double tol_mm[3]; /* products */
+} fx;
+
+enum { G_LT, G_CUSTOM, G_PRECISE };
+
+static void ok(int rc, const clef_err *err) {
+    if (rc != 0) fail_msg("op failed: %d %s", err->status, err->message);
+}
+
+static int setup(void **state) {
+    *state = NULL;
+    int n = clef_cuda_device_count();
+    printf("  CUDA devices: %d\n", n);
+    if (n == 0) return 0;
+    fx *f = calloc(1, sizeof *f);
+    clef_err err;
+    clef_err_clear(&err);
+    f->cpu = clef_backend_cpu_create(2, &err);
+    const clef_cuda_options o[3] = {{.device = 0, .precise = 0, .gemm = 0, .profile = 0},
+                                    {.device = 0, .precise = 0, .gemm = 1, .profile = 0},
+                                    {.device = 0, .precise = 1, .gemm = 1, .profile = 0}};
+    const char *names[3] = {"cublaslt", "custom", "precise"};
+    const double tols[3] = {TOL_BF16, TOL_BF16, TOL_PRECISE};
+    for (int i = 0; i < 3; i++) {
+        f->gpu[i] = clef_cuda_backend_create_ex(&o[i], &err);
+        if (!f->gpu[i]) {
+            fprintf(stderr, "cuda backend: %s\n", err.message);
+            return -1;
+        }
+        f->name[i] = names[i];
+        f->tol_mm[i] = tols[i];
+    }
+    char d[256];
+    clef_cuda_describe(f->gpu[0], d, sizeof d);
+    printf("  device: %s\n", d);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state) {
+    fx *f = *state;
+    if (!f) return 0;
+    for (int i = 0; i < 3; i++)
+        if (f->gpu[i]) f->gpu[i]->ops->destroy(f->gpu[i]);
+    f->cpu->ops->destroy(f->cpu);
+    free(f);
+    return 0;
+}
+
+#define NEED_GPU(state)                                                                                                \
+    do {                                                                                                               \
+        if (!*(state)) {                                                                                               \
+            printf("  no CUDA device: skipped\n");                                                                     \
+            skip();                                                                                                    \
+        }                                                                                                              \
+    } while (0)
+
+/* Device copy of host bytes (caller frees with ops->free). */
+static void *dput(clef_backend *g, const void *h, size_t bytes) {
+    clef_err err;
+    void *d = g->ops->alloc(g, bytes ? bytes : 4);
+    assert_non_null(d);
+    if (bytes) ok(g->ops->upload(g, d, h, bytes, &err), &err);
+    return d;
+}
+
+/* Device buffer of n floats filled with NaN (outputs: unwritten elements fail). */
+static float *dnan(clef_backend *g, size_t n) {
+    float *h = malloc((n ? n : 1) * sizeof *h);
+    for (size_t i = 0; i < n; i++) h[i] = NAN;
+    float *d = dput(g, h, n * sizeof *h);
+    free(h);
+    return d;
+}
+
+static float *dget(clef_backend *g, const float *d, size_t n) {
+    clef_err err;
+    float *h = malloc((n ? n : 1) * sizeof *h);
+    ok(g->ops->download(g, h, d, n * sizeof *h, &err), &err);
+    return h;
+}
+
+/* ||got - want|| / ||want|| (NaN/inf anywhere gives NaN). */
+static double rel_l2(const float *got, const float *want, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(got[i])) return NAN;
+        double d = (double)got[i] - want[i];
+        num += d * d;
+        den += (double)want[i] * want[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+static void check(const char *what, const char *be, const float *got, const float *want, size_t n, double tol) {
+    double r = rel_l2(got, want, n);
+    printf("  %-34s %-9s rel L2 %.3e  (tol %.0e, %zu values)\n", what, be, r, tol, n);
+    if (!(r <= tol)) fail_msg("%s on %s: relative L2 error %.3e > %.0e", what, be, r, tol);
+}
+
+/* ---- matmul -------------------------------------------------------------- */
+
+/* One weight shape on every GPU backend: CPU agreement, and bitwise row
+ * invariance (alone, in a slice, in a batch of T rows). */
+static void matmul_case(fx *f, int64_t T, int64_t K, int64_t N, int with_bias) {
+    clef_err err;
+    float *x = rand_vec((size_t)(T * K), 1.0f), *b = with_bias ? rand_vec((size_t)N, 1.0f) : NULL;
+    uint16_t *wh = rand_bf16((size_t)(N * K), 1.0f / sqrtf((float)K));
+    clef_weight wc;
+    ok(f->cpu->ops->weight_init(f->cpu, &wc, CLEF_DT_BF16, N, K, wh, &err), &err);
+    float *ref = malloc((size_t)(T * N) * sizeof *ref);
+    ok(f->cpu->ops->matmul(f->cpu, x, T, &wc, b, ref, &err), &err);
+    char what[64];
+    snprintf(what, sizeof what, "matmul T=%lld K=%lld N=%lld%s", (long long)T, (long long)K, (long long)N,
+             b ? "+b" : "");
+    for (int gi = 0; gi < 3; gi++) {
+        clef_backend *g = f->gpu[gi];
+        clef_weight w;
+        ok(g->ops->weight_init(g, &w, CLEF_DT_BF16, N, K, wh, &err), &err);
+        float *dx = dput(g, x, (size_t)(T * K) * sizeof(float)), *db = b ? dput(g, b, (size_t)N * 4) : NULL;
+        float *dy = dnan(g, (size_t)(T * N)), *dy1 = dnan(g, (size_t)(T * N));
+        ok(g->ops->matmul(g, dx, T, &w, db, dy, &err), &err);
+        float *y = dget(g, dy, (size_t)(T * N));
+        check(what, f->name[gi], y, ref, (size_t)(T * N), f->tol_mm[gi]);
+        /* rows alone and a slice give the same bytes as inside the batch */
+        const int64_t picks[4] = {0, 7, T / 2, T - 1};
+        for (int i = 0; i < 4; i++) {
+            ok(g->ops->matmul(g, dx + picks[i] * K, 1, &w, db, dy1, &err), &err);
+            float *y1 = dget(g, dy1, (size_t)N);
+            if (memcmp(y1, y + picks[i] * N, (size_t)N * sizeof(float)) != 0)
+                fail_msg("%s on %s: row %lld alone differs from the batch", what, f->name[gi], (long long)picks[i]);
+            free(y1);
+        }
+        const int64_t s0 = T / 3, sn = T / 2;
+        ok(g->ops->matmul(g, dx + s0 * K, sn, &w, db, dy1, &err), &err);
+        float *ys = dget(g, dy1, (size_t)(sn * N));
+        if (memcmp(ys, y + s0 * N, (size_t)(sn * N) * sizeof(float)) != 0)
+            fail_msg("%s on %s: a slice of %lld rows differs from the batch", what, f->name[gi], (long long)sn);
+        printf("  %-34s %-9s rows alone / slice of %lld: bitwise equal\n", what, f->name[gi], (long long)sn);
+        free(ys), free(y);
+        g->ops->free(g, dx), g->ops->free(g, dy), g->ops->free(g, dy1);
+        if (db) g->ops->free(g, db);
+        g->ops->weight_release(g, &w);
+    }
+    free(x), free(b), free(wh), free(ref);
+}
+
+static void test_matmul(void **state) {
+    NEED_GPU(state);
+    fx *f = *state;
+    matmul_case(f, 300, 264, 200, 1);   /* K not a multiple of 64, N not of 128, bias */
+    matmul_case(f, 1500, 2048, 512, 0); /* big tiles for the batch, small ones for the slices */
+    matmul_case(f, 33, 64, 1, 1);       /* one output column (the head's scorer) */
+}
+
+static void test_matmul_f32_weight(void **state) {
+    NEED_GPU(state);
+    fx *f = *state;
+    clef_err err;
+    const int64_t T = 17, K = 37, N = 45;
+    float *x = rand_vec((size_t)(T * K), 1.0f), *w = rand_vec((size_t)(N * K), 1.0f), *b = rand_vec((size_t)N, 1.0f);
+    clef_weight wc, wg;
+    float *ref = malloc((size_t)(T * N) * sizeof *ref);
+    ok(f->cpu->ops->weight_init(f->cpu, &wc, CLEF_DT_F32, N, K, w, &err), &err);
+    ok(f->cpu->ops->matmul(f->cpu, x, T, &wc, b, ref, &err), &err);
+    clef_backend *g = f->gpu[G_LT];
+    ok(g->ops->weight_init(g, &wg, CLEF_DT_F32, N, K, w, &err), &err);
+    float *dx = dput(g, x, (size_t)(T * K) * 4), *db = dput(g, b, (size_t)N * 4), *dy = dnan(g, (size_t)(T * N));
+    ok(g->ops->matmul(g, dx, T, &wg, db, dy, &err), &err);
+    float *y = dget(g, dy, (size_t)(T * N));
+    check("matmul f32 weight", "cuda", y, ref, (size_t)(T * N), TOL_F32);
+    /* quantized weights are refused with a clear 500 */
+    clef_qweight q = {.dtype = CLEF_DT_U8, .rows = 16, .cols = 32, .data = x, .quant = {.type = CLEF_QT_NVFP4}};
+    clef_weight wq;
+    assert_int_equal(g->ops->weight_init_packed(g, &wq, &q, &err), -1);
+    assert_int_equal(err.status, 500);
+    assert_non_null(strstr(err.message, "unsupported weight dtype on cuda"));
+    printf("  quantized weight refused: %s\n", err.message);
+    g->ops->weight_release(g, &wg);
+    g->ops->free(g, dx), g->ops->free(g, db), g->ops->free(g, dy);
+    free(x), free(w), free(b), free(ref), free(y);
+}
+
+/* ---- row ops ------------------------------------------------------------- */
+
+static void test_gather_norms_elementwise(void **state) {
+    NEED_GPU(state);
+    fx *f = *state;
+    clef_backend *g = f->gpu[G_LT], *c = f->cpu;
+    clef_err err;
+    /* gather from a bf16 table: exact */
+    const int64_t V = 1000, D = 256, n = 77;
+    uint16_t *th = rand_bf16((size_t)(V * D), 1.0f);
+    int32_t ids[77];
+    for (int i = 0; i < n; i++) ids[i] = (int32_t)((i * 131 + 7) % V);
+    clef_weight tc, tg;
+    ok(c->ops->weight_init(c, &tc, CLEF_DT_BF16, V, D, th, &err), &err);
+    ok(g->ops->weight_init(g, &tg, CLEF_DT_BF16, V, D, th, &err), &err);
+    float *ref = malloc((size_t)(n * D) * sizeof *ref);
+    ok(c->ops->gather(c, &tc, ids, n, ref, &err), &err);
+    int32_t *dids = dput(g, ids, sizeof ids);
+    float *dout = dnan(g, (size_t)(n * D));
+    ok(g->ops->gather(g, &tg, dids, n, dout, &err), &err);
+    float *got = dget(g, dout, (size_t)(n * D));
+    assert_memory_equal(got, ref, (size_t)(n * D) * sizeof(float));
+    printf("  %-34s %-9s bitwise equal\n", "gather bf16", "cuda");
+    free(got), free(ref), free(th);
+    g->ops->free(g, dids), g->ops->free(g, dout), g->ops->weight_release(g, &tg);
+
+    /* RMSNorm (hidden rows and per-head rows) and LayerNorm, in place too */
+    const int64_t shapes[2][2] = {{300, 2048}, {1000, 128}};
+    for (int s = 0; s < 2; s++) {
+        const int64_t rows = shapes[s][0], dim = shapes[s][1], nn = rows * dim;
+        float *x = rand_vec((size_t)nn, 3.0f), *w = rand_vec((size_t)dim, 1.0f), *b = rand_vec((size_t)dim, 1.0f);
+        float *r1 = malloc((size_t)nn * 4), *r2 = malloc((size_t)nn * 4);
+        ok(c->ops->rmsnorm(c, x, w, r1, rows, dim, 1e-6f, &err), &err);
+        ok(c->ops->layernorm(c, x, w, b, r2, rows, dim, 1e-5f, &err), &err);
+        float *dx = dput(g, x, (size_t)nn * 4), *dw = dput(g, w, (size_t)dim * 4), *dbb = dput(g, b, (size_t)dim * 4);
+        float *dy = dnan(g, (size_t)nn);
+        ok(g->ops->rmsnorm(g, dx, dw, dy, rows, dim, 1e-6f, &err), &err);
+        float *y = dget(g, dy, (size_t)nn);
+        check(s ? "rmsnorm (q/k heads)" : "rmsnorm (hidden)", "cuda", y, r1, (size_t)nn, TOL_F32);
+        free(y);
+        ok(g->ops->layernorm(g, dx, dw, dbb, dy, rows, dim, 1e-5f, &err), &err);
+        y = dget(g, dy, (size_t)nn);
+        check("layernorm", "cuda", y, r2, (size_t)nn, TOL_F32);
+        ok(g->ops->layernorm(g, dx, dw, dbb, dx, rows, dim, 1e-5f, &err), &err); /* in place */
+        float *yi = dget(g, dx, (size_t)nn);
+        assert_memory_equal(yi, y, (size_t)nn * 4);
+        free(yi), free(y), free(x), free(w), free(b), free(r1), free(r2);
+        g->ops->free(g, dx), g->ops->free(g, dw), g->ops->free(g, dbb), g->ops->free(g, dy);
+    }
+
+    /* SwiGLU, GELU, add (elementwise and broadcast) */
+    const int64_t m = 100000;
+    float *a = rand_vec((size_t)m, 6.0f), *bb = rand_vec((size_t)m, 2.0f), *r = malloc((size_t)m * 4);
+    float *da = dput(g, a, (size_t)m * 4), *db = dput(g, bb, (size_t)m * 4), *dy = dnan(g, (size_t)m);
+    ok(c->ops->swiglu(c, a, bb, r, m, &err), &err);
+    ok(g->ops->swiglu(g, da, db, dy, m, &err), &err);
+    float *y = dget(g, dy, (size_t)m);
+    check("swiglu", "cuda", y, r, (size_t)m, TOL_F32);
+    free(y);
+    ok(c->ops->gelu(c, a, r, m, &err), &err);
+    ok(g->ops->gelu(g, da, dy, m, &err), &err);
+    y = dget(g, dy, (size_t)m);
+    check("gelu", "cuda", y, r, (size_t)m, TOL_F32);
+    free(y);
+    ok(c->ops->add(c, a, bb, r, 100, 1000, 1000, &err), &err);
+    ok(g->ops->add(g, da, db, dy, 100, 1000, 1000, &err), &err);
+    y = dget(g, dy, (size_t)m);
+    check("add", "cuda", y, r, (size_t)m, 0.0);
+    free(y);
+    ok(c->ops->add(c, a, bb, r, 100, 1000, 0, &err), &err);
+    ok(g->ops->add(g, da, db, dy, 100, 1000, 0, &err), &err);
+    y = dget(g, dy, (size_t)m);
+    check("add broadcast", "cuda", y, r, (size_t)m, 0.0);
+    free(y), free(a), free(bb), free(r);
+    g->ops->free(g, da), g->ops->free(g, db), g->ops->free(g, dy);
+}
+
+static void test_head_rows(void **state) {
+    NEED_GPU(state);
+    fx *f = *state;
+    clef_backend *g = f->gpu[G_LT], *c = f->cpu;
+    clef_err err;
+    const int64_t L = 120, dim = 256, n = 9, nF = 3;
+    float *x = rand_vec((size_t)(L * dim), 2.0f);
+    clef_row_span spans[9];
+    for (int i = 0; i < n; i++) spans[i] = (clef_row_span){i * 11, i * 11 + 1 + (i * 5) % 9};
+    float *ref = malloc((size_t)(n * dim) * 4);
+    ok(c->ops->span_mean(c, x, dim, spans, n, ref, &err), &err);
+    float *dx = dput(g, x, (size_t)(L * dim) * 4), *dy = dnan(g, (size_t)(n * dim));
+    ok(g->ops->span_mean(g, dx, dim, spans, n, dy, &err), &err);
+    float *y = dget(g, dy, (size_t)(n * dim));
+    check("span_mean", "cuda", y, ref, (size_t)(n * dim), TOL_F32);
+    free(y), free(ref);
+    /* pair features and both cosine forms */
+    float *F = rand_vec((size_t)(nF * dim), 1.0f), *o = rand_vec((size_t)(n * dim), 1.0f);
+    int32_t rows[9] = {0, 0, 1, 1, 1, 2, 2, 0, 2};
+    float *pf = malloc((size_t)(n * 4 * dim) * 4), cs[9], cs2[9];
+    ok(c->ops->pair_features(c, F, rows, o, n, dim, pf, &err), &err);
+    ok(c->ops->cosine(c, F, rows, o, n, dim, 1e-8f, cs, &err), &err);
+    ok(c->ops->cosine(c, o, NULL, x, n, dim, 1e-12f, cs2, &err), &err);
+    float *dF = dput(g, F, (size_t)(nF * dim) * 4), *dO = dput(g, o, (size_t)(n * dim) * 4);
+    float *dpf = dnan(g, (size_t)(n * 4 * dim)), *dcs = dnan(g, (size_t)n);
+    ok(g->ops->pair_features(g, dF, rows, dO, n, dim, dpf, &err), &err);
+    y = dget(g, dpf, (size_t)(n * 4 * dim));
+    check("pair_features", "cuda", y, pf, (size_t)(n * 4 * dim), 0.0);
+    free(y);
+    ok(g->ops->cosine(g, dF, rows, dO, n, dim, 1e-8f, dcs, &err), &err);
+    y = dget(g, dcs, (size_t)n);
+    check("cosine (rows)", "cuda", y, cs, (size_t)n, TOL_F32);
+    free(y);
+    ok(g->ops->cosine(g, dO, NULL, dx, n, dim, 1e-12f, dcs, &err), &err);
+    y = dget(g, dcs, (size_t)n);
+    check("cosine", "cuda", y, cs2, (size_t)n, TOL_F32);
+    free(y), free(x), free(F), free(o), free(pf);
+    g->ops->free(g, dx), g->ops->free(g, dy), g->ops->free(g, dF), g->ops->free(g, dO), g->ops->free(g, dpf);
+    g->ops->free(g, dcs);
+}
+
+static void test_rope(void **state) {
+    NEED_GPU(state);
+    fx *f = *state;
+    clef_backend *g = f->gpu[G_LT], *c = f->cpu;
+    clef_err err;
+    const int64_t T = 100, heads = 4, D = 128;
+    float *x = rand_vec((size_t)(T * heads * D), 2.0f), inv[64];
+    for (int j = 0; j < 64; j++) inv[j] = 1.0f / powf(1000000.0f, (float)(2 * j) / (float)D);
+    int32_t *pos = malloc((size_t)(3 * T) * sizeof *pos);
+    for (int64_t i = 0; i < 3 * T; i++) pos[i] = (int32_t)((i * 2654435761u) % 4000);
+    clef_rope_desc rc = {.head_dim = D, .section = {24, 20, 20}, .inv_freq = inv};
+    float *ref = malloc((size_t)(T * heads * D) * 4);
+    memcpy(ref, x, (size_t)(T * heads * D) * 4);
+    ok(c->ops->rope(c, ref, T, heads, pos, &rc, &err), &err);
+    float *dx = dput(g, x, (size_t)(T * heads * D) * 4), *dinv = dput(g, inv, sizeof inv);
+    int32_t *dpos = dput(g, pos, (size_t)(3 * T) * 4);
+    clef_rope_desc rg = rc;
+    rg.inv_freq = dinv;
+    ok(g->ops->rope(g, dx, T, heads, dpos, &rg, &err), &err);
+    float *y = dget(g, dx, (size_t)(T * heads * D));
+    check("rope (M-RoPE, pos < 4000)", "cuda", y, ref, (size_t)(T * heads * D), TOL_F32);
+    free(y), free(x), free(ref), free(pos);
+    g->ops->free(g, dx), g->ops->free(g, dinv), g->ops->free(g, dpos);
+}
+
+/* ---- attention ----------------------------------------------------------- */
+
+/* Packed segments on every GPU backend vs the CPU; then each segment alone
+ * vs its rows in the packed result, bitwise. */
+static void attention_case(fx *f, const char *what, int64_t n_seg, const int64_t *qoff, const int64_t *kvoff,
+                           int64_t nh, int64_t nkv, int64_t D, int causal, int strided) {
+    clef_err err;
+    const int64_t nq = qoff[n_seg], nk = kvoff[n_seg];
+    /* strided: head style, q/k/v live in one [rows, 3 W] buffer */
+    const int64_t qs = strided ? 3 * nh * D : nh * D, ks = strided ? 3 * nh * D : nkv * D, os = nh * D;
+    const int64_t kvrows = strided ? (nq > nk ? nq : nk) : nk;
+    float *q = rand_vec((size_t)(nq * qs), 1.5f), *kv = rand_vec((size_t)(kvrows * ks * (strided ? 1 : 2)), 1.5f);
+    const float *k = kv, *v = strided ? kv + nh * D : kv + nk * ks;
+    if (strided) k = kv + 0, v = kv + nh * D;
+    clef_attn_desc a = {.n_seg = n_seg, .q_off = qoff, .kv_off = kvoff, .n_q_heads = nh, .n_kv_heads = nkv,
+                        .head_dim = D, .q_stride = qs, .k_stride = ks, .v_stride = ks, .o_stride = os,
+                        .scale = 1.0f / sqrtf((float)D), .causal = causal};
+    float *ref = malloc((size_t)(nq * os) * 4);
+    ok(f->cpu->ops->attention(f->cpu, q, k, v, ref, &a, &err), &err);
+    for (int gi = 0; gi < 3; gi++) {
+        if (gi == G_CUSTOM) continue; /* attention does not depend on the GEMM choice */
+        clef_backend *g = f->gpu[gi];
+        const size_t kvn = (size_t)(kvrows * ks * (strided ? 1 : 2));
+        float *dq = dput(g, q, (size_t)(nq * qs) * 4), *dkv = dput(g, kv, kvn * 4), *dout = dnan(g, (size_t)(nq * os));
+        const float *dk = dkv + (k - kv), *dv = dkv + (v - kv);
+        ok(g->ops->attention(g, dq, dk, dv, dout, &a, &err), &err);
+        float *o = dget(g, dout, (size_t)(nq * os));
+        const int tc = gi != G_PRECISE && (D == 64 || D == 128);
+        char w2[96];
+        snprintf(w2, sizeof w2, "%s%s", what, tc ? " [tc]" : " [f32]");
+        check(w2, f->name[gi], o, ref, (size_t)(nq * os), tc ? TOL_BF16 : TOL_PRECISE);
+        for (int64_t s = 0; s < n_seg; s++) {
+            const int64_t ql = qoff[s + 1] - qoff[s], kl = kvoff[s + 1] - kvoff[s];
+            if (!ql) continue;
+            int64_t q1[2] = {0, ql}, k1[2] = {0, kl};
+            clef_attn_desc a1 = a;
+            a1.n_seg = 1, a1.q_off = q1, a1.kv_off = k1;
+            float *d1 = dnan(g, (size_t)(ql * os));
+            ok(g->ops->attention(g, dq + qoff[s] * qs, dk + kvoff[s] * ks, dv + kvoff[s] * ks, d1, &a1, &err), &err);
+            float *o1 = dget(g, d1, (size_t)(ql * os));
+            if (memcmp(o1, o + qoff[s] * os, (size_t)(ql * os) * 4) != 0)
+                fail_msg("%s on %s: segment %lld alone differs from packed", what, f->name[gi], (long long)s);
+            free(o1);
+            g->ops->free(g, d1);
+        }
+        printf("  %-34s %-9s every segment alone: bitwise equal to packed\n", what, f->name[gi]);
+        free(o);
+        g->ops->free(g, dq), g->ops->free(g, dkv), g->ops->free(g, dout);
+    }
+    free(q), free(kv), free(ref);
+}
+
+static void test_attention(void **state) {
+    NEED_GPU(state);
+    fx *f = *state;
+    const int64_t off[7] = {0, 1, 64, 128, 193, 330, 337}; /* 1, 63, 64, 65, 137, 7 */
+    attention_case(f, "attn causal GQA D=128", 6, off, off, 8, 2, 128, 1, 0);
+    attention_case(f, "attn causal GQA D=16", 6, off, off, 4, 2, 16, 1, 0);
+    const int64_t qo[4] = {0, 3, 4, 9}, ko[4] = {0, 70, 75, 200};
+    attention_case(f, "attn cross D=64 (head MHA)", 3, qo, ko, 4, 4, 64, 0, 1);
+    const int64_t so[3] = {0, 2, 5}, sk[3] = {0, 4, 13};
+    attention_case(f, "attn single head D=1024", 2, so, sk, 1, 1, 1024, 0, 0);
+}
+
+/* ---- router and experts -------------------------------------------------- */
+
+static void test_router(void **state) {
+    NEED_GPU(state);
+    fx *f = *state;
+    clef_backend *g = f->gpu[G_LT], *c = f->cpu;
+    clef_err err;
+    const int64_t T = 300, E = 128, k = 8;
+    float *l = rand_vec((size_t)(T * E), 3.0f);
+    l[5 * E + 2] = l[5 * E + 6] = 20.0f; /* an exact tie: lower expert first */
+    int32_t *ri = malloc((size_t)(T * k) * 4);
+    float *rw = malloc((size_t)(T * k) * 4);
+    ok(c->ops->router_topk(c, l, T, E, k, 1, ri, rw, &err), &err);
+    float *dl = dput(g, l, (size_t)(T * E) * 4), *dw = dnan(g, (size_t)(T * k));
+    int32_t *di = (int32_t *)dnan(g, (size_t)(T * k));
+    ok(g->ops->router_topk(g, dl, T, E, k, 1, di, dw, &err), &err);
+    float *w = dget(g, dw, (size_t)(T * k));
+    int32_t *gi = (int32_t *)dget(g, (const float *)di, (size_t)(T * k));
+    size_t diff = 0;
+    for (int64_t i = 0; i < T * k; i++) diff += gi[i] != ri[i];
+    printf("  %-34s %-9s %zu of %lld expert choices differ\n", "router top-8 of 128", "cuda", diff,
+           (long long)(T * k));
+    assert_int_equal(diff, 0);
+    assert_int_equal(gi[5 * k], 2);
+    assert_int_equal(gi[5 * k + 1], 6);
+    check("router weights", "cuda", w, rw, (size_t)(T * k), TOL_F32);
+    free(l), free(ri), free(rw), free(w), free(gi);
+    g->ops->free(g, dl), g->ops->free(g, dw), g->ops->free(g, di);
+}
+
+/* Experts: T tokens routed by the CPU router over random logits. */
+static void test_moe(void **state) {
+    NEED_GPU(state);
+    fx *f = *state;
+    clef_err err;
+    const int64_t E = 16, H = 256, NI = 128, k = 4, T = 300, TB = 2100; /* TB * k >= 8192: big tiles */
+    uint16_t *wh[3][16];
+    clef_weight wc[3][16];
+    for (int j = 0; j < 3; j++)
+        for (int e = 0; e < E; e++) {
+            const int64_t r = j == 2 ? H : NI, cc = j == 2 ? NI : H;
+            wh[j][e] = rand_bf16((size_t)(r * cc), 1.0f / sqrtf((float)cc));
+            ok(f->cpu->ops->weight_init(f->cpu, &wc[j][e], CLEF_DT_BF16, r, cc, wh[j][e], &err), &err);
+        }
+    clef_moe_weights mc = {.n_experts = E, .hidden = H, .inter = NI, .gate = wc[0], .up = wc[1], .down = wc[2]};
+    float *x = rand_vec((size_t)(TB * H), 1.0f), *logits = rand_vec((size_t)(TB * E), 2.0f);
+    int32_t *idx = malloc((size_t)(TB * k) * 4);
+    float *rw = malloc((size_t)(TB * k) * 4);
+    ok(f->cpu->ops->router_topk(f->cpu, logits, TB, E, k, 1, idx, rw, &err), &err);
+    float *ref = malloc((size_t)(T * H) * 4);
+    ok(f->cpu->ops->moe(f->cpu, x, T, idx, rw, k, &mc, ref, &err), &err);
+    for (int gi = 0; gi < 3; gi++) {
+        if (gi == G_CUSTOM) continue; /* the experts always use the custom kernel */
+        clef_backend *g = f->gpu[gi];
+        clef_weight wg[3][16];
+        for (int j = 0; j < 3; j++)
+            for (int e = 0; e < E; e++)
+                ok(g->ops->weight_init(g, &wg[j][e], CLEF_DT_BF16, wc[j][e].rows, wc[j][e].cols, wh[j][e], &err), &err);
+        clef_moe_weights mg = {.n_experts = E, .hidden = H, .inter = NI, .gate = wg[0], .up = wg[1], .down = wg[2]};
+        float *dx = dput(g, x, (size_t)(TB * H) * 4), *dw = dput(g, rw, (size_t)(TB * k) * 4);
+        int32_t *di = dput(g, idx, (size_t)(TB * k) * 4);
+        float *dy = dnan(g, (size_t)(TB * H)), *dy1 = dnan(g, (size_t)(TB * H));
+        ok(g->ops->moe(g, dx, T, di, dw, k, &mg, dy, &err), &err);
+        float *y = dget(g, dy, (size_t)(T * H));
+        check("moe 16 experts top-4 T=300", f->name[gi], y, ref, (size_t)(T * H), f->tol_mm[gi]);
+        /* tokens alone, a slice, and the first T rows of a big-tile batch */
+        const int64_t picks[3] = {0, 99, T - 1};
+        for (int i = 0; i < 3; i++) {
+            ok(g->ops->moe(g, dx + picks[i] * H, 1, di + picks[i] * k, dw + picks[i] * k, k, &mg, dy1, &err), &err);
+            float *y1 = dget(g, dy1, (size_t)H);
+            if (memcmp(y1, y + picks[i] * H, (size_t)H * 4) != 0)
+                fail_msg("moe on %s: token %lld alone differs from the batch", f->name[gi], (long long)picks[i]);
+            free(y1);
+        }
+        ok(g->ops->moe(g, dx + 13 * H, 40, di + 13 * k, dw + 13 * k, k, &mg, dy1, &err), &err);
+        float *ys = dget(g, dy1, (size_t)(40 * H));
+        assert_memory_equal(ys, y + 13 * H, (size_t)(40 * H) * 4);
+        free(ys);
+        ok(g->ops->moe(g, dx, TB, di, dw, k, &mg, dy1, &err), &err);
+        float *yb = dget(g, dy1, (size_t)(TB * H));
+        if (memcmp(yb, y, (size_t)(T * H) * 4) != 0)
+            fail_msg("moe on %s: the first %lld tokens differ inside a batch of %lld (big tiles)", f->name[gi],
+                     (long long)T, (long long)TB);
+        printf("  %-34s %-9s tokens alone / slice / batch of %lld: bitwise equal\n", "moe", f->name[gi],
+               (long long)TB);
+        free(yb), free(y);
+        g->ops->free(g, dx), g->ops->free(g, dw), g->ops->free(g, di), g->ops->free(g, dy), g->ops->free(g, dy1);
+        for (int j = 0; j < 3; j++)
+            for (int e = 0; e < E; e++) g->ops->weight_release(g, &wg[j][e]);
+    }
+    for (int j = 0; j < 3; j++)
+        for (int e = 0; e < E; e++) free(wh[j][e]);
+    free(x), free(logits), free(idx), free(rw), free(ref);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_matmul),      cmocka_unit_test(test_matmul_f32_weight),
+        cmocka_unit_test(test_gather_norms_elementwise), cmocka_unit_test(test_head_rows),
+        cmocka_unit_test(test_rope),        cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_router),      cmocka_unit_test(test_moe),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
