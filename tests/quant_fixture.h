@@ -38,24 +38,24 @@ static const char *const QF_FORMATS[] = {"nvfp4-ct", "nvfp4-ct-stacked", "nvfp4-
                                          "int4-autoround"};
 #define QF_N_FORMATS 5
 
-static int qf_rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+static inline int qf_rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
     (void)sb, (void)flag, (void)ftw;
     return remove(path);
 }
 
 /* Remove a temporary directory tree (symlinks themselves, not targets). */
-static void qf_remove(const char *dir) {
+static inline void qf_remove(const char *dir) {
     if (dir) nftw(dir, qf_rm_entry, 8, FTW_DEPTH | FTW_PHYS);
 }
 
-static char *qf_path(const char *a, const char *b) {
+static inline char *qf_path(const char *a, const char *b) {
     char *p = malloc(strlen(a) + strlen(b) + 2);
     sprintf(p, "%s/%s", a, b);
     return p;
 }
 
 /* Symlink <dst_dir>/<name> -> <src_dir>/<name> (absolute), if the source exists. */
-static void qf_link(const char *src_dir, const char *dst_dir, const char *name) {
+static inline void qf_link(const char *src_dir, const char *dst_dir, const char *name) {
     char *src = qf_path(src_dir, name), *dst = qf_path(dst_dir, name);
     char abs[4096];
     if (access(src, F_OK) == 0) {
@@ -66,7 +66,7 @@ static void qf_link(const char *src_dir, const char *dst_dir, const char *name) 
     free(dst);
 }
 
-static void qf_sha256_file(const char *path, char hex[65]) {
+static inline void qf_sha256_file(const char *path, char hex[65]) {
     size_t len = 0;
     char *data = tu_read_file(path, &len);
     unsigned char md[EVP_MAX_MD_SIZE];
@@ -76,7 +76,7 @@ static void qf_sha256_file(const char *path, char hex[65]) {
     free(data);
 }
 
-static int qf_is_attn_weight(const char *name) {
+static inline int qf_is_attn_weight(const char *name) {
     static const char *const p[] = {".self_attn.q_proj.weight", ".self_attn.k_proj.weight",
                                     ".self_attn.v_proj.weight", ".self_attn.o_proj.weight"};
     size_t n = strlen(name);
@@ -88,7 +88,7 @@ static int qf_is_attn_weight(const char *name) {
 
 /* Write `dst`: the tensors of safetensors file `src` except the decoder's
  * attention projection weights. */
-static void qf_write_int4_shard1(const char *src, const char *dst) {
+static inline void qf_write_int4_shard1(const char *src, const char *dst) {
     st_file f;
     clef_err err;
     clef_err_clear(&err);
@@ -114,7 +114,7 @@ static void qf_write_int4_shard1(const char *src, const char *dst) {
 
 /* A fresh directory holding the assembled checkpoint of fixture `format`;
  * the caller removes it with qf_remove and frees the string. */
-static char *qf_assemble(const char *format) {
+static inline char *qf_assemble(const char *format) {
     char tmpl[] = "/tmp/clef_quant_XXXXXX";
     assert_non_null(mkdtemp(tmpl));
     char *dir = strdup(tmpl);
