@@ -7,6 +7,7 @@
 #include "backend/cpu/cpu.h"
 #include "cli/args.h"
 #include "cli/cli.h"
+#include "cli/media_paths.h"
 #include "decision/answer.h"
 #include "engine/engine.h"
 
@@ -45,6 +46,29 @@ static int answer(clef_engine *e, const char *body, size_t len, int debug) {
     return 0;
 }
 
+/* Media entries that name files become data URLs (media_paths.h); a file
+ * that cannot be read is a rejected request: its error body on stdout, 2.
+ * Each file may be as large as the request file may be. */
+static int inline_media_paths(char **body, size_t *len, size_t max_file_bytes) {
+    clef_err err;
+    clef_err_clear(&err);
+    char *inlined;
+    size_t n;
+    if (cli_media_inline_paths(*body, *len, max_file_bytes, &inlined, &n, &err)) {
+        clef_buf eb = {0};
+        clef_render_error(&err, &eb);
+        printf("%s\n", eb.data);
+        clef_buf_free(&eb);
+        return -1;
+    }
+    if (inlined) {
+        free(*body);
+        *body = inlined;
+        *len = n;
+    }
+    return 0;
+}
+
 static clef_engine *open_engine(const char *model, size_t max_length, int threads) {
     clef_engine_options opt = {.model_dir = model, .max_length = max_length, .truncate_state = 1,
                                .n_threads = threads};
@@ -60,10 +84,14 @@ static void decide_usage(FILE *f) {
             "usage: clef decide --model DIR [--max-length N] [--threads N] [--max-body-mb N] [--debug] FILE|-\n"
             "  Answers one SystemOne request (JSON body in FILE, or stdin for -) and prints the\n"
             "  response JSON.  A rejected request prints {\"error\":{...}} and exits with status 2.\n"
+            "  Entries of \"images\", \"audio\" and \"videos\" may be file paths (relative to the current\n"
+            "  directory) instead of data URLs: the file is read, its MIME type taken from its bytes\n"
+            "  (or extension), and sent as a data URL; an unreadable file is a rejected request.\n"
             "  --max-length N   token budget per record, >= 1 (default 64000); the state's tail is cut\n"
             "                   to fit, as the reference does\n"
             "  --threads N      compute threads, 1..%d (default: all cores, or OMP_NUM_THREADS)\n"
-            "  --max-body-mb N  refuse a request file larger than N MiB (default %d)\n"
+            "  --max-body-mb N  refuse a request file (or a media file it names) larger than N MiB\n"
+            "                   (default %d)\n"
             "  --debug          add a \"debug\" object: input_ids and per question spans, option ids, raw logits\n",
             CLEF_CPU_MAX_THREADS, DECIDE_DEFAULT_MAX_BODY_MB);
 }
@@ -118,6 +146,10 @@ int cli_decide(int argc, char **argv) {
     size_t len;
     char *body = read_all_max(file, body_mb << 20, &len);
     if (!body) return 1;
+    if (inline_media_paths(&body, &len, body_mb << 20)) {
+        free(body);
+        return 2;
+    }
     clef_engine *e = open_engine(model, max_length, (int)threads);
     if (!e) {
         free(body);

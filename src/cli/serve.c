@@ -40,6 +40,80 @@ static void serve_usage(FILE *f) {
             8000, CLEF_SERVER_DEFAULT_MAX_BODY >> 20, CLEF_SCHED_DEFAULT_MAX_BATCH_TOKENS,
             CLEF_SCHED_DEFAULT_MAX_QUEUE, CLEF_SERVER_DEFAULT_MAX_CONNECTIONS, d.max_questions, d.max_choice_options,
             d.min_score_levels, d.max_score_levels);
+    const clef_media_limits *m = &d.media;
+    fprintf(f,
+            "\n"
+            "  Media (\"images\", \"audio\", \"videos\": base64 data URLs; over a limit = 422 naming the item):\n"
+            "  --max-images N            images per request (default %zu; 0 refuses images)\n"
+            "  --max-audio N             audio clips per request (default %zu; 0 refuses audio)\n"
+            "  --max-videos N            videos per request (default %zu; 0 refuses videos)\n"
+            "  --max-image-mb N          decoded bytes per image, MiB (default %zu)\n"
+            "  --max-audio-mb N          decoded bytes per audio clip, MiB (default %zu)\n"
+            "  --max-video-mb N          decoded bytes per video, MiB (default %zu)\n"
+            "  --max-image-megapixels N  width x height per image and per video frame, millions\n"
+            "                            (default %zu)\n"
+            "  --max-audio-seconds N     duration per audio clip (default %.0f)\n"
+            "  --max-video-seconds N     duration per video, frames and soundtrack (default %.0f)\n"
+            "  The request body must hold them too: raise --max-body-mb with the byte limits (base64\n"
+            "  adds a third).\n",
+            m->max_images, m->max_audio, m->max_videos, m->max_image_bytes >> 20, m->max_audio_bytes >> 20,
+            m->max_video_bytes >> 20, m->max_image_pixels / 1000000, m->max_audio_seconds, m->max_video_seconds);
+}
+
+/* Upper bounds of the media flags: far above any real need, low enough that
+ * the byte and pixel products cannot overflow. */
+#define MEDIA_MAX_MB ((size_t)1 << 20)
+#define MEDIA_MAX_MEGAPIXELS ((size_t)1000000)
+#define MEDIA_MAX_SECONDS ((size_t)86400)
+
+/* Media flags as given (MiB, megapixels, seconds) before they become limits. */
+typedef struct media_flags {
+    size_t image_mb, audio_mb, video_mb, megapixels, audio_s, video_s;
+} media_flags;
+
+static media_flags media_flags_default(const clef_media_limits *m) {
+    return (media_flags){m->max_image_bytes >> 20, m->max_audio_bytes >> 20, m->max_video_bytes >> 20,
+                         m->max_image_pixels / 1000000, (size_t)m->max_audio_seconds, (size_t)m->max_video_seconds};
+}
+
+/* Check `v` of `flag` is 1..max; prints the error otherwise. */
+static int in_range(const char *flag, size_t v, size_t max) {
+    if (v >= 1 && v <= max) return 1;
+    fprintf(stderr, "clef serve: %s wants 1..%zu\n", flag, max);
+    return 0;
+}
+
+/* Check the media flags and store them in `m` (counts are stored as parsed). */
+static int apply_media_flags(const media_flags *g, clef_media_limits *m) {
+    if (!in_range("--max-image-mb", g->image_mb, MEDIA_MAX_MB) || !in_range("--max-audio-mb", g->audio_mb, MEDIA_MAX_MB) ||
+        !in_range("--max-video-mb", g->video_mb, MEDIA_MAX_MB) ||
+        !in_range("--max-image-megapixels", g->megapixels, MEDIA_MAX_MEGAPIXELS) ||
+        !in_range("--max-audio-seconds", g->audio_s, MEDIA_MAX_SECONDS) ||
+        !in_range("--max-video-seconds", g->video_s, MEDIA_MAX_SECONDS))
+        return -1;
+    m->max_image_bytes = g->image_mb << 20;
+    m->max_audio_bytes = g->audio_mb << 20;
+    m->max_video_bytes = g->video_mb << 20;
+    m->max_image_pixels = g->megapixels * 1000000;
+    m->max_audio_seconds = (double)g->audio_s;
+    m->max_video_seconds = (double)g->video_s;
+    return 0;
+}
+
+/* Parse one media flag at argv[*i]; same contract as arg_size. */
+static int media_arg(int argc, char **argv, int *i, clef_media_limits *m, media_flags *g) {
+    int r;
+    if ((r = arg_size(argc, argv, i, "--max-images", &m->max_images)) ||
+        (r = arg_size(argc, argv, i, "--max-audio", &m->max_audio)) ||
+        (r = arg_size(argc, argv, i, "--max-videos", &m->max_videos)) ||
+        (r = arg_size(argc, argv, i, "--max-image-mb", &g->image_mb)) ||
+        (r = arg_size(argc, argv, i, "--max-audio-mb", &g->audio_mb)) ||
+        (r = arg_size(argc, argv, i, "--max-video-mb", &g->video_mb)) ||
+        (r = arg_size(argc, argv, i, "--max-image-megapixels", &g->megapixels)) ||
+        (r = arg_size(argc, argv, i, "--max-audio-seconds", &g->audio_s)) ||
+        (r = arg_size(argc, argv, i, "--max-video-seconds", &g->video_s)))
+        return r;
+    return 0;
 }
 
 /* Sizes that must be at least 1 when given. */
@@ -52,6 +126,7 @@ static int positive(const char *flag, size_t v) {
 int cli_serve(int argc, char **argv) {
     clef_server_options o = {.port = 8000, .limits = clef_limits_default()};
     size_t port = 8000, body_mb = CLEF_SERVER_DEFAULT_MAX_BODY >> 20, threads = 0;
+    media_flags mf = media_flags_default(&o.limits.media);
     for (int i = 1; i < argc; i++) {
         int r;
         if ((r = arg_str(argc, argv, &i, "--model", &o.model_dir)) || (r = arg_str(argc, argv, &i, "--host", &o.host)) ||
@@ -67,7 +142,8 @@ int cli_serve(int argc, char **argv) {
             (r = arg_size(argc, argv, &i, "--max-questions", &o.limits.max_questions)) ||
             (r = arg_size(argc, argv, &i, "--max-options", &o.limits.max_choice_options)) ||
             (r = arg_size(argc, argv, &i, "--min-score-levels", &o.limits.min_score_levels)) ||
-            (r = arg_size(argc, argv, &i, "--max-score-levels", &o.limits.max_score_levels))) {
+            (r = arg_size(argc, argv, &i, "--max-score-levels", &o.limits.max_score_levels)) ||
+            (r = media_arg(argc, argv, &i, &o.limits.media, &mf))) {
             if (r < 0) return 2;
         } else if (!strcmp(argv[i], "--truncate-state")) {
             o.truncate_state = 1;
@@ -100,6 +176,7 @@ int cli_serve(int argc, char **argv) {
         fprintf(stderr, "clef serve: --min-score-levels exceeds --max-score-levels\n");
         return 2;
     }
+    if (apply_media_flags(&mf, &o.limits.media)) return 2;
     o.port = (unsigned)port;
     o.max_body_bytes = body_mb << 20;
     o.n_threads = (int)threads;
