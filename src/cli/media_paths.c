@@ -52,6 +52,7 @@ static const char *sniff(const uint8_t *d, size_t n, const char *field) {
         if (has(d, n, 8, "WAVE", 4)) return "audio/wav";
         if (has(d, n, 8, "AVI ", 4)) return "video/x-msvideo";
     }
+    if (has(d, n, 0, "FORM", 4) && (has(d, n, 8, "AIFF", 4) || has(d, n, 8, "AIFC", 4))) return "audio/aiff";
     if (has(d, n, 0, "II*\0", 4) || has(d, n, 0, "MM\0*", 4)) return "image/tiff";
     if (has(d, n, 0, "fLaC", 4)) return "audio/flac";
     if (has(d, n, 0, "OggS", 4)) return pick(&OGG, field);
@@ -74,7 +75,7 @@ static const char *by_extension(const char *path, const char *field) {
                  {"webp", "image/webp"}, {"gif", "image/gif"},   {"bmp", "image/bmp"},   {"tif", "image/tiff"},
                  {"tiff", "image/tiff"}, {"wav", "audio/wav"},   {"wave", "audio/wav"},  {"mp3", "audio/mpeg"},
                  {"flac", "audio/flac"}, {"opus", "audio/ogg"},  {"oga", "audio/ogg"},   {"m4a", "audio/mp4"},
-                 {"aac", "audio/aac"},   {"mka", "audio/x-matroska"}, {"mov", "video/quicktime"},
+                 {"aac", "audio/aac"},   {"aif", "audio/aiff"},  {"aiff", "audio/aiff"},   {"mka", "audio/x-matroska"}, {"mov", "video/quicktime"},
                  {"avi", "video/x-msvideo"}, {"m4v", "video/mp4"}};
     for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++)
         if (strcasecmp(dot + 1, plain[i].ext) == 0) return plain[i].mime;

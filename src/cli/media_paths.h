@@ -19,7 +19,7 @@
 
 /* MIME type of a media file of request field `field` ("images", "audio" or
  * "videos"): from its leading bytes (PNG, JPEG, WebP, GIF, BMP, TIFF, WAV,
- * FLAC, Ogg, MP3, AAC, Matroska/WebM, MP4/MOV, AVI), else from the extension
+ * FLAC, AIFF, Ogg, MP3, AAC, Matroska/WebM, MP4/MOV, AVI), else from the extension
  * of `path` (case-insensitive), else "application/octet-stream" (which the
  * engine then refuses with "MIME type ... is not image/...").  Containers that
  * hold sound or pictures (Matroska, MP4, Ogg) get the field's top-level type
