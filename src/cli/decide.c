@@ -69,24 +69,36 @@ static int inline_media_paths(char **body, size_t *len, size_t max_file_bytes) {
     return 0;
 }
 
-static clef_engine *open_engine(const char *model, size_t max_length, int threads) {
-    clef_engine_options opt = {.model_dir = model, .max_length = max_length, .truncate_state = 1,
-                               .n_threads = threads};
+/* Where the weights come from: a directory, or a synthetic preset (io/synth.h). */
+typedef struct model_source {
+    const char *model, *synthetic, *tokenizer;
+    size_t seed;
+} model_source;
+
+static clef_engine *open_engine(const model_source *src, size_t max_length, int threads) {
+    clef_engine_options opt = {.model_dir = src->model, .synthetic = src->synthetic, .seed = src->seed,
+                               .tokenizer = src->synthetic && !src->tokenizer ? CLI_DEFAULT_TOKENIZER : src->tokenizer,
+                               .max_length = max_length, .truncate_state = 1, .n_threads = threads};
     clef_err err;
     clef_err_clear(&err);
     clef_engine *e = clef_engine_open(&opt, &err);
-    if (!e) fprintf(stderr, "clef: cannot load model from %s: %s\n", model, err.message);
+    if (!e)
+        fprintf(stderr, "clef: cannot load model from %s%s: %s\n", src->synthetic ? "synthetic preset " : "",
+                src->synthetic ? src->synthetic : src->model, err.message);
     return e;
 }
 
 static void decide_usage(FILE *f) {
     fprintf(f,
-            "usage: clef decide --model DIR [--max-length N] [--threads N] [--max-body-mb N] [--debug] FILE|-\n"
+            "usage: clef decide --model DIR|--synthetic P [--max-length N] [--threads N] [--max-body-mb N] [--debug] FILE|-\n"
             "  Answers one SystemOne request (JSON body in FILE, or stdin for -) and prints the\n"
             "  response JSON.  A rejected request prints {\"error\":{...}} and exits with status 2.\n"
             "  Entries of \"images\", \"audio\" and \"videos\" may be file paths (relative to the current\n"
             "  directory) instead of data URLs: the file is read, its MIME type taken from its bytes\n"
             "  (or extension), and sent as a data URL; an unreadable file is a rejected request.\n"
+            "  --synthetic P    instead of --model: random weights of preset P (tiny, small, full) drawn\n"
+            "                   in memory for --seed N (default 1), tokenizer --tokenizer F (default\n"
+            "                   " CLI_DEFAULT_TOKENIZER ")\n"
             "  --max-length N   token budget per record, >= 1 (default 64000); the state's tail is cut\n"
             "                   to fit, as the reference does\n"
             "  --threads N      compute threads, 1..%d (default: all cores, or OMP_NUM_THREADS)\n"
@@ -97,12 +109,16 @@ static void decide_usage(FILE *f) {
 }
 
 int cli_decide(int argc, char **argv) {
-    const char *model = NULL, *file = NULL;
+    const char *file = NULL;
+    model_source src = {.seed = 1};
     size_t max_length = 0, threads = 0, body_mb = DECIDE_DEFAULT_MAX_BODY_MB;
     int debug = 0, max_length_given = 0;
     for (int i = 1; i < argc; i++) {
         int r;
-        if ((r = arg_str(argc, argv, &i, "--model", &model)) || (r = arg_size(argc, argv, &i, "--threads", &threads)) ||
+        if ((r = arg_str(argc, argv, &i, "--model", &src.model)) ||
+            (r = arg_str(argc, argv, &i, "--synthetic", &src.synthetic)) ||
+            (r = arg_str(argc, argv, &i, "--tokenizer", &src.tokenizer)) ||
+            (r = arg_size(argc, argv, &i, "--seed", &src.seed)) || (r = arg_size(argc, argv, &i, "--threads", &threads)) ||
             (r = arg_size(argc, argv, &i, "--max-body-mb", &body_mb))) {
             if (r < 0) return 2;
         } else if ((r = arg_size(argc, argv, &i, "--max-length", &max_length))) {
@@ -124,8 +140,10 @@ int cli_decide(int argc, char **argv) {
             file = argv[i];
         }
     }
-    if (!model || !file) {
-        fprintf(stderr, "clef decide: %s\n", !model ? "--model DIR is required" : "no request file (FILE or - for stdin)");
+    if (!src.model == !src.synthetic || !file) {
+        fprintf(stderr, "clef decide: %s\n",
+                !file ? "no request file (FILE or - for stdin)"
+                : src.model ? "give --model DIR or --synthetic P, not both" : "--model DIR is required");
         decide_usage(stderr);
         return 2;
     }
@@ -150,7 +168,7 @@ int cli_decide(int argc, char **argv) {
         free(body);
         return 2;
     }
-    clef_engine *e = open_engine(model, max_length, (int)threads);
+    clef_engine *e = open_engine(&src, max_length, (int)threads);
     if (!e) {
         free(body);
         return 1;
@@ -173,7 +191,8 @@ int cli_demo(int argc, char **argv) {
     }
     fprintf(stderr, "clef demo: answering the built-in triage request with the checkpoint in %s\n", model);
     fprintf(stderr, "request: %s\n", TRIAGE_REQUEST);
-    clef_engine *e = open_engine(model, 0, 0);
+    model_source src = {.model = model};
+    clef_engine *e = open_engine(&src, 0, 0);
     if (!e) return 1;
     int rc = answer(e, TRIAGE_REQUEST, sizeof TRIAGE_REQUEST - 1, 0);
     clef_engine_close(e);
