@@ -195,9 +195,15 @@ static int bind_rope(clef_model *m, clef_err *err) {
 static int bind_thinker(clef_model *m, clef_err *err) {
     const clef_text_config *c = &m->cfg->text;
     const int64_t V = c->vocab_size, H = c->hidden_size;
-    if (c->head_dim > 4096 || c->num_experts_per_tok > 64)
-        return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "config: head_dim %lld / %lld experts per token unsupported",
-                         (long long)c->head_dim, (long long)c->num_experts_per_tok);
+    /* limits of the CPU kernels' fixed per-row buffers (rope tables, top-k) */
+    if (c->head_dim > 4096)
+        return clef_fail(err, 500, CLEF_E_INTERNAL, NULL,
+                         "config.json: thinker_config.text_config.head_dim %lld is not supported (at most 4096)",
+                         (long long)c->head_dim);
+    if (c->num_experts_per_tok > 64)
+        return clef_fail(err, 500, CLEF_E_INTERNAL, NULL,
+                         "config.json: thinker_config.text_config.num_experts_per_tok %lld is not supported (at most 64)",
+                         (long long)c->num_experts_per_tok);
     if (bind_mat(m, "thinker.model.embed_tokens.weight", V, H, &m->embed, err) ||
         bind_mat(m, "thinker.lm_head.weight", V, H, &m->lm_head, err) ||
         bind_vec(m, "thinker.model.norm.weight", H, &m->final_norm, err) || bind_rope(m, err))

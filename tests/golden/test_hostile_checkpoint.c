@@ -6,7 +6,9 @@
  *      to e^-87, so a NaN in q/k gave a finite, confident, wrong answer;
  *   2. a tokenizer whose ids reach past the embedding rows is a load error
  *      naming tokenizer.json (it used to load, then refuse every request
- *      with a 422 that blamed the client's input).
+ *      with a 422 that blamed the client's input);
+ *   3. a config past the kernels' limits names the key and the limit (it
+ *      said "head_dim 8192 / 2 experts per token unsupported").
  * Each case is a temporary directory of symlinks to the fixture plus one
  * patched copy. */
 #include <math.h>
@@ -164,10 +166,48 @@ static void test_tokenizer_past_vocab_is_load_error(void **state) {
     remove_dir(dir);
 }
 
+/* Replace the first `from` in the copied text file by `to`. */
+static void replace_in(const char *path, const char *from, const char *to) {
+    size_t len;
+    char *text = tu_read_file(path, &len);
+    char *at = strstr(text, from);
+    if (!at) fail_msg("'%s' not in %s", from, path);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    fwrite(text, 1, (size_t)(at - text), f);
+    fputs(to, f);
+    fputs(at + strlen(from), f);
+    fclose(f);
+    free(text);
+}
+
+static void test_config_limits_named(void **state) {
+    const char *edits[][3] = {
+        {"\"head_dim\": 16,", "\"head_dim\": 8192,", "head_dim 8192 is not supported (at most 4096)"},
+        {"\"num_experts\": 8,\n      \"num_experts_per_tok\": 2,", "\"num_experts\": 80,\n      \"num_experts_per_tok\": 65,",
+         "num_experts_per_tok 65 is not supported (at most 64)"},
+    };
+    for (size_t i = 0; i < sizeof edits / sizeof *edits; i++) {
+        char copy[4096];
+        char *dir = make_dir("config.json", copy, sizeof copy);
+        replace_in(copy, edits[i][0], edits[i][1]);
+        clef_engine_options opt = {.model_dir = dir, .truncate_state = 1, .n_threads = 1};
+        clef_err err;
+        clef_err_clear(&err);
+        clef_engine *e = clef_engine_open(&opt, &err);
+        if (e) clef_engine_close(e);
+        assert_null(e);
+        if (!strstr(err.message, edits[i][2]) || !strstr(err.message, "config.json"))
+            fail_msg("message '%s' does not say '%s'", err.message, edits[i][2]);
+        remove_dir(dir);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_nonfinite_weights_refused),
         cmocka_unit_test(test_tokenizer_past_vocab_is_load_error),
+        cmocka_unit_test(test_config_limits_named),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
