@@ -107,6 +107,38 @@ static void test_plan_matches_fixture_layout(void **state) {
     clef_synth_plan_free(&plan);
 }
 
+/* The full preset's plan (nothing drawn): the real model's tensor set and
+ * sizes — SPEC §1.2: 28,991,029,248 expert parameters, lm_head and
+ * embed_tokens 311,427,072 each, the head 218,351,624 bytes of bf16 — in 15
+ * shards of at most 4 GiB (as the release), the first without experts. */
+static void test_full_plan_sizes(void **state) {
+    clef_err err;
+    clef_err_clear(&err);
+    clef_synth_plan plan;
+    clef_synth_plan_make(clef_synth_preset_find("full", &err), 1, 0, &plan);
+    assert_int_equal(plan.n, 3 + 48 * 9 + 48 * 128 * 3 + 122);
+    assert_int_equal(plan.head_bytes, 218351624);
+    size_t expert = 0, other = 0, shard_sum = 0;
+    for (size_t i = 0; i < plan.n; i++) {
+        if (plan.t[i].shard < 0) continue;
+        if (plan.t[i].expert)
+            expert += plan.t[i].numel;
+        else
+            other += plan.t[i].numel;
+        assert_int_equal(plan.t[i].shard == 0, !plan.t[i].expert);
+    }
+    assert_int_equal(expert, 28991029248ULL);
+    /* embed + lm_head + per layer q, k, v, o, router, 4 norms; the final norm */
+    assert_int_equal(other, 2 * 311427072ULL + 48 * (2 * 8388608 + 2 * 1048576 + 262144 + 2 * 2048 + 2 * 128) + 2048);
+    assert_int_equal(plan.n_shards, 15);
+    for (int s = 0; s < plan.n_shards; s++) {
+        assert_true(plan.shard_bytes[s] <= CLEF_SYNTH_SHARD_BYTES);
+        shard_sum += plan.shard_bytes[s];
+    }
+    assert_int_equal(shard_sum, 2 * (expert + other));
+    clef_synth_plan_free(&plan);
+}
+
 /* Written tiny checkpoint: opens, its config equals the fixture's, the
  * engine answers a request with finite probabilities summing to 1. */
 static void test_written_tiny_answers(void **state) {
@@ -352,6 +384,7 @@ static void test_errors(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plan_matches_fixture_layout),
+        cmocka_unit_test(test_full_plan_sizes),
         cmocka_unit_test(test_written_tiny_answers),
         cmocka_unit_test(test_memory_equals_file),
         cmocka_unit_test(test_determinism),
