@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "backend/cuda/cuda.h"
 #include "cli/args.h"
 #include "cli/cli.h"
 #include "engine/engine.h"
@@ -18,7 +19,7 @@ static void bench_usage(FILE *f) {
     fprintf(f,
             "usage: clef bench (--model DIR | --synthetic tiny|small|full [--seed N] [--tokenizer PATH])\n"
             "                  [--tokens N] [--batch N] [--runs BxT,...] [--iters N] [--threads N]\n"
-            "                  [--device D]\n"
+            "                  [--device D] [--profile]\n"
             "  Builds --batch triage-style requests whose states are cut so each record is --tokens\n"
             "  tokens (default 300), packs them into one forward (the engine's batch path), runs it\n"
             "  once to warm up and --iters times (default 5), and prints one \"key value\" line per\n"
@@ -26,6 +27,8 @@ static void bench_usage(FILE *f) {
             "  --runs 1x300,8x1000  several measurements on one loaded model (each block starts with\n"
             "                  \"run BxT\"); replaces --batch/--tokens\n"
             "  --device D      cpu, cuda, cuda:N (default: automatic)\n"
+            "  --profile       CUDA: after each run's timing, 3 more forwards with per-op GPU timing and\n"
+            "                  a table of where the time goes (\"profile BxT\" block)\n"
             "  --synthetic P   random weights of preset P drawn in memory (no files; full needs ~61 GB)\n"
             "  --seed N        seed of the synthetic weights (default 1)\n"
             "  --tokenizer F   tokenizer.json (default %s with --synthetic,\n"
@@ -87,6 +90,7 @@ typedef struct bench_run {
 typedef struct bench_args {
     const char *model, *synthetic, *tokenizer, *device, *runs_spec;
     size_t seed, tokens, batch, iters, threads;
+    int profile;
     size_t n_runs;
     bench_run runs[MAX_RUNS];
 } bench_args;
@@ -130,6 +134,8 @@ static int parse_args(int argc, char **argv, bench_args *a) {
             (r = arg_size(argc, argv, &i, "--iters", &a->iters)) ||
             (r = arg_size(argc, argv, &i, "--threads", &a->threads))) {
             if (r < 0) return 2;
+        } else if (!strcmp(argv[i], "--profile")) {
+            a->profile = 1;
         } else {
             int help = !strcmp(argv[i], "--help") || !strcmp(argv[i], "-h");
             if (!help) fprintf(stderr, "clef bench: unknown argument %s\n", argv[i]);
@@ -215,13 +221,32 @@ static void print_run(const bench_run *r, size_t iters, const clef_job *jobs, do
     fflush(stdout);
 }
 
+/* On CUDA: device memory now and at its peak; with `profile`, three more
+ * forwards timed per op (backend/cuda/cuda.h) and their table. */
+static int gpu_report(clef_engine *e, const bench_run *r, clef_job *jobs, double *ms, int profile) {
+    clef_backend *be = clef_model_backend(clef_engine_model(e));
+    if (!clef_backend_is_cuda(be)) return 0;
+    printf("gpu_used_mib %.0f\n", (double)clef_cuda_used_bytes(be) / 1048576.0);
+    printf("gpu_peak_mib %.0f\n", (double)clef_cuda_peak_bytes(be) / 1048576.0);
+    if (!profile) return 0;
+    clef_cuda_profile_dump(be, NULL);
+    clef_cuda_set_profile(be, 1);
+    int rc = run_forwards(e, r, 2, jobs, ms); /* a warm-up and 2 timed: 3 forwards profiled */
+    printf("profile %zux%zu (3 forwards, GPU time per op)\n", r->batch, r->tokens);
+    clef_cuda_profile_dump(be, stdout);
+    clef_cuda_set_profile(be, 0);
+    fflush(stdout);
+    return rc;
+}
+
 /* One run: encode, warm up, time, print.  Returns 0 or 1. */
-static int bench_one(clef_engine *e, const bench_run *r, size_t iters) {
+static int bench_one(clef_engine *e, const bench_run *r, size_t iters, int profile) {
     clef_job *jobs = calloc(r->batch, sizeof *jobs);
-    double *ms = calloc(iters, sizeof *ms);
+    double *ms = calloc(iters < 2 ? 2 : iters, sizeof *ms);
     double encode_ms = make_jobs(e, r, jobs);
     int rc = encode_ms < 0 ? 1 : run_forwards(e, r, iters, jobs, ms);
     if (rc == 0) print_run(r, iters, jobs, encode_ms, ms);
+    if (rc == 0) rc = gpu_report(e, r, jobs, ms, profile);
     for (size_t i = 0; i < r->batch; i++) clef_job_free(&jobs[i]);
     free(jobs);
     free(ms);
@@ -249,9 +274,12 @@ int cli_bench(int argc, char **argv) {
     else
         printf("model %s\n", a.model);
     printf("device %s\n", clef_model_backend(clef_engine_model(e))->ops->name);
+    char detail[256];
+    clef_cuda_describe(clef_model_backend(clef_engine_model(e)), detail, sizeof detail);
+    if (*detail) printf("device_detail %s\n", detail);
     printf("load_s %.3f\n", clef_engine_load_seconds(e));
     int rc = 0;
-    for (size_t i = 0; i < a.n_runs && rc == 0; i++) rc = bench_one(e, &a.runs[i], a.iters);
+    for (size_t i = 0; i < a.n_runs && rc == 0; i++) rc = bench_one(e, &a.runs[i], a.iters, a.profile);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     printf("peak_rss_mib %.0f\n", (double)ru.ru_maxrss / 1024.0);

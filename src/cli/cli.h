@@ -14,6 +14,7 @@ int cli_serve(int argc, char **argv);
 int cli_quantize(int argc, char **argv);
 int cli_parity(int argc, char **argv);
 int cli_synth(int argc, char **argv);
+int cli_devcheck(int argc, char **argv);
 
 /* Tokenizer used with synthetic weights when --tokenizer is not given. */
 #define CLI_DEFAULT_TOKENIZER "tests/fixtures/tiny-clef-omni/tokenizer.json"

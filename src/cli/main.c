@@ -18,6 +18,7 @@ static void usage(FILE *f) {
             "  quantize --model DIR --format F --out DIR [--layout L]    write a quantized checkpoint\n"
             "  parity   --model A --model B --requests FILE.jsonl        compare two models' answers\n"
             "  synth    --preset tiny|small|full --out DIR [--seed N]    write a random-weight checkpoint\n"
+            "  devcheck --synthetic P --requests FILE [--device cuda]    a device vs the CPU: parity, batch invariance\n"
             "\n"
             "`clef <command> --help` describes a command's flags.\n");
 }
@@ -36,6 +37,7 @@ static int dispatch(int argc, char **argv) {
     if (!strcmp(cmd, "quantize")) return cli_quantize(argc - 1, argv + 1);
     if (!strcmp(cmd, "parity")) return cli_parity(argc - 1, argv + 1);
     if (!strcmp(cmd, "synth")) return cli_synth(argc - 1, argv + 1);
+    if (!strcmp(cmd, "devcheck")) return cli_devcheck(argc - 1, argv + 1);
     fprintf(stderr, "clef: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return 2;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/device.h"
 #include "decision/answer.h"
 #include "io/synth.h"
 #include "media/prompt.h"
@@ -41,10 +42,6 @@ clef_engine *clef_engine_open(const clef_engine_options *opt, clef_err *err) {
         clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "a synthetic model needs a tokenizer path");
         return NULL;
     }
-    if (opt->device && strcmp(opt->device, "cpu") != 0) {
-        clef_fail(err, 500, CLEF_E_INTERNAL, "device", "device '%s' is not available in this build", opt->device);
-        return NULL;
-    }
     clef_engine *e = clef_xcalloc(1, sizeof *e);
     pthread_mutex_init(&e->forward_lock, NULL);
     e->limits = opt->limits.max_questions ? opt->limits : clef_limits_default();
@@ -76,7 +73,8 @@ clef_engine *clef_engine_open(const clef_engine_options *opt, clef_err *err) {
         goto fail;
     }
     progress(opt, "tokenizer loaded", t0);
-    e->model = clef_model_create(&e->ck, opt->n_threads, err);
+    clef_backend *be = clef_backend_open(opt->device, opt->n_threads, err); /* cpu, cuda[:N] or automatic */
+    e->model = be ? clef_model_create_on(&e->ck, be, 1, err) : NULL;
     if (!e->model) goto fail;
     progress(opt, "model bound", t0);
     /* Media towers on the model's backend.  A checkpoint without them still

@@ -23,8 +23,8 @@ typedef struct clef_engine_options {
     uint64_t seed;           /* seed of the synthetic weights */
     const char *tokenizer;   /* tokenizer.json path; NULL = <model_dir>/tokenizer.json (required with
                                 `synthetic`) */
-    const char *device;      /* "cpu", "cuda", "cuda:N"; NULL = automatic (the CPU until a device backend
-                                exists) */
+    const char *device;      /* "cpu", "cuda", "cuda:N"; NULL = automatic: $CLEF_DEVICE when set, else CUDA
+                                device 0 when a GPU is present, else the CPU (backend/device.h) */
     int n_threads;           /* CPU threads; <= 0 = all cores */
     size_t max_length;       /* token budget per record; 0 = CLEF_DEFAULT_MAX_LENGTH; must not exceed
                                 max_position_embeddings */

@@ -64,9 +64,12 @@ size_t clef_cuda_peak_bytes(clef_backend *be);
 size_t clef_cuda_used_bytes(clef_backend *be);
 
 /* With profiling on: per-op count, total and mean milliseconds since the
- * last reset, largest first, as a table on `f`; then resets.  Waits for the
- * device.  No-op without profiling. */
+ * last reset, largest first, as a table on `f` (NULL: just reset); then
+ * resets.  Waits for the device.  No-op without profiling. */
 void clef_cuda_profile_dump(clef_backend *be, FILE *f);
+
+/* Turn per-op timing on or off (no-op on other backends). */
+void clef_cuda_set_profile(clef_backend *be, int on);
 
 /* Whether `be` is a CUDA backend. */
 int clef_backend_is_cuda(const clef_backend *be);

@@ -57,19 +57,27 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 
 /* ---- RoPE --------------------------------------------------------------- */
 
+/* One block per token: the angles of its D/2 frequencies once (shared
+ * memory), then every head's pairs. */
 __global__ void rope_kernel(float *x, int64_t T, int64_t heads, int64_t D, const int32_t *__restrict__ pos, int64_t s1,
                             int64_t s2, const float *__restrict__ inv_freq) {
-    const int64_t half = D / 2, total = T * heads * half;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t j = i % half, th = i / half, t = th / heads;
+    extern __shared__ float cs[]; /* [D/2] cos, [D/2] sin */
+    const int64_t t = blockIdx.x, half = D / 2;
+    for (int64_t j = threadIdx.x; j < half; j += blockDim.x) {
         /* which position axis frequency j reads (SPEC §6.3) */
         const int axis = (j % 3 == 1 && j < 3 * s1) ? 1 : (j % 3 == 2 && j < 3 * s2) ? 2 : 0;
         const float ang = __fmul_rn((float)pos[axis * T + t], inv_freq[j]);
-        const float c = cosf(ang), s = sinf(ang);
-        float *v = x + th * D;
-        const float x1 = v[j], x2 = v[j + half];
-        v[j] = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s));
-        v[j + half] = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
+        cs[j] = cosf(ang);
+        cs[half + j] = sinf(ang);
+    }
+    __syncthreads();
+    float *xt = x + t * heads * D;
+    for (int64_t i = threadIdx.x; i < heads * half; i += blockDim.x) {
+        const int64_t h = i / half, j = i - h * half;
+        float *v = xt + h * D;
+        const float c = cs[j], sn = cs[half + j], x1 = v[j], x2 = v[j + half];
+        v[j] = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, sn));
+        v[j + half] = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, sn));
     }
 }
 
@@ -77,7 +85,7 @@ __global__ void rope_kernel(float *x, int64_t T, int64_t heads, int64_t D, const
 
 constexpr int FA_BM = 64, FA_BN = 64, FA_THREADS = 128;
 
-template <int D> constexpr int fa_smem_bytes() { return 3 * FA_BM * (D + 8) * 2; }
+template <int D> constexpr int fa_smem_bytes() { return 5 * FA_BM * (D + 8) * 2; } /* Q, 2 x (K, V) */
 
 template <int D, bool CAUSAL>
 __global__ void __launch_bounds__(FA_THREADS) attn_tc_kernel(const bf16 *__restrict__ Q, const bf16 *__restrict__ K,
@@ -88,7 +96,7 @@ __global__ void __launch_bounds__(FA_THREADS) attn_tc_kernel(const bf16 *__restr
                                                              float scale_log2) {
     constexpr int P = D + 8, CH = D / 8, KD = D / 16;
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    bf16 *Qs = reinterpret_cast<bf16 *>(smem_raw), *Ks = Qs + FA_BM * P, *Vs = Ks + FA_BN * P;
+    bf16 *Qs = reinterpret_cast<bf16 *>(smem_raw), *Kb = Qs + FA_BM * P, *Vb = Kb + 2 * FA_BN * P;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tig = lane & 3;
     const int s = tiles[2 * blockIdx.x], i0 = tiles[2 * blockIdx.x + 1], h = blockIdx.y;
     const int64_t q0 = q_off[s], ql = q_off[s + 1] - q0, kv0 = kv_off[s], kl = kv_off[s + 1] - kv0;
@@ -100,6 +108,18 @@ __global__ void __launch_bounds__(FA_THREADS) attn_tc_kernel(const bf16 *__restr
         cp_async16(Qs + r * P + col, ok ? Q + ((q0 + i0 + r) * nh + h) * D + col : Q, ok);
     }
     cp_async_commit();
+    /* K/V tile j into buffer j & 1; rows past the segment are zeros (P = 0 there, 0 * 0 stays finite) */
+    auto load_kv = [&](int64_t j0, int buf) {
+        bf16 *Ks = Kb + buf * FA_BN * P, *Vs = Vb + buf * FA_BN * P;
+        for (int c = tid; c < FA_BN * CH; c += FA_THREADS) {
+            const int r = c / CH, col = (c % CH) * 8;
+            const bool ok = j0 + r < kl;
+            const int64_t off = ((kv0 + j0 + r) * nkv + hk) * D + col;
+            cp_async16(Ks + r * P + col, ok ? K + off : K, ok);
+            cp_async16(Vs + r * P + col, ok ? V + off : V, ok);
+        }
+        cp_async_commit();
+    };
 
     const int64_t n_keys = CAUSAL ? (kl < i0 + FA_BM ? kl : i0 + FA_BM) : kl;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
@@ -109,22 +129,18 @@ __global__ void __launch_bounds__(FA_THREADS) attn_tc_kernel(const bf16 *__restr
     uint32_t qf[KD][4];
     const int r0 = warp * 16 + g; /* this thread's rows r0 and r0 + 8 of the tile */
 
+    if (n_keys > 0) load_kv(0, 0);
     for (int64_t j0 = 0; j0 < n_keys; j0 += FA_BN) {
-        __syncthreads(); /* everyone is done with the previous K/V tile */
-        for (int c = tid; c < FA_BN * CH; c += FA_THREADS) {
-            const int r = c / CH, col = (c % CH) * 8;
-            const bool ok = j0 + r < kl;
-            cp_async16(Ks + r * P + col, ok ? K + ((kv0 + j0 + r) * nkv + hk) * D + col : K, ok);
+        const int buf = (int)((j0 / FA_BN) & 1);
+        __syncthreads(); /* everyone is done with the buffer the next tile goes to */
+        if (j0 + FA_BN < n_keys) {
+            load_kv(j0 + FA_BN, buf ^ 1); /* in flight while this tile is computed */
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
         }
-        cp_async_commit();
-        for (int c = tid; c < FA_BN * CH; c += FA_THREADS) {
-            const int r = c / CH, col = (c % CH) * 8;
-            const bool ok = j0 + r < kl; /* zero rows: P = 0 there, and 0 * 0 stays finite */
-            cp_async16(Vs + r * P + col, ok ? V + ((kv0 + j0 + r) * nkv + hk) * D + col : V, ok);
-        }
-        cp_async_commit();
-        cp_async_wait<1>(); /* Q and K are in */
         __syncthreads();
+        const bf16 *Ks = Kb + buf * FA_BN * P, *Vs = Vb + buf * FA_BN * P;
         if (j0 == 0) {
 #pragma unroll
             for (int kk = 0; kk < KD; kk++)
@@ -188,8 +204,6 @@ __global__ void __launch_bounds__(FA_THREADS) attn_tc_kernel(const bf16 *__restr
             o[i][2] *= alpha[1];
             o[i][3] *= alpha[1];
         }
-        cp_async_wait<0>(); /* V is in */
-        __syncthreads();
 #pragma unroll
         for (int kk = 0; kk < FA_BN / 16; kk++) {
             const uint32_t pa[4] = {pack_bf16(sa[2 * kk][0], sa[2 * kk][1]), pack_bf16(sa[2 * kk][2], sa[2 * kk][3]),
@@ -305,7 +319,8 @@ extern "C" {
 cudaError_t ck_rope(float *x, int64_t T, int64_t heads, int64_t D, const int32_t *pos, int64_t s1, int64_t s2,
                     const float *inv_freq, cudaStream_t st) {
     if (T <= 0 || heads <= 0) return cudaSuccess;
-    rope_kernel<<<grid_for(T * heads * (D / 2), 256), 256, 0, st>>>(x, T, heads, D, pos, s1, s2, inv_freq);
+    if (T > 0x7fffffffLL || D > 4096) return cudaErrorInvalidConfiguration;
+    rope_kernel<<<(unsigned)T, 128, (size_t)D * sizeof(float), st>>>(x, T, heads, D, pos, s1, s2, inv_freq);
     return cudaGetLastError();
 }
 

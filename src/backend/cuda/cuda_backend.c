@@ -200,6 +200,10 @@ void clef_cuda_profile_dump(clef_backend *be, FILE *f) {
     if (!c->profile) return;
     cudaSetDevice(c->device);
     prof_collect(c);
+    if (!f) {
+        c->n_keys = 0;
+        return;
+    }
     qsort(c->keys, c->n_keys, sizeof *c->keys, cmp_key_ms);
     double total = 0;
     for (size_t i = 0; i < c->n_keys; i++) total += c->keys[i].ms;
@@ -212,6 +216,14 @@ void clef_cuda_profile_dump(clef_backend *be, FILE *f) {
     }
     fprintf(f, "%-44s %8s %11.3f\n", "sum of op times", "", total);
     c->n_keys = 0;
+}
+
+void clef_cuda_set_profile(clef_backend *be, int on) {
+    if (!clef_backend_is_cuda(be)) return;
+    cuda_ctx *c = cu_of(be);
+    cudaSetDevice(c->device);
+    prof_collect(c);
+    c->profile = on != 0;
 }
 
 /* Every op: select the device, forget the converted rows (unless the op is
@@ -474,32 +486,12 @@ static int lt_layout(cublasLtMatrixLayout_t *l, cudaDataType_t type, int64_t row
     return lt_check(cublasLtMatrixLayoutCreate(l, type, (uint64_t)rows, (uint64_t)cols, ld), "layout", err);
 }
 
-/* One algorithm for weight shape [N, K], chosen once from the heuristic at
- * M = 4096 among those that never split K and accepted for every M the
- * engine can ask for (checked at 1, 7, 64, 300, 4097, 65536 rows): each row
- * is then reduced the same way whatever the batch. */
-static lt_plan *lt_plan_for(cuda_ctx *c, int64_t N, int64_t K, clef_err *err) {
-    for (size_t i = 0; i < c->n_plans; i++)
-        if (c->plans[i].N == N && c->plans[i].K == K) return &c->plans[i];
-    if (c->n_plans == c->cap_plans) {
-        size_t cap = c->cap_plans ? 2 * c->cap_plans : 32;
-        lt_plan *p = realloc(c->plans, cap * sizeof *p);
-        if (!p) {
-            clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CUDA backend: out of host memory");
-            return NULL;
-        }
-        c->plans = p;
-        c->cap_plans = cap;
-    }
-    lt_plan *p = &c->plans[c->n_plans];
-    memset(p, 0, sizeof *p);
-    p->N = N, p->K = K;
-    const int64_t m_rep = 4096;
-    if (lt_layout(&p->a, CUDA_R_16BF, K, N, K, err) || lt_layout(&p->b, CUDA_R_16BF, K, m_rep, K, err) ||
-        lt_layout(&p->d, CUDA_R_32F, N, m_rep, N, err))
-        return NULL;
+/* Candidate algorithms for weight shape [N, K]: cuBLASLt heuristics at a
+ * small and a large M, kept when they never split K and accept every M the
+ * engine can ask for (1 .. 65536 rows).  Returns the count (<= cap). */
+static int lt_candidates(cuda_ctx *c, lt_plan *p, cublasLtMatmulAlgo_t *out, int cap) {
     cublasLtMatmulPreference_t pref;
-    if (lt_check(cublasLtMatmulPreferenceCreate(&pref), "preference", err)) return NULL;
+    if (cublasLtMatmulPreferenceCreate(&pref) != CUBLAS_STATUS_SUCCESS) return 0;
     uint64_t ws = c->lt_ws_bytes;
     uint32_t al_ab = 256, al_cd = 16;
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
@@ -507,36 +499,154 @@ static lt_plan *lt_plan_for(cuda_ctx *c, int64_t N, int64_t K, clef_err *err) {
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_ab, sizeof al_ab);
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_cd, sizeof al_cd);
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_cd, sizeof al_cd);
-    cublasLtMatmulHeuristicResult_t res[32];
-    int n_res = 0;
-    cublasStatus_t s =
-        cublasLtMatmulAlgoGetHeuristic(c->lt, c->lt_desc, p->a, p->b, p->d, p->d, pref, 32, res, &n_res);
-    cublasLtMatmulPreferenceDestroy(pref);
-    c->n_plans++;
-    if (s != CUBLAS_STATUS_SUCCESS) n_res = 0;
+    static const int64_t probe[] = {4096, 256};
     static const int64_t ms[] = {1, 7, 64, 300, 4097, 65536};
-    for (int i = 0; i < n_res && !p->ok; i++) {
-        if (res[i].state != CUBLAS_STATUS_SUCCESS) continue;
-        uint32_t splitk = 1, scheme = 0;
-        size_t got = 0;
-        cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof splitk,
-                                             &got);
-        cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme,
-                                             sizeof scheme, &got);
-        if (splitk > 1 || scheme != CUBLASLT_REDUCTION_SCHEME_NONE) continue;
-        int all = 1;
-        for (size_t j = 0; j < sizeof ms / sizeof *ms && all; j++) {
-            cublasLtMatrixLayoutSetAttribute(p->b, CUBLASLT_MATRIX_LAYOUT_COLS, &ms[j], sizeof ms[j]);
-            cublasLtMatrixLayoutSetAttribute(p->d, CUBLASLT_MATRIX_LAYOUT_COLS, &ms[j], sizeof ms[j]);
-            cublasLtMatmulHeuristicResult_t chk;
-            all = cublasLtMatmulAlgoCheck(c->lt, c->lt_desc, p->a, p->b, p->d, p->d, &res[i].algo, &chk) ==
-                      CUBLAS_STATUS_SUCCESS &&
-                  chk.workspaceSize <= c->lt_ws_bytes;
+    int n = 0;
+    for (size_t pi = 0; pi < sizeof probe / sizeof *probe; pi++) {
+        cublasLtMatrixLayoutSetAttribute(p->b, CUBLASLT_MATRIX_LAYOUT_COLS, &probe[pi], sizeof probe[pi]);
+        cublasLtMatrixLayoutSetAttribute(p->d, CUBLASLT_MATRIX_LAYOUT_COLS, &probe[pi], sizeof probe[pi]);
+        cublasLtMatmulHeuristicResult_t res[16];
+        int n_res = 0;
+        if (cublasLtMatmulAlgoGetHeuristic(c->lt, c->lt_desc, p->a, p->b, p->d, p->d, pref, 16, res, &n_res) !=
+            CUBLAS_STATUS_SUCCESS)
+            continue;
+        for (int i = 0; i < n_res && n < cap; i++) {
+            if (res[i].state != CUBLAS_STATUS_SUCCESS) continue;
+            uint32_t splitk = 1, scheme = 0;
+            size_t got = 0;
+            cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk,
+                                                 sizeof splitk, &got);
+            cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme,
+                                                 sizeof scheme, &got);
+            if (splitk > 1 || scheme != CUBLASLT_REDUCTION_SCHEME_NONE) continue;
+            int dup = 0;
+            for (int j = 0; j < n && !dup; j++) dup = memcmp(&out[j], &res[i].algo, sizeof out[j]) == 0;
+            int all = !dup;
+            for (size_t j = 0; j < sizeof ms / sizeof *ms && all; j++) {
+                cublasLtMatrixLayoutSetAttribute(p->b, CUBLASLT_MATRIX_LAYOUT_COLS, &ms[j], sizeof ms[j]);
+                cublasLtMatrixLayoutSetAttribute(p->d, CUBLASLT_MATRIX_LAYOUT_COLS, &ms[j], sizeof ms[j]);
+                cublasLtMatmulHeuristicResult_t chk;
+                all = cublasLtMatmulAlgoCheck(c->lt, c->lt_desc, p->a, p->b, p->d, p->d, &res[i].algo, &chk) ==
+                          CUBLAS_STATUS_SUCCESS &&
+                      chk.workspaceSize <= c->lt_ws_bytes;
+            }
+            cublasLtMatrixLayoutSetAttribute(p->b, CUBLASLT_MATRIX_LAYOUT_COLS, &probe[pi], sizeof probe[pi]);
+            cublasLtMatrixLayoutSetAttribute(p->d, CUBLASLT_MATRIX_LAYOUT_COLS, &probe[pi], sizeof probe[pi]);
+            if (all) out[n++] = res[i].algo;
         }
-        if (all) {
-            p->algo = res[i].algo;
-            p->ok = 1;
+    }
+    cublasLtMatmulPreferenceDestroy(pref);
+    return n;
+}
+
+/* Milliseconds of one product of M rows with candidate `i` (-1 = the custom
+ * kernel): best of 3 after a warm-up, or a huge value if it fails. */
+static double time_candidate(cuda_ctx *c, lt_plan *p, const cublasLtMatmulAlgo_t *algo, const void *w,
+                             const uint16_t *a16, float *y, int64_t M) {
+    cudaEvent_t e0, e1;
+    if (cudaEventCreate(&e0) != cudaSuccess) return 1e30;
+    if (cudaEventCreate(&e1) != cudaSuccess) {
+        cudaEventDestroy(e0);
+        return 1e30;
+    }
+    const float one = 1.0f, zero = 0.0f;
+    cublasLtMatrixLayoutSetAttribute(p->b, CUBLASLT_MATRIX_LAYOUT_COLS, &M, sizeof M);
+    cublasLtMatrixLayoutSetAttribute(p->d, CUBLASLT_MATRIX_LAYOUT_COLS, &M, sizeof M);
+    double best = 1e30;
+    for (int rep = 0; rep < 4; rep++) {
+        cudaEventRecord(e0, c->st);
+        int ok;
+        if (algo) {
+            ok = cublasLtMatmul(c->lt, c->lt_desc, &one, w, p->a, a16, p->b, &zero, y, p->d, y, p->d, algo, c->lt_ws,
+                                c->lt_ws_bytes, c->st) == CUBLAS_STATUS_SUCCESS;
+        } else {
+            ck_gemm_args g = {.mode = CK_GEMM_DENSE, .A = a16, .lda = p->K, .K = p->K, .split = 1, .N = p->N, .W = w,
+                              .M = M, .Y = y, .ldy = p->N, .big = M >= 1024};
+            ok = ck_gemm(&g, c->st) == cudaSuccess;
         }
+        cudaEventRecord(e1, c->st);
+        float ms = 0;
+        if (!ok || cudaEventSynchronize(e1) != cudaSuccess || cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess) {
+            cudaGetLastError();
+            best = 1e30;
+            break;
+        }
+        if (rep > 0 && ms < best) best = ms;
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return best;
+}
+
+/* The algorithm for weight shape [N, K] (w: the weight), chosen once: every
+ * candidate never splits K, so each row is reduced the same way whatever the
+ * batch, and the choice depends only on the shape.  Candidates (cuBLASLt
+ * algorithms and the custom kernel) are timed at 300 and 8192 rows (the
+ * single-decision and the batched regime); the one with the smallest sum of
+ * slowdowns against the best of each size wins (ties within 3%: the earlier,
+ * i.e. the heuristic's order).  CLEF_CUDA_LT_LOG=1 prints the timings. */
+static lt_plan *lt_plan_for(cuda_ctx *c, int64_t N, int64_t K, const void *w, clef_err *err) {
+    for (size_t i = 0; i < c->n_plans; i++)
+        if (c->plans[i].N == N && c->plans[i].K == K) return &c->plans[i];
+    if (c->n_plans == c->cap_plans) {
+        size_t cap = c->cap_plans ? 2 * c->cap_plans : 32;
+        lt_plan *np = realloc(c->plans, cap * sizeof *np);
+        if (!np) {
+            clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CUDA backend: out of host memory");
+            return NULL;
+        }
+        c->plans = np;
+        c->cap_plans = cap;
+    }
+    lt_plan *p = &c->plans[c->n_plans];
+    memset(p, 0, sizeof *p);
+    p->N = N, p->K = K;
+    if (lt_layout(&p->a, CUDA_R_16BF, K, N, K, err) || lt_layout(&p->b, CUDA_R_16BF, K, 4096, K, err) ||
+        lt_layout(&p->d, CUDA_R_32F, N, 4096, N, err))
+        return NULL;
+    c->n_plans++;
+    enum { MAXC = 24 };
+    cublasLtMatmulAlgo_t cand[MAXC];
+    const int nc = lt_candidates(c, p, cand, MAXC);
+    /* scratch for the timings: 8192 rows of activations and outputs */
+    const int64_t MB = 8192, MS = 300;
+    void *buf = NULL;
+    const size_t a_bytes = ALIGN_UP((size_t)(MB * K) * 2, 256), y_bytes = (size_t)(MB * N) * sizeof(float);
+    if (nc == 0 || cudaMallocAsync(&buf, a_bytes + y_bytes, c->st) != cudaSuccess) {
+        cudaGetLastError();
+        return p; /* no usable cuBLASLt algorithm: the custom kernel */
+    }
+    /* 0x3c3c: bf16 0.0115 everywhere (not zeros, which run faster than real data) */
+    cudaMemsetAsync(buf, 0x3c, a_bytes, c->st);
+    const uint16_t *a16 = buf;
+    float *y = (float *)((char *)buf + a_bytes);
+    double t[MAXC + 1][2], best[2] = {1e30, 1e30};
+    for (int i = 0; i <= nc; i++) { /* i == nc: the custom kernel */
+        const cublasLtMatmulAlgo_t *al = i < nc ? &cand[i] : NULL;
+        t[i][0] = time_candidate(c, p, al, w, a16, y, MS);
+        t[i][1] = time_candidate(c, p, al, w, a16, y, MB);
+        for (int j = 0; j < 2; j++)
+            if (t[i][j] < best[j]) best[j] = t[i][j];
+    }
+    cudaFreeAsync(buf, c->st);
+    int pick = -1;
+    double pick_cost = 1e30;
+    for (int i = 0; i <= nc; i++) {
+        const double cost = t[i][0] / best[0] + t[i][1] / best[1];
+        if (cost < pick_cost * 0.97) {
+            pick = i;
+            pick_cost = cost;
+        }
+    }
+    if (getenv("CLEF_CUDA_LT_LOG")) {
+        for (int i = 0; i <= nc; i++)
+            fprintf(stderr, "clef cuda: [%lld x %lld] %s %d: %.1f us at %lld rows, %.1f us at %lld rows%s\n",
+                    (long long)N, (long long)K, i < nc ? "cublaslt algo" : "custom kernel", i, 1e3 * t[i][0],
+                    (long long)MS, 1e3 * t[i][1], (long long)MB, i == pick ? "  <- chosen" : "");
+    }
+    if (pick >= 0 && pick < nc) {
+        p->algo = cand[pick];
+        p->ok = 1;
     }
     return p;
 }
@@ -582,7 +692,7 @@ static int cu_matmul(clef_backend *be, const float *x, int64_t T, const clef_wei
         if (!a16) return op_end(c, -1);
         lt_plan *p = NULL;
         if (!c->gemm_custom && !c->precise && !((uintptr_t)y & 15) && !(N % 4)) {
-            p = lt_plan_for(c, N, K, err);
+            p = lt_plan_for(c, N, K, w->data, err);
             if (!p) return op_end(c, -1);
         }
         if (p && p->ok) {
@@ -1093,6 +1203,7 @@ void clef_cuda_describe(clef_backend *be, char *buf, size_t cap) {
 size_t clef_cuda_peak_bytes(clef_backend *be) { return (void)be, 0; }
 size_t clef_cuda_used_bytes(clef_backend *be) { return (void)be, 0; }
 void clef_cuda_profile_dump(clef_backend *be, FILE *f) { (void)be, (void)f; }
+void clef_cuda_set_profile(clef_backend *be, int on) { (void)be, (void)on; }
 int clef_backend_is_cuda(const clef_backend *be) { return (void)be, 0; }
 
 #endif

@@ -56,6 +56,41 @@ __global__ void rmsnorm_kernel(const float *x, const float *__restrict__ w, floa
     for (int64_t i = lane; i < dim; i += 32) yr[i] = __fmul_rn(w[i], __fmul_rn(xr[i], inv)); /* y may be x: own i */
 }
 
+/* Wide rows (dim % 4 == 0, 512 <= dim <= 8192): one block of 256 threads per
+ * row, the row held in registers (read once), float4 accesses. */
+constexpr int WIDE_THREADS = 256, WIDE_MAX4 = 8; /* up to 8 float4 per thread */
+
+__global__ void __launch_bounds__(WIDE_THREADS) rmsnorm_wide_kernel(const float *x, const float *__restrict__ w,
+                                                                   float *y, int64_t dim, float eps) {
+    __shared__ double sm[32];
+    const int64_t r = blockIdx.x, n4 = dim / 4;
+    const float4 *xr = reinterpret_cast<const float4 *>(x + r * dim);
+    float4 v[WIDE_MAX4];
+    double ss = 0.0;
+#pragma unroll
+    for (int u = 0; u < WIDE_MAX4; u++) {
+        const int64_t i = threadIdx.x + (int64_t)u * WIDE_THREADS;
+        if (i < n4) {
+            v[u] = xr[i];
+            ss += (double)v[u].x * v[u].x + (double)v[u].y * v[u].y + (double)v[u].z * v[u].z +
+                  (double)v[u].w * v[u].w;
+        }
+    }
+    ss = block_sum_d(ss, sm);
+    const float var = (float)(ss / (double)dim), inv = 1.0f / sqrtf(var + eps);
+    const float4 *w4 = reinterpret_cast<const float4 *>(w);
+    float4 *yr = reinterpret_cast<float4 *>(y + r * dim);
+#pragma unroll
+    for (int u = 0; u < WIDE_MAX4; u++) {
+        const int64_t i = threadIdx.x + (int64_t)u * WIDE_THREADS;
+        if (i < n4) {
+            const float4 g = w4[i];
+            yr[i] = make_float4(__fmul_rn(g.x, __fmul_rn(v[u].x, inv)), __fmul_rn(g.y, __fmul_rn(v[u].y, inv)),
+                                __fmul_rn(g.z, __fmul_rn(v[u].z, inv)), __fmul_rn(g.w, __fmul_rn(v[u].w, inv)));
+        }
+    }
+}
+
 __global__ void layernorm_kernel(const float *x, const float *__restrict__ w, const float *__restrict__ b, float *y,
                                  int64_t rows, int64_t dim, float eps) {
     const int lane = threadIdx.x & 31;
@@ -82,10 +117,19 @@ __global__ void swiglu_kernel(const float *g, const float *u, float *out, int64_
 }
 
 __global__ void add_kernel(const float *a, const float *b, float *y, int64_t rows, int64_t dim, int64_t b_stride) {
-    const int64_t n = rows * dim;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t r = i / dim, c = i - r * dim;
-        y[i] = __fadd_rn(a[i], b[r * b_stride + c]);
+    /* blockIdx.y strides over rows: no 64-bit division per element */
+    for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+        const float *ar = a + r * dim, *br = b + r * b_stride;
+        float *yr = y + r * dim;
+        for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < dim; c += (int64_t)gridDim.x * blockDim.x)
+            yr[c] = __fadd_rn(ar[c], br[c]);
+    }
+}
+
+__global__ void add_flat4_kernel(const float4 *a, const float4 *b, float4 *y, int64_t n4) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += (int64_t)gridDim.x * blockDim.x) {
+        const float4 p = a[i], q = b[i];
+        y[i] = make_float4(__fadd_rn(p.x, q.x), __fadd_rn(p.y, q.y), __fadd_rn(p.z, q.z), __fadd_rn(p.w, q.w));
     }
 }
 
@@ -149,8 +193,15 @@ __global__ void cosine_kernel(const float *__restrict__ a, const int32_t *__rest
 
 extern "C" {
 
+static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
 cudaError_t ck_rmsnorm(const float *x, const float *w, float *y, int64_t rows, int64_t dim, float eps, cudaStream_t st) {
     if (rows <= 0) return cudaSuccess;
+    if (dim % 4 == 0 && dim >= 512 && dim <= 4 * WIDE_THREADS * WIDE_MAX4 && rows <= 0x7fffffffLL && aligned16(x) &&
+        aligned16(y) && aligned16(w)) {
+        rmsnorm_wide_kernel<<<(unsigned)rows, WIDE_THREADS, 0, st>>>(x, w, y, dim, eps);
+        return cudaGetLastError();
+    }
     rmsnorm_kernel<<<row_blocks(rows), ROW_WARPS * 32, 0, st>>>(x, w, y, rows, dim, eps);
     return cudaGetLastError();
 }
@@ -171,7 +222,16 @@ cudaError_t ck_swiglu(const float *g, const float *u, float *out, int64_t n, cud
 cudaError_t ck_add(const float *a, const float *b, float *y, int64_t rows, int64_t dim, int64_t b_stride,
                    cudaStream_t st) {
     if (rows <= 0 || dim <= 0) return cudaSuccess;
-    add_kernel<<<grid_for(rows * dim, 256), 256, 0, st>>>(a, b, y, rows, dim, b_stride);
+    if (b_stride == dim && (rows * dim) % 4 == 0 && aligned16(a) && aligned16(b) && aligned16(y)) {
+        const int64_t n4 = rows * dim / 4;
+        add_flat4_kernel<<<grid_for(n4, 256), 256, 0, st>>>(reinterpret_cast<const float4 *>(a),
+                                                             reinterpret_cast<const float4 *>(b),
+                                                             reinterpret_cast<float4 *>(y), n4);
+        return cudaGetLastError();
+    }
+    const int64_t bx = (dim + 255) / 256;
+    dim3 grid((unsigned)(bx < 64 ? bx : 64), (unsigned)(rows < 65535 ? rows : 65535));
+    add_kernel<<<grid, 256, 0, st>>>(a, b, y, rows, dim, b_stride);
     return cudaGetLastError();
 }
 

@@ -50,16 +50,18 @@ __device__ __forceinline__ void mma16816(float *d, const uint32_t *a, uint32_t b
 
 /* ---- activations to bf16 ------------------------------------------------ */
 
+/* Rows on blockIdx.y (grid-stride), columns in pairs on x: no 64-bit division per element. */
 __global__ void rows_to_bf16_kernel(const float *__restrict__ x, int64_t rows, int64_t K, int64_t ldx,
                                     bf16 *__restrict__ dst, int split) {
-    const int64_t n = rows * K;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t r = i / K, c = i - r * K;
-        const float v = x[r * ldx + c];
-        const bf16 hi = __float2bfloat16_rn(v);
+    for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+        const float *xr = x + r * ldx;
         bf16 *d = dst + r * K * split;
-        d[c] = hi;
-        if (split == 2) d[K + c] = __float2bfloat16_rn(v - __bfloat162float(hi));
+        for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < K; c += (int64_t)gridDim.x * blockDim.x) {
+            const float v = xr[c];
+            const bf16 hi = __float2bfloat16_rn(v);
+            d[c] = hi;
+            if (split == 2) d[K + c] = __float2bfloat16_rn(v - __bfloat162float(hi));
+        }
     }
 }
 
@@ -68,16 +70,21 @@ __global__ void rows_to_bf16_kernel(const float *__restrict__ x, int64_t rows, i
 constexpr int BN = 128;     /* output columns per block (GATEUP: 64 gate + 64 up) */
 constexpr int BK = 64;      /* K per pipeline stage */
 constexpr int PITCH = BK + 8; /* smem row pitch in bf16: 144 bytes, conflict-free ldmatrix */
-constexpr int STAGES = 3;
 constexpr int THREADS = 256; /* 8 warps: 2 along M, 4 along N */
 constexpr int WARPS_M = 2, WARPS_N = 4;
 
+/* Pipeline depth: 4 stages for the small-row tiles (weight streaming, more
+ * bytes in flight), 3 for the big ones (two blocks per SM still fit). */
+template <int BM> __host__ __device__ constexpr int gemm_stages() { return BM == 64 ? 4 : 3; }
+
 template <int BM> constexpr int gemm_smem_bytes() {
-    return STAGES * (BM + BN) * PITCH * 2 > BM * (BN + 4) * 4 ? STAGES * (BM + BN) * PITCH * 2 : BM * (BN + 4) * 4;
+    return gemm_stages<BM>() * (BM + BN) * PITCH * 2 > BM * (BN + 4) * 4 ? gemm_stages<BM>() * (BM + BN) * PITCH * 2
+                                                                         : BM * (BN + 4) * 4;
 }
 
 template <int BM>
 __global__ void __launch_bounds__(THREADS, 2) gemm_kernel(const ck_gemm_args a) {
+    constexpr int STAGES = gemm_stages<BM>();
     constexpr int WTM = BM / WARPS_M, WTN = BN / WARPS_N; /* warp tile */
     constexpr int MI = WTM / 16, NI = WTN / 8;
     constexpr int A_CHUNKS = BM * (BK / 8) / THREADS; /* 16-byte chunks per thread per stage */
@@ -370,10 +377,12 @@ __global__ void __launch_bounds__(PLACE_THREADS) moe_place_kernel(const int32_t 
 
 __global__ void moe_combine_kernel(const float *__restrict__ yp, const int32_t *__restrict__ idx,
                                    const float *__restrict__ w, const int32_t *__restrict__ slot_pos, int k, int64_t H,
-                                   float *__restrict__ y) {
-    __shared__ int order[64];
+                                   float *__restrict__ y, int vec) {
+    __shared__ int64_t row[64];
+    __shared__ float ws[64];
     const int64_t t = blockIdx.x;
     if (threadIdx.x == 0) { /* slots by ascending expert: the reference's index_add order */
+        int order[64];
         for (int s = 0; s < k; s++) {
             int j = s;
             while (j > 0 && idx[t * k + order[j - 1]] > idx[t * k + s]) {
@@ -382,14 +391,37 @@ __global__ void moe_combine_kernel(const float *__restrict__ yp, const int32_t *
             }
             order[j] = s;
         }
+        for (int i = 0; i < k; i++) {
+            row[i] = (int64_t)slot_pos[t * k + order[i]] * H;
+            ws[i] = w[t * k + order[i]];
+        }
     }
     __syncthreads();
+    /* product then sum, as the CPU backend; float4 when rows allow it */
+    if (vec) {
+        for (int64_t h = 4 * (int64_t)threadIdx.x; h < H; h += 4 * (int64_t)blockDim.x) {
+            float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+            for (int i = 0; i < k; i++) {
+                const float4 v = *reinterpret_cast<const float4 *>(yp + row[i] + h);
+                const float c = ws[i];
+                if (i == 0) {
+                    acc = make_float4(__fmul_rn(v.x, c), __fmul_rn(v.y, c), __fmul_rn(v.z, c), __fmul_rn(v.w, c));
+                } else {
+                    acc.x = __fadd_rn(acc.x, __fmul_rn(v.x, c));
+                    acc.y = __fadd_rn(acc.y, __fmul_rn(v.y, c));
+                    acc.z = __fadd_rn(acc.z, __fmul_rn(v.z, c));
+                    acc.w = __fadd_rn(acc.w, __fmul_rn(v.w, c));
+                }
+            }
+            *reinterpret_cast<float4 *>(y + t * H + h) = acc;
+        }
+        return;
+    }
     for (int64_t h = threadIdx.x; h < H; h += blockDim.x) {
         float acc = 0.0f;
         for (int i = 0; i < k; i++) {
-            const int s = order[i];
-            const float term = __fmul_rn(yp[(int64_t)slot_pos[t * k + s] * H + h], w[t * k + s]);
-            acc = i == 0 ? term : __fadd_rn(acc, term); /* product then sum, as the CPU backend */
+            const float term = __fmul_rn(yp[row[i] + h], ws[i]);
+            acc = i == 0 ? term : __fadd_rn(acc, term);
         }
         y[t * H + h] = acc;
     }
@@ -505,8 +537,9 @@ extern "C" {
 cudaError_t ck_rows_to_bf16(const float *x, int64_t rows, int64_t K, int64_t ldx, uint16_t *dst, int split,
                             cudaStream_t st) {
     if (rows <= 0 || K <= 0) return cudaSuccess;
-    rows_to_bf16_kernel<<<grid_for(rows * K, 256), 256, 0, st>>>(x, rows, K, ldx, reinterpret_cast<bf16 *>(dst),
-                                                                 split);
+    const int64_t bx = (K + 255) / 256;
+    dim3 grid((unsigned)(bx < 64 ? bx : 64), (unsigned)(rows < 65535 ? rows : 65535));
+    rows_to_bf16_kernel<<<grid, 256, 0, st>>>(x, rows, K, ldx, reinterpret_cast<bf16 *>(dst), split);
     return cudaGetLastError();
 }
 
@@ -552,7 +585,8 @@ cudaError_t ck_moe_combine(const float *yp, const int32_t *idx, const float *w, 
                            int k, int64_t H, float *y, cudaStream_t st) {
     if (T <= 0) return cudaSuccess;
     if (T > 0x7fffffffLL || k > 64) return cudaErrorInvalidConfiguration;
-    moe_combine_kernel<<<(unsigned)T, 256, 0, st>>>(yp, idx, w, slot_pos, k, H, y);
+    const int vec = (H & 3) == 0 && ((uintptr_t)yp & 15) == 0 && ((uintptr_t)y & 15) == 0;
+    moe_combine_kernel<<<(unsigned)T, 256, 0, st>>>(yp, idx, w, slot_pos, k, H, y, vec);
     return cudaGetLastError();
 }
 

@@ -1,0 +1,316 @@
+/* clef devcheck — a device backend against the CPU reference, end to end:
+ * parity of the answers (top-1 agreement, total-variation distance, as
+ * `clef parity`) over a file of requests, and batch invariance on the
+ * device (every record's logits bitwise equal whether it runs alone or
+ * packed into batches of the given sizes). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda.h"
+#include "cli/args.h"
+#include "cli/cli.h"
+#include "engine/parity.h"
+#include "model/model.h"
+#include "util/timer.h"
+
+static void devcheck_usage(FILE *f) {
+    fprintf(f,
+            "usage: clef devcheck (--model DIR | --synthetic tiny|small|full [--seed N] [--tokenizer F])\n"
+            "                     --requests FILE.jsonl [--device cuda[:N]] [--batches 1,8,64] [--threads N]\n"
+            "                     [--min-agreement 0.995] [--max-mean-tv 0.005]\n"
+            "                     [--reference ANSWERS.jsonl | --save-reference ANSWERS.jsonl]\n"
+            "  Answers every request with the CPU backend (f32 reference) and with --device (default cuda),\n"
+            "  reports top-1 agreement and mean/max total-variation distance over all questions, then\n"
+            "  runs the first max(--batches) answerable requests on the device alone and packed into\n"
+            "  batches of each size and checks every record's logits are bitwise identical.\n"
+            "  Exit status 0 when agreement >= --min-agreement, mean TV <= --max-mean-tv and every\n"
+            "  batch size is bitwise identical; 1 otherwise.\n"
+            "  --save-reference F  only answer the requests on the CPU and save the answers to F\n"
+            "  --reference F       use answers saved by --save-reference instead of running the CPU\n"
+            "                      (same weights and requests; the CPU side is slow on big presets)\n");
+}
+
+typedef struct dc_args {
+    const char *model, *synthetic, *tokenizer, *requests, *device, *batches, *reference, *save_reference;
+    size_t seed, threads;
+    double min_agree, max_tv;
+} dc_args;
+
+static clef_engine *open_engine(const dc_args *a, const char *device) {
+    clef_engine_options opt = {.model_dir = a->model, .synthetic = a->synthetic, .seed = a->seed,
+                               .tokenizer = a->tokenizer, .device = device, .truncate_state = 1,
+                               .n_threads = (int)a->threads, .verbose = 1};
+    clef_err err;
+    clef_err_clear(&err);
+    double t0 = clef_now();
+    clef_engine *e = clef_engine_open(&opt, &err);
+    if (!e)
+        fprintf(stderr, "clef devcheck: cannot open the %s engine: %s\n", device, err.message);
+    else
+        printf("engine %s loaded in %.1f s\n", device, clef_now() - t0);
+    return e;
+}
+
+/* Records of the first `n` requests of the file that the engine accepts. */
+static size_t load_jobs(clef_engine *e, const char *text, size_t len, size_t n, clef_job *jobs) {
+    size_t got = 0;
+    const char *p = text, *end = text + len;
+    while (p < end && got < n) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t ll = nl ? (size_t)(nl - p) : (size_t)(end - p);
+        json_value *line = ll ? json_parse(p, ll, NULL) : NULL;
+        p += ll + 1;
+        if (!line) continue;
+        const json_value *r = json_get(line, "request");
+        if (!r) r = line;
+        clef_buf body = {0};
+        json_render(r, &body);
+        clef_err err;
+        clef_err_clear(&err);
+        clef_request req;
+        if (clef_engine_parse(e, body.data, body.len, &req, &err) == 0 &&
+            clef_engine_encode(e, &req, NULL, &jobs[got], &err) == 0)
+            got++;
+        clef_buf_free(&body);
+        json_free(line);
+    }
+    return got;
+}
+
+/* Logits of every job after running them in batches of `bs`; returns 0 or 1. */
+static int run_batched(clef_engine *e, clef_job *jobs, size_t n, size_t bs, double *ms) {
+    clef_job **ptrs = calloc(bs, sizeof *ptrs);
+    clef_err *errs = calloc(bs, sizeof *errs);
+    int rc = 0;
+    double t0 = clef_now();
+    for (size_t i = 0; i < n && rc == 0; i += bs) {
+        size_t m = n - i < bs ? n - i : bs;
+        for (size_t j = 0; j < m; j++) ptrs[j] = &jobs[i + j];
+        if (clef_engine_run(e, ptrs, m, errs) != 0) {
+            for (size_t j = 0; j < m; j++)
+                if (errs[j].status) fprintf(stderr, "clef devcheck: record %zu: %s\n", i + j, errs[j].message);
+            rc = 1;
+        }
+    }
+    *ms = (clef_now() - t0) * 1e3;
+    free(ptrs);
+    free(errs);
+    return rc;
+}
+
+/* Batch invariance: returns the number of records whose logits differ from
+ * their batch-of-1 logits at any size, or -1 on a run failure. */
+static long batch_invariance(clef_engine *e, const char *text, size_t len, const char *sizes) {
+    size_t bs[16], nb = 0, nmax = 1;
+    for (const char *s = sizes; *s && nb < 16;) {
+        char *end;
+        unsigned long v = strtoul(s, &end, 10);
+        if (end == s || v == 0) break;
+        bs[nb++] = v;
+        if (v > nmax) nmax = v;
+        s = *end == ',' ? end + 1 : end;
+    }
+    clef_job *jobs = calloc(nmax, sizeof *jobs);
+    size_t n = load_jobs(e, text, len, nmax, jobs);
+    long bad = 0;
+    float **ref = calloc(n, sizeof *ref);
+    size_t tokens = 0;
+    for (size_t i = 0; i < n; i++) tokens += jobs[i].rec.n_ids;
+    double ms;
+    if (run_batched(e, jobs, n, 1, &ms) != 0) bad = -1;
+    for (size_t i = 0; i < n && bad == 0; i++) {
+        size_t no = clef_record_total_options(&jobs[i].rec);
+        ref[i] = malloc((no + 1) * sizeof **ref);
+        memcpy(ref[i], jobs[i].logits, no * sizeof **ref);
+    }
+    printf("batch invariance: %zu records, %zu tokens; batch 1: %.1f ms\n", n, tokens, ms);
+    for (size_t b = 0; b < nb && bad >= 0; b++) {
+        if (bs[b] == 1) continue;
+        for (size_t i = 0; i < n; i++) memset(jobs[i].logits, 0xff, clef_record_total_options(&jobs[i].rec) * 4);
+        if (run_batched(e, jobs, n, bs[b], &ms) != 0) {
+            bad = -1;
+            break;
+        }
+        long diff = 0;
+        for (size_t i = 0; i < n; i++)
+            diff += memcmp(ref[i], jobs[i].logits, clef_record_total_options(&jobs[i].rec) * 4) != 0;
+        printf("batch invariance: batches of %zu: %ld of %zu records differ from alone (%.1f ms)\n", bs[b], diff, n,
+               ms);
+        bad += diff;
+    }
+    for (size_t i = 0; i < n; i++) {
+        free(ref[i]);
+        clef_job_free(&jobs[i]);
+    }
+    free(ref);
+    free(jobs);
+    return bad;
+}
+
+/* Write the answers of `e` to `path`: one line per request,
+ * {"name", "status", "response"} (response with its debug block, or null). */
+static int save_reference(clef_engine *e, const char *text, size_t len, const char *path) {
+    clef_parity_answers pa = {0};
+    clef_err err;
+    clef_err_clear(&err);
+    double t0 = clef_now();
+    if (clef_parity_collect(e, text, len, &pa, &err) != 0) {
+        fprintf(stderr, "clef devcheck: %s\n", err.message);
+        clef_parity_answers_free(&pa);
+        return 1;
+    }
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        perror(path);
+        clef_parity_answers_free(&pa);
+        return 1;
+    }
+    for (size_t i = 0; i < pa.n; i++) {
+        clef_buf line = {0};
+        clef_buf_puts(&line, "{\"name\":");
+        json_render_string(pa.names[i], strlen(pa.names[i]), &line);
+        clef_buf_printf(&line, ",\"status\":%d,\"response\":", pa.status[i]);
+        if (pa.responses[i])
+            json_render(pa.responses[i], &line);
+        else
+            clef_buf_puts(&line, "null");
+        fprintf(f, "%s}\n", line.data);
+        clef_buf_free(&line);
+    }
+    int bad = fclose(f) != 0;
+    printf("saved %zu CPU answers to %s in %.1f s\n", pa.n, path, clef_now() - t0);
+    clef_parity_answers_free(&pa);
+    return bad;
+}
+
+/* Read answers written by save_reference; 1 on success (printed on failure). */
+static int load_reference(const char *path, clef_parity_answers *out) {
+    size_t len = 0;
+    char *text = read_all(path, &len);
+    if (!text) return 0;
+    memset(out, 0, sizeof *out);
+    size_t cap = 0;
+    int ok = 1;
+    for (const char *p = text, *end = text + len; p < end && ok;) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t ll = nl ? (size_t)(nl - p) : (size_t)(end - p);
+        json_value *v = ll ? json_parse(p, ll, NULL) : NULL;
+        p += ll + 1;
+        if (!ll) continue;
+        const json_value *name = v ? json_get(v, "name") : NULL, *resp = v ? json_get(v, "response") : NULL;
+        int64_t status = 0;
+        if (!name || !name->str || !resp || json_as_i64(json_get(v, "status"), &status) != 0) {
+            fprintf(stderr, "clef devcheck: %s: a line is not a saved answer\n", path);
+            json_free(v);
+            ok = 0;
+            break;
+        }
+        if (out->n == cap) {
+            cap = cap ? 2 * cap : 256;
+            out->names = clef_xrealloc(out->names, cap * sizeof *out->names);
+            out->responses = clef_xrealloc(out->responses, cap * sizeof *out->responses);
+            out->status = clef_xrealloc(out->status, cap * sizeof *out->status);
+        }
+        out->names[out->n] = clef_xstrndup(name->str, strlen(name->str));
+        clef_buf b = {0};
+        json_render(resp, &b);
+        out->responses[out->n] = status ? NULL : json_parse(b.data, b.len, NULL);
+        clef_buf_free(&b);
+        out->status[out->n] = (int)status;
+        out->n++;
+        json_free(v);
+    }
+    free(text);
+    if (ok) printf("loaded %zu reference answers from %s\n", out->n, path);
+    return ok;
+}
+
+int cli_devcheck(int argc, char **argv) {
+    dc_args a = {.seed = 1, .device = "cuda", .batches = "1,8,64", .min_agree = 0.995, .max_tv = 0.005};
+    for (int i = 1; i < argc; i++) {
+        int r;
+        const char *num = NULL;
+        if ((r = arg_str(argc, argv, &i, "--model", &a.model)) ||
+            (r = arg_str(argc, argv, &i, "--synthetic", &a.synthetic)) ||
+            (r = arg_str(argc, argv, &i, "--tokenizer", &a.tokenizer)) ||
+            (r = arg_str(argc, argv, &i, "--requests", &a.requests)) ||
+            (r = arg_str(argc, argv, &i, "--device", &a.device)) ||
+            (r = arg_str(argc, argv, &i, "--batches", &a.batches)) ||
+            (r = arg_str(argc, argv, &i, "--reference", &a.reference)) ||
+            (r = arg_str(argc, argv, &i, "--save-reference", &a.save_reference)) ||
+            (r = arg_size(argc, argv, &i, "--seed", &a.seed)) ||
+            (r = arg_size(argc, argv, &i, "--threads", &a.threads))) {
+            if (r < 0) return 2;
+        } else if ((r = arg_str(argc, argv, &i, "--min-agreement", &num)) > 0) {
+            a.min_agree = atof(num);
+        } else if ((r = arg_str(argc, argv, &i, "--max-mean-tv", &num)) > 0) {
+            a.max_tv = atof(num);
+        } else {
+            int help = !strcmp(argv[i], "--help") || !strcmp(argv[i], "-h");
+            if (!help) fprintf(stderr, "clef devcheck: unknown argument %s\n", argv[i]);
+            devcheck_usage(help ? stdout : stderr);
+            return help ? 0 : 2;
+        }
+    }
+    if (!a.model == !a.synthetic || !a.requests) {
+        devcheck_usage(stderr);
+        return 2;
+    }
+    if (a.synthetic && !a.tokenizer) a.tokenizer = CLI_DEFAULT_TOKENIZER;
+    size_t len = 0;
+    char *text = read_all(a.requests, &len);
+    if (!text) return 2;
+    int rc = 1;
+    if (a.save_reference) {
+        clef_engine *cpu = open_engine(&a, "cpu");
+        rc = cpu ? save_reference(cpu, text, len, a.save_reference) : 1;
+        clef_engine_close(cpu);
+        free(text);
+        return rc;
+    }
+    clef_engine *cpu = a.reference ? NULL : open_engine(&a, "cpu");
+    clef_engine *dev = cpu || a.reference ? open_engine(&a, a.device) : NULL;
+    if ((cpu || a.reference) && dev) {
+        char d[256];
+        clef_cuda_describe(clef_model_backend(clef_engine_model(dev)), d, sizeof d);
+        printf("device %s: %s\n", a.device, *d ? d : "(not CUDA)");
+        clef_parity_answers pa = {0}, pb = {0};
+        clef_parity_report rep = {0};
+        clef_err err;
+        clef_err_clear(&err);
+        double t0 = clef_now();
+        int ok = cpu ? clef_parity_collect(cpu, text, len, &pa, &err) == 0 : load_reference(a.reference, &pa);
+        double t1 = clef_now();
+        ok = ok && clef_parity_collect(dev, text, len, &pb, &err) == 0;
+        double t2 = clef_now();
+        ok = ok && clef_parity_compare(&pa, &pb, &rep, &err) == 0;
+        if (!ok) {
+            fprintf(stderr, "clef devcheck: %s\n", err.message);
+        } else {
+            double agree = rep.questions ? (double)rep.agree / (double)rep.questions : 1.0;
+            printf("parity cpu vs %s: %zu requests answered by both (%zu rejected by both, %zu by one only), "
+                   "cpu %.1f s, %s %.1f s\n",
+                   a.device, rep.requests, rep.rejected, rep.mismatched, t1 - t0, a.device, t2 - t1);
+            printf("parity top-1 agreement %zu/%zu = %.4f%% (need >= %.2f%%)\n", rep.agree, rep.questions,
+                   100.0 * agree, 100.0 * a.min_agree);
+            printf("parity total variation: mean %.6f (need <= %.4f), max %.6f at %s\n", rep.mean_tv, a.max_tv,
+                   rep.max_tv, rep.max_tv_where ? rep.max_tv_where : "-");
+            for (size_t i = 0; i < rep.n_flips; i++)
+                printf("  flip %s/%s: cpu %s (%.4f) -> %s %s (%.4f), TV %.4f\n", rep.flips[i].request,
+                       rep.flips[i].question, rep.flips[i].option_a, rep.flips[i].p_a, a.device,
+                       rep.flips[i].option_b, rep.flips[i].p_b, rep.flips[i].tv);
+            long bad = batch_invariance(dev, text, len, a.batches);
+            int pass = agree >= a.min_agree && rep.mean_tv <= a.max_tv && rep.mismatched == 0 && bad == 0;
+            printf("devcheck %s\n", pass ? "PASS" : "FAIL");
+            rc = pass ? 0 : 1;
+        }
+        clef_parity_report_free(&rep);
+        clef_parity_answers_free(&pa);
+        clef_parity_answers_free(&pb);
+    }
+    clef_engine_close(dev);
+    clef_engine_close(cpu);
+    free(text);
+    return rc;
+}
