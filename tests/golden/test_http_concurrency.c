@@ -20,6 +20,19 @@
 /* RSS may settle during the first rounds (malloc arenas of the connection
  * threads, the tokenizer's caches); after that it must stay flat. */
 #define RSS_GROWTH_LIMIT_KIB 2048
+/* Under AddressSanitizer freed memory sits in ASan's quarantine (up to
+ * 256 MiB), so RSS keeps growing by design; there LeakSanitizer checks the
+ * server for leaks at its exit instead (hu_stop asserts a clean exit). */
+#if defined(__SANITIZE_ADDRESS__)
+#define RSS_BOUND_MEANINGFUL 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define RSS_BOUND_MEANINGFUL 0
+#endif
+#endif
+#ifndef RSS_BOUND_MEANINGFUL
+#define RSS_BOUND_MEANINGFUL 1
+#endif
 
 typedef struct pool_entry {
     char *body;
@@ -162,7 +175,10 @@ static void test_32_clients(void **state) {
     hu_free(&r);
     long growth = rss[N_ROUNDS - 1] - rss[1];
     printf("RSS growth from round 2 to round %d: %ld KiB (limit %d)\n", N_ROUNDS, growth, RSS_GROWTH_LIMIT_KIB);
-    assert_true(growth <= RSS_GROWTH_LIMIT_KIB);
+    if (RSS_BOUND_MEANINGFUL)
+        assert_true(growth <= RSS_GROWTH_LIMIT_KIB);
+    else
+        printf("(sanitizer build: RSS bound not applied; LeakSanitizer checks the server at exit)\n");
     assert_int_equal(hu_stop(&srv), 0);
     hu_remove_log(&srv);
 }
