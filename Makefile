@@ -2,6 +2,8 @@
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 JOBS ?= $(shell nproc)
+# Quiet the nested CMake makefiles ("Entering directory" lines).
+MAKEFLAGS += --no-print-directory
 
 .PHONY: all deps demo test test-sanitize fuzz fuzz-media clean
 
