@@ -26,7 +26,14 @@ struct clef_engine {
     pthread_mutex_t forward_lock; /* the model's workspace is single-user */
     clef_towers *towers;          /* vision + audio towers; NULL when they cannot be bound */
     char towers_why[CLEF_ERR_MESSAGE_MAX]; /* why not (reported to media requests) */
+    float *hidden;     /* thinker output rows, reused by every forward (under forward_lock) */
+    size_t hidden_cap; /* floats in `hidden` */
 };
+
+/* Largest hidden-state buffer kept between forwards (512 MiB = 64k tokens of
+ * hidden 2048): a fresh buffer costs a page fault per 4 KiB on its first
+ * write, which for a 32k-token batch took longer than copying it. */
+#define HIDDEN_KEEP_FLOATS ((size_t)128 << 20)
 
 static void progress(const clef_engine_options *opt, const char *what, double t0) {
     if (opt->verbose) fprintf(stderr, "clef: %s (%.2f s)\n", what, clef_now() - t0);
@@ -104,6 +111,7 @@ void clef_engine_close(clef_engine *e) {
     clef_tokenizer_free(e->tok);
     clef_checkpoint_close(&e->ck);
     pthread_mutex_destroy(&e->forward_lock);
+    free(e->hidden);
     free(e);
 }
 
@@ -157,15 +165,38 @@ static int run_head(clef_engine *e, const float *hidden, clef_job *job, clef_err
     return clef_check_logits(&job->req, &job->rec, job->logits, err);
 }
 
-/* Hidden states for `n_tokens` rows of H floats, or NULL with a capacity
- * error (a client asking for too many tokens is a 422, not a crash). */
-static float *alloc_hidden(const clef_engine *e, size_t n_tokens, clef_err *err) {
+/* Hidden states for `n_tokens` rows of H floats: the engine's buffer, grown
+ * when needed (callers hold forward_lock and give it back with
+ * release_hidden), or NULL with a capacity error (a client asking for too
+ * many tokens is a 422, not a crash). */
+static float *alloc_hidden(clef_engine *e, size_t n_tokens, clef_err *err) {
     size_t h = (size_t)e->ck.config.text.hidden_size;
-    float *hidden = n_tokens <= SIZE_MAX / sizeof(float) / (h ? h : 1) ? malloc(n_tokens * h * sizeof *hidden) : NULL;
-    if (!hidden)
+    if (n_tokens > SIZE_MAX / sizeof(float) / (h ? h : 1)) {
         clef_fail(err, 422, CLEF_E_CAPACITY, NULL, "too many tokens: cannot allocate hidden states for %zu tokens",
                   n_tokens);
-    return hidden;
+        return NULL;
+    }
+    if (e->hidden_cap < n_tokens * h) {
+        free(e->hidden);
+        e->hidden_cap = 0;
+        e->hidden = malloc((n_tokens * h > 0 ? n_tokens * h : 1) * sizeof *e->hidden);
+        if (!e->hidden) {
+            clef_fail(err, 422, CLEF_E_CAPACITY, NULL, "too many tokens: cannot allocate hidden states for %zu tokens",
+                      n_tokens);
+            return NULL;
+        }
+        e->hidden_cap = n_tokens * h;
+    }
+    return e->hidden;
+}
+
+/* Done with the buffer: an oversized one is not kept (bounded RSS). */
+static void release_hidden(clef_engine *e) {
+    if (e->hidden_cap > HIDDEN_KEEP_FLOATS) {
+        free(e->hidden);
+        e->hidden = NULL;
+        e->hidden_cap = 0;
+    }
 }
 
 /* A record with media: towers, then the thinker with the media rows and the
@@ -183,7 +214,7 @@ static int run_media(clef_engine *e, clef_job *job, clef_err *err) {
                                                  job->rec.positions, &me.view, hidden, NULL, err)
                     : -1;
     if (rc == 0) rc = run_head(e, hidden, job, err);
-    free(hidden);
+    release_hidden(e);
     clef_media_embeds_free(&me);
     return rc;
 }
@@ -195,7 +226,7 @@ static int run_alone(clef_engine *e, clef_job *job, clef_err *err) {
     if (!hidden) return -1;
     int rc = clef_thinker_forward(e->model, job->rec.input_ids, job->rec.n_ids, hidden, NULL, err);
     if (rc == 0) rc = run_head(e, hidden, job, err);
-    free(hidden);
+    release_hidden(e);
     return rc;
 }
 
@@ -218,7 +249,7 @@ static int run_packed(clef_engine *e, clef_job *const *jobs, size_t n_jobs, clef
         for (size_t i = 0; i < n_jobs; i++) run_head(e, hidden + seg[i] * h, jobs[i], &errs[i]);
         rc = 0;
     }
-    free(hidden);
+    release_hidden(e);
     free(ids);
     free(seg);
     return rc;

@@ -109,6 +109,51 @@ __global__ void layernorm_kernel(const float *x, const float *__restrict__ w, co
         yr[i] = __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(xr[i], fmean), rstd), w[i]), b[i]);
 }
 
+/* Wide rows as rmsnorm_wide_kernel: the row in registers, mean and variance
+ * in double with two passes over the registers (as the CPU: mean first). */
+__global__ void __launch_bounds__(WIDE_THREADS) layernorm_wide_kernel(const float *x, const float *__restrict__ w,
+                                                                     const float *__restrict__ b, float *y,
+                                                                     int64_t dim, float eps) {
+    __shared__ double sm[32];
+    const int64_t r = blockIdx.x, n4 = dim / 4;
+    const float4 *xr = reinterpret_cast<const float4 *>(x + r * dim);
+    float4 v[WIDE_MAX4];
+    double s = 0.0;
+#pragma unroll
+    for (int u = 0; u < WIDE_MAX4; u++) {
+        const int64_t i = threadIdx.x + (int64_t)u * WIDE_THREADS;
+        if (i < n4) {
+            v[u] = xr[i];
+            s += (double)v[u].x + (double)v[u].y + (double)v[u].z + (double)v[u].w;
+        }
+    }
+    const double mean = block_sum_d(s, sm) / (double)dim;
+    double ss = 0.0;
+#pragma unroll
+    for (int u = 0; u < WIDE_MAX4; u++) {
+        const int64_t i = threadIdx.x + (int64_t)u * WIDE_THREADS;
+        if (i < n4) {
+            const double a = v[u].x - mean, bb = v[u].y - mean, c = v[u].z - mean, d = v[u].w - mean;
+            ss += a * a + bb * bb + c * c + d * d;
+        }
+    }
+    ss = block_sum_d(ss, sm);
+    const float fmean = (float)mean, rstd = 1.0f / sqrtf((float)(ss / (double)dim) + eps);
+    const float4 *w4 = reinterpret_cast<const float4 *>(w), *b4 = reinterpret_cast<const float4 *>(b);
+    float4 *yr = reinterpret_cast<float4 *>(y + r * dim);
+#pragma unroll
+    for (int u = 0; u < WIDE_MAX4; u++) {
+        const int64_t i = threadIdx.x + (int64_t)u * WIDE_THREADS;
+        if (i < n4) {
+            const float4 g = w4[i], bb = b4[i];
+            yr[i] = make_float4(__fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(v[u].x, fmean), rstd), g.x), bb.x),
+                                __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(v[u].y, fmean), rstd), g.y), bb.y),
+                                __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(v[u].z, fmean), rstd), g.z), bb.z),
+                                __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(v[u].w, fmean), rstd), g.w), bb.w));
+        }
+    }
+}
+
 __global__ void swiglu_kernel(const float *g, const float *u, float *out, int64_t n) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         const float z = g[i];
@@ -209,6 +254,11 @@ cudaError_t ck_rmsnorm(const float *x, const float *w, float *y, int64_t rows, i
 cudaError_t ck_layernorm(const float *x, const float *w, const float *b, float *y, int64_t rows, int64_t dim,
                          float eps, cudaStream_t st) {
     if (rows <= 0) return cudaSuccess;
+    if (dim % 4 == 0 && dim >= 512 && dim <= 4 * WIDE_THREADS * WIDE_MAX4 && rows <= 0x7fffffffLL && aligned16(x) &&
+        aligned16(y) && aligned16(w) && aligned16(b)) {
+        layernorm_wide_kernel<<<(unsigned)rows, WIDE_THREADS, 0, st>>>(x, w, b, y, dim, eps);
+        return cudaGetLastError();
+    }
     layernorm_kernel<<<row_blocks(rows), ROW_WARPS * 32, 0, st>>>(x, w, b, y, rows, dim, eps);
     return cudaGetLastError();
 }
