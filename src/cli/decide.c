@@ -71,14 +71,15 @@ static int inline_media_paths(char **body, size_t *len, size_t max_file_bytes) {
 
 /* Where the weights come from: a directory, or a synthetic preset (io/synth.h). */
 typedef struct model_source {
-    const char *model, *synthetic, *tokenizer;
+    const char *model, *synthetic, *tokenizer, *device;
     size_t seed;
 } model_source;
 
 static clef_engine *open_engine(const model_source *src, size_t max_length, int threads) {
     clef_engine_options opt = {.model_dir = src->model, .synthetic = src->synthetic, .seed = src->seed,
                                .tokenizer = src->synthetic && !src->tokenizer ? CLI_DEFAULT_TOKENIZER : src->tokenizer,
-                               .max_length = max_length, .truncate_state = 1, .n_threads = threads};
+                               .max_length = max_length, .truncate_state = 1, .n_threads = threads,
+                               .device = src->device};
     clef_err err;
     clef_err_clear(&err);
     clef_engine *e = clef_engine_open(&opt, &err);
@@ -90,7 +91,7 @@ static clef_engine *open_engine(const model_source *src, size_t max_length, int 
 
 static void decide_usage(FILE *f) {
     fprintf(f,
-            "usage: clef decide --model DIR|--synthetic P [--max-length N] [--threads N] [--max-body-mb N] [--debug] FILE|-\n"
+            "usage: clef decide --model DIR|--synthetic P [--device D] [--max-length N] [--threads N] [--max-body-mb N] [--debug] FILE|-\n"
             "  Answers one SystemOne request (JSON body in FILE, or stdin for -) and prints the\n"
             "  response JSON.  A rejected request prints {\"error\":{...}} and exits with status 2.\n"
             "  Entries of \"images\", \"audio\" and \"videos\" may be file paths (relative to the current\n"
@@ -102,6 +103,7 @@ static void decide_usage(FILE *f) {
             "  --max-length N   token budget per record, >= 1 (default 64000); the state's tail is cut\n"
             "                   to fit, as the reference does\n"
             "  --threads N      compute threads, 1..%d (default: all cores, or OMP_NUM_THREADS)\n"
+            "  --device D       cpu, cuda, cuda:N (default: CUDA when a GPU is present, else cpu)\n"
             "  --max-body-mb N  refuse a request file (or a media file it names) larger than N MiB\n"
             "                   (default %d)\n"
             "  --debug          add a \"debug\" object: input_ids and per question spans, option ids, raw logits\n",
@@ -118,6 +120,7 @@ int cli_decide(int argc, char **argv) {
         if ((r = arg_str(argc, argv, &i, "--model", &src.model)) ||
             (r = arg_str(argc, argv, &i, "--synthetic", &src.synthetic)) ||
             (r = arg_str(argc, argv, &i, "--tokenizer", &src.tokenizer)) ||
+            (r = arg_str(argc, argv, &i, "--device", &src.device)) ||
             (r = arg_size(argc, argv, &i, "--seed", &src.seed)) || (r = arg_size(argc, argv, &i, "--threads", &threads)) ||
             (r = arg_size(argc, argv, &i, "--max-body-mb", &body_mb))) {
             if (r < 0) return 2;

@@ -33,6 +33,7 @@ static void serve_usage(FILE *f) {
             "  --max-queue N             records waiting for the engine before 503 (default %d)\n"
             "  --max-connections N       concurrent HTTP connections (default %d)\n"
             "  --threads N               compute threads of the model (default: all cores)\n"
+            "  --device D                cpu, cuda, cuda:N (default: CUDA when a GPU is present, else cpu)\n"
             "  --max-questions N         questions per request (default %zu)\n"
             "  --max-options N           options per choice question (default %zu)\n"
             "  --min-score-levels N      levels per score question, minimum (default %zu)\n"
@@ -139,6 +140,7 @@ int cli_serve(int argc, char **argv) {
             (r = arg_size(argc, argv, &i, "--max-queue", &o.max_queue)) ||
             (r = arg_size(argc, argv, &i, "--max-connections", &o.max_connections)) ||
             (r = arg_size(argc, argv, &i, "--threads", &threads)) ||
+            (r = arg_str(argc, argv, &i, "--device", &o.device)) ||
             (r = arg_size(argc, argv, &i, "--max-questions", &o.limits.max_questions)) ||
             (r = arg_size(argc, argv, &i, "--max-options", &o.limits.max_choice_options)) ||
             (r = arg_size(argc, argv, &i, "--min-score-levels", &o.limits.min_score_levels)) ||

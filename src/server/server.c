@@ -81,6 +81,7 @@ static void *load_model(void *arg) {
     clef_server *s = arg;
     clef_engine_options eo = {.model_dir = s->opt.model_dir,
                               .n_threads = s->opt.n_threads,
+                              .device = s->opt.device,
                               .max_length = s->opt.max_length,
                               .truncate_state = s->opt.truncate_state,
                               .limits = s->opt.limits,
