@@ -7,7 +7,6 @@
  */
 #include "io/checkpoint.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,17 +18,6 @@
 #define INDEX_FILE "model.safetensors.index.json"
 #define SINGLE_FILE "model.safetensors"
 #define HEAD_FILE "joint_head.safetensors"
-
-/* All errors: 500 internal_error, "<file>: <what>". */
-static int ck_fail(clef_err *err, const char *file, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int ck_fail(clef_err *err, const char *file, const char *fmt, ...) {
-    char what[CLEF_ERR_MESSAGE_MAX];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(what, sizeof what, fmt, ap);
-    va_end(ap);
-    return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "%s: %s", file, what);
-}
 
 /* Speech-output parts of the original release; the thinker never uses them. */
 static int is_skipped(const char *name) {
@@ -62,11 +50,11 @@ static int open_shard(clef_checkpoint *ck, const char *name, clef_err *err) {
 /* A shard name from the index must be a plain file in the directory. */
 static int check_shard_name(const json_value *v, const char *tensor, clef_err *err) {
     if (v->type != JSON_STRING)
-        return ck_fail(err, INDEX_FILE, "weight_map entry for tensor '%s' is not a string", tensor);
+        return clef_fail_file(err, INDEX_FILE, "weight_map entry for tensor '%s' is not a string", tensor);
     if (v->len == 0 || strlen(v->str) != v->len || strchr(v->str, '/') || strcmp(v->str, ".") == 0 ||
         strcmp(v->str, "..") == 0)
-        return ck_fail(err, INDEX_FILE, "weight_map entry for tensor '%s' is not a plain file name: '%s'", tensor,
-                       v->str);
+        return clef_fail_file(err, INDEX_FILE, "weight_map entry for tensor '%s' is not a plain file name: '%s'",
+                              tensor, v->str);
     return 0;
 }
 
@@ -97,18 +85,18 @@ static int open_indexed_shards(clef_checkpoint *ck, json_value **index_out, clef
     clef_err_clear(&jerr);
     json_value *index = json_parse(text, len, &jerr);
     free(text);
-    if (!index) return ck_fail(err, INDEX_FILE, "not valid JSON: %s", jerr.message);
+    if (!index) return clef_fail_file(err, INDEX_FILE, "not valid JSON: %s", jerr.message);
     const json_value *wm = json_get(index, "weight_map");
     const json_value *meta = json_get(index, "metadata");
     const char **names = NULL;
     int rc = -1;
     if (index->type != JSON_OBJECT || !wm || wm->type != JSON_OBJECT) {
-        ck_fail(err, INDEX_FILE, "\"weight_map\" is missing or not an object");
+        clef_fail_file(err, INDEX_FILE, "\"weight_map\" is missing or not an object");
     } else if (meta && meta->type != JSON_OBJECT && meta->type != JSON_NULL) {
-        ck_fail(err, INDEX_FILE, "\"metadata\" is not an object");
+        clef_fail_file(err, INDEX_FILE, "\"metadata\" is not an object");
     } else {
         long n = distinct_shards(wm, &names, err);
-        if (n == 0) ck_fail(err, INDEX_FILE, "weight_map names no thinker tensors");
+        if (n == 0) clef_fail_file(err, INDEX_FILE, "weight_map names no thinker tensors");
         if (n > 0) {
             ck->shards = clef_xcalloc((size_t)n + 1, sizeof *ck->shards); /* +1: the head */
             rc = 0;
@@ -150,9 +138,9 @@ static int build_catalog(clef_checkpoint *ck, clef_err *err) {
     qsort(ck->catalog, ck->n_tensors, sizeof *ck->catalog, catalog_cmp);
     for (size_t i = 1; i < ck->n_tensors; i++)
         if (strcmp(ck->catalog[i - 1]->name, ck->catalog[i]->name) == 0)
-            return ck_fail(err, path_basename(shard_of(ck, ck->catalog[i])->path),
-                           "tensor '%s' is also in %s (duplicate name)", ck->catalog[i]->name,
-                           path_basename(shard_of(ck, ck->catalog[i - 1])->path));
+            return clef_fail_file(err, path_basename(shard_of(ck, ck->catalog[i])->path),
+                                  "tensor '%s' is also in %s (duplicate name)", ck->catalog[i]->name,
+                                  path_basename(shard_of(ck, ck->catalog[i - 1])->path));
     return 0;
 }
 
@@ -165,8 +153,8 @@ static int check_weight_map(const clef_checkpoint *ck, const json_value *index, 
         const st_tensor *t = clef_checkpoint_find(ck, name);
         const st_file *f = t ? shard_of(ck, t) : NULL;
         if (!f || strcmp(path_basename(f->path), shard) != 0)
-            return ck_fail(err, INDEX_FILE, "weight_map puts tensor '%s' in %s, but %s", name, shard,
-                           f ? "it is in another shard" : "that shard does not contain it");
+            return clef_fail_file(err, INDEX_FILE, "weight_map puts tensor '%s' in %s, but %s", name, shard,
+                                  f ? "it is in another shard" : "that shard does not contain it");
     }
     return 0;
 }
@@ -182,7 +170,7 @@ int clef_checkpoint_open(const char *dir, clef_checkpoint *ck, clef_err *err) {
         ck->shards = clef_xcalloc(2, sizeof *ck->shards);
         if (open_shard(ck, SINGLE_FILE, err) != 0) goto fail;
     } else {
-        ck_fail(err, path_basename(dir), "neither " INDEX_FILE " nor " SINGLE_FILE " found");
+        clef_fail_file(err, path_basename(dir), "neither " INDEX_FILE " nor " SINGLE_FILE " found");
         goto fail;
     }
     int rc = open_shard(ck, HEAD_FILE, err);
@@ -229,14 +217,14 @@ const st_tensor *clef_checkpoint_require(const clef_checkpoint *ck, const char *
     const st_tensor *t = clef_checkpoint_find(ck, name);
     const char *dir = ck->dir ? path_basename(ck->dir) : "checkpoint";
     if (!t) {
-        ck_fail(err, dir, "tensor '%s' not found in the checkpoint", name);
+        clef_fail_file(err, dir, "tensor '%s' not found in the checkpoint", name);
         return NULL;
     }
     if (allowed_dtypes_mask && !(allowed_dtypes_mask & CLEF_DT_BIT(t->dtype))) {
         char want[128];
         mask_str(allowed_dtypes_mask, want, sizeof want);
-        ck_fail(err, path_basename(shard_of(ck, t)->path), "tensor '%s': expected dtype %s, found %s", name, want,
-                clef_dtype_name(t->dtype));
+        clef_fail_file(err, path_basename(shard_of(ck, t)->path), "tensor '%s': expected dtype %s, found %s", name,
+                       want, clef_dtype_name(t->dtype));
         return NULL;
     }
     if (ndim < 0) return t;
@@ -247,8 +235,8 @@ const st_tensor *clef_checkpoint_require(const clef_checkpoint *ck, const char *
         char want[ST_SHAPE_STR_MAX], have[ST_SHAPE_STR_MAX];
         st_shape_str(shape, ndim > CLEF_MAX_DIMS ? CLEF_MAX_DIMS : ndim, want, sizeof want);
         st_shape_str(t->shape, t->ndim, have, sizeof have);
-        ck_fail(err, path_basename(shard_of(ck, t)->path), "tensor '%s': expected shape %s, found %s", name, want,
-                have);
+        clef_fail_file(err, path_basename(shard_of(ck, t)->path), "tensor '%s': expected shape %s, found %s", name,
+                       want, have);
         return NULL;
     }
     return t;

@@ -7,7 +7,6 @@
 #include "io/config.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,17 +22,6 @@
  * cannot overflow on any size a config can declare. */
 #define CFG_MAX_DIM ((int64_t)1 << 30)
 
-/* All config errors: 500 internal_error, "<file>: <what>". */
-static int cfg_fail(clef_err *err, const char *file, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int cfg_fail(clef_err *err, const char *file, const char *fmt, ...) {
-    char what[CLEF_ERR_MESSAGE_MAX];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(what, sizeof what, fmt, ap);
-    va_end(ap);
-    return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "%s: %s", file, what);
-}
-
 /* Integer at obj[key] into *out; an integral float such as 2048.0 is
  * accepted (some config writers emit them).  Returns 0, 1 when the key is
  * absent or null and not `required` (*out untouched), or -1 with err (absent
@@ -42,11 +30,11 @@ static int get_int(const json_value *obj, const char *path, const char *key, int
                    const char *file) {
     const json_value *v = json_get(obj, key);
     if (!v || v->type == JSON_NULL) {
-        if (required) return cfg_fail(err, file, "required key %s.%s is missing", path, key);
+        if (required) return clef_fail_file(err, file, "required key %s.%s is missing", path, key);
         return 1;
     }
     if ((v->type != JSON_INT && v->type != JSON_FLOAT) || json_as_i64(v, out) != 0)
-        return cfg_fail(err, file, "%s.%s must be an integer", path, key);
+        return clef_fail_file(err, file, "%s.%s must be an integer", path, key);
     return 0;
 }
 
@@ -56,8 +44,8 @@ static int get_int_in(const json_value *obj, const char *path, const char *key, 
     int rc = get_int(obj, path, key, required, out, err, file);
     if (rc != 0) return rc;
     if (*out < lo || *out > hi)
-        return cfg_fail(err, file, "%s.%s = %lld is out of range [%lld, %lld]", path, key, (long long)*out,
-                        (long long)lo, (long long)hi);
+        return clef_fail_file(err, file, "%s.%s = %lld is out of range [%lld, %lld]", path, key, (long long)*out,
+                              (long long)lo, (long long)hi);
     return 0;
 }
 
@@ -66,7 +54,8 @@ static int get_bool(const json_value *obj, const char *path, const char *key, in
                     const char *file) {
     const json_value *v = json_get(obj, key);
     if (!v || v->type == JSON_NULL) return 1;
-    if (v->type != JSON_TRUE && v->type != JSON_FALSE) return cfg_fail(err, file, "%s.%s must be a boolean", path, key);
+    if (v->type != JSON_TRUE && v->type != JSON_FALSE)
+        return clef_fail_file(err, file, "%s.%s must be a boolean", path, key);
     *out = v->type == JSON_TRUE;
     return 0;
 }
@@ -90,9 +79,9 @@ static int parse_text_sizes(const json_value *tc, clef_text_config *c, clef_err 
         if (get_int_in(tc, TEXT_PATH, req[i].key, 1, 1, CFG_MAX_DIM, req[i].dst, err, CFG_FILE) != 0) return -1;
     const json_value *eps = json_get(tc, "rms_norm_eps");
     if (!eps || eps->type == JSON_NULL)
-        return cfg_fail(err, CFG_FILE, "required key " TEXT_PATH ".rms_norm_eps is missing");
+        return clef_fail_file(err, CFG_FILE, "required key " TEXT_PATH ".rms_norm_eps is missing");
     if (json_as_double(eps, &c->rms_norm_eps) != 0 || !(c->rms_norm_eps > 0) || !isfinite(c->rms_norm_eps))
-        return cfg_fail(err, CFG_FILE, TEXT_PATH ".rms_norm_eps must be a positive finite number");
+        return clef_fail_file(err, CFG_FILE, TEXT_PATH ".rms_norm_eps must be a positive finite number");
     return 0;
 }
 
@@ -102,15 +91,15 @@ static int parse_head_dim(const json_value *tc, clef_text_config *c, clef_err *e
     if (rc < 0) return -1;
     if (rc == 1) {
         if (c->hidden_size % c->num_attention_heads != 0)
-            return cfg_fail(err, CFG_FILE,
-                            TEXT_PATH ".head_dim is absent and hidden_size %lld is not divisible by "
-                                      "num_attention_heads %lld",
-                            (long long)c->hidden_size, (long long)c->num_attention_heads);
+            return clef_fail_file(err, CFG_FILE,
+                                  TEXT_PATH ".head_dim is absent and hidden_size %lld is not divisible by "
+                                            "num_attention_heads %lld",
+                                  (long long)c->hidden_size, (long long)c->num_attention_heads);
         c->head_dim = c->hidden_size / c->num_attention_heads;
     }
     if (c->head_dim % 2 != 0)
-        return cfg_fail(err, CFG_FILE, TEXT_PATH ".head_dim %lld must be even (rotate-half RoPE)",
-                        (long long)c->head_dim);
+        return clef_fail_file(err, CFG_FILE, TEXT_PATH ".head_dim %lld must be even (rotate-half RoPE)",
+                              (long long)c->head_dim);
     return 0;
 }
 
@@ -130,13 +119,13 @@ static int parse_text_optional(const json_value *tc, clef_text_config *c, clef_e
     memset(c->mlp_only, 0, sizeof c->mlp_only);
     const json_value *mlp = json_get(tc, "mlp_only_layers");
     if (!mlp || mlp->type == JSON_NULL) return 0;
-    if (mlp->type != JSON_ARRAY) return cfg_fail(err, CFG_FILE, TEXT_PATH ".mlp_only_layers must be an array");
+    if (mlp->type != JSON_ARRAY) return clef_fail_file(err, CFG_FILE, TEXT_PATH ".mlp_only_layers must be an array");
     for (size_t i = 0; i < mlp->n; i++) {
         int64_t l;
         if (mlp->items[i]->type != JSON_INT || json_as_i64(mlp->items[i], &l) != 0 || l < 0 ||
             l >= c->num_hidden_layers)
-            return cfg_fail(err, CFG_FILE, TEXT_PATH ".mlp_only_layers[%zu] is not a layer index in [0, %lld)", i,
-                            (long long)c->num_hidden_layers);
+            return clef_fail_file(err, CFG_FILE, TEXT_PATH ".mlp_only_layers[%zu] is not a layer index in [0, %lld)", i,
+                                  (long long)c->num_hidden_layers);
         c->mlp_only[l] = 1;
     }
     return 0;
@@ -145,23 +134,23 @@ static int parse_text_optional(const json_value *tc, clef_text_config *c, clef_e
 /* Reject RoPE variants the engine does not implement (SPEC §6.1): any
  * rope_type other than "default", or a non-interleaved M-RoPE layout. */
 static int check_rope_dict(const json_value *d, const char *path, clef_err *err) {
-    if (d->type != JSON_OBJECT) return cfg_fail(err, CFG_FILE, "%s must be an object", path);
+    if (d->type != JSON_OBJECT) return clef_fail_file(err, CFG_FILE, "%s must be an object", path);
     static const char *const type_keys[] = {"rope_type", "type"};
     for (int i = 0; i < 2; i++) {
         const json_value *t = json_get(d, type_keys[i]);
         if (!t || t->type == JSON_NULL) continue;
-        if (t->type != JSON_STRING) return cfg_fail(err, CFG_FILE, "%s.%s must be a string", path, type_keys[i]);
+        if (t->type != JSON_STRING) return clef_fail_file(err, CFG_FILE, "%s.%s must be a string", path, type_keys[i]);
         if (strcmp(t->str, "default") != 0 || t->len != 7)
-            return cfg_fail(err, CFG_FILE, "%s.%s '%s' is not supported (only \"default\" M-RoPE)", path, type_keys[i],
-                            t->str);
+            return clef_fail_file(err, CFG_FILE, "%s.%s '%s' is not supported (only \"default\" M-RoPE)", path,
+                                  type_keys[i], t->str);
     }
     static const char *const layout_keys[] = {"interleaved", "mrope_interleaved"};
     for (int i = 0; i < 2; i++) {
         int on = 1;
         if (get_bool(d, path, layout_keys[i], &on, err, CFG_FILE) < 0) return -1;
         if (!on)
-            return cfg_fail(err, CFG_FILE, "%s.%s is false: only the interleaved M-RoPE layout is supported", path,
-                            layout_keys[i]);
+            return clef_fail_file(err, CFG_FILE, "%s.%s is false: only the interleaved M-RoPE layout is supported",
+                                  path, layout_keys[i]);
     }
     return 0;
 }
@@ -171,11 +160,11 @@ static int get_mrope_section(const json_value *d, const char *path, int64_t out[
     const json_value *s = json_get(d, "mrope_section");
     if (!s || s->type == JSON_NULL) return 1;
     if (s->type != JSON_ARRAY || s->n != 3)
-        return cfg_fail(err, CFG_FILE, "%s.mrope_section must be an array of 3 integers", path);
+        return clef_fail_file(err, CFG_FILE, "%s.mrope_section must be an array of 3 integers", path);
     for (int i = 0; i < 3; i++)
         if (s->items[i]->type != JSON_INT || json_as_i64(s->items[i], &out[i]) != 0 || out[i] < 0 ||
             out[i] > CFG_MAX_DIM)
-            return cfg_fail(err, CFG_FILE, "%s.mrope_section[%d] is not a non-negative integer", path, i);
+            return clef_fail_file(err, CFG_FILE, "%s.mrope_section[%d] is not a non-negative integer", path, i);
     return 0;
 }
 
@@ -195,11 +184,11 @@ static int parse_rope(const json_value *tc, clef_text_config *c, clef_err *err) 
         theta_key = TEXT_PATH ".rope_theta";
     }
     if (!theta || theta->type == JSON_NULL)
-        return cfg_fail(err, CFG_FILE,
-                        "required key " TEXT_PATH ".rope_parameters.rope_theta (or " TEXT_PATH
-                        ".rope_theta) is missing");
+        return clef_fail_file(err, CFG_FILE,
+                              "required key " TEXT_PATH ".rope_parameters.rope_theta (or " TEXT_PATH
+                              ".rope_theta) is missing");
     if (json_as_double(theta, &c->rope_theta) != 0 || !(c->rope_theta > 0) || !isfinite(c->rope_theta))
-        return cfg_fail(err, CFG_FILE, "%s must be a positive finite number", theta_key);
+        return clef_fail_file(err, CFG_FILE, "%s must be a positive finite number", theta_key);
 
     c->mrope_section[0] = 24, c->mrope_section[1] = 20, c->mrope_section[2] = 20;
     int rc = params ? get_mrope_section(params, TEXT_PATH ".rope_parameters", c->mrope_section, err) : 1;
@@ -210,19 +199,20 @@ static int parse_rope(const json_value *tc, clef_text_config *c, clef_err *err) 
 /* Cross-field sanity checks; the model code relies on all of these. */
 static int check_text(const clef_text_config *c, clef_err *err) {
     if (c->num_hidden_layers > CLEF_MAX_LAYERS)
-        return cfg_fail(err, CFG_FILE, TEXT_PATH ".num_hidden_layers %lld exceeds the supported %d",
-                        (long long)c->num_hidden_layers, CLEF_MAX_LAYERS);
+        return clef_fail_file(err, CFG_FILE, TEXT_PATH ".num_hidden_layers %lld exceeds the supported %d",
+                              (long long)c->num_hidden_layers, CLEF_MAX_LAYERS);
     if (c->num_attention_heads % c->num_key_value_heads != 0)
-        return cfg_fail(err, CFG_FILE,
-                        TEXT_PATH ".num_attention_heads %lld is not divisible by num_key_value_heads %lld",
-                        (long long)c->num_attention_heads, (long long)c->num_key_value_heads);
+        return clef_fail_file(err, CFG_FILE,
+                              TEXT_PATH ".num_attention_heads %lld is not divisible by num_key_value_heads %lld",
+                              (long long)c->num_attention_heads, (long long)c->num_key_value_heads);
     if (c->num_experts_per_tok > c->num_experts)
-        return cfg_fail(err, CFG_FILE, TEXT_PATH ".num_experts_per_tok %lld exceeds num_experts %lld",
-                        (long long)c->num_experts_per_tok, (long long)c->num_experts);
+        return clef_fail_file(err, CFG_FILE, TEXT_PATH ".num_experts_per_tok %lld exceeds num_experts %lld",
+                              (long long)c->num_experts_per_tok, (long long)c->num_experts);
     for (int64_t l = 0; l < c->num_hidden_layers; l++)
         if (!clef_layer_is_moe(c, l) && c->intermediate_size <= 0)
-            return cfg_fail(err, CFG_FILE, "layer %lld is a dense MLP but " TEXT_PATH ".intermediate_size is missing",
-                            (long long)l);
+            return clef_fail_file(err, CFG_FILE,
+                                  "layer %lld is a dense MLP but " TEXT_PATH ".intermediate_size is missing",
+                                  (long long)l);
     return 0;
 }
 
@@ -248,13 +238,13 @@ static int parse_token_ids(const json_value *thinker, clef_config *cfg, clef_err
 }
 
 static int parse_config_doc(const json_value *root, clef_config *cfg, clef_err *err) {
-    if (root->type != JSON_OBJECT) return cfg_fail(err, CFG_FILE, "top level is not a JSON object");
+    if (root->type != JSON_OBJECT) return clef_fail_file(err, CFG_FILE, "top level is not a JSON object");
     const json_value *thinker = json_get(root, "thinker_config");
     if (!thinker || thinker->type != JSON_OBJECT)
-        return cfg_fail(err, CFG_FILE, "required key thinker_config is missing or not an object");
+        return clef_fail_file(err, CFG_FILE, "required key thinker_config is missing or not an object");
     const json_value *tc = json_get(thinker, "text_config");
     if (!tc || tc->type != JSON_OBJECT)
-        return cfg_fail(err, CFG_FILE, "required key " TEXT_PATH " is missing or not an object");
+        return clef_fail_file(err, CFG_FILE, "required key " TEXT_PATH " is missing or not an object");
     clef_text_config *c = &cfg->text;
     if (parse_text_sizes(tc, c, err) != 0 || parse_head_dim(tc, c, err) != 0 || parse_text_optional(tc, c, err) != 0 ||
         parse_rope(tc, c, err) != 0 || check_text(c, err) != 0)
@@ -264,7 +254,7 @@ static int parse_config_doc(const json_value *root, clef_config *cfg, clef_err *
 
 /* joint_head_config.json: all six fields required (SPEC §7.1). */
 static int parse_head_doc(const json_value *root, int64_t thinker_hidden, clef_head_config *h, clef_err *err) {
-    if (root->type != JSON_OBJECT) return cfg_fail(err, HEAD_FILE, "top level is not a JSON object");
+    if (root->type != JSON_OBJECT) return clef_fail_file(err, HEAD_FILE, "top level is not a JSON object");
     struct {
         const char *key;
         int64_t *dst;
@@ -274,17 +264,17 @@ static int parse_head_doc(const json_value *root, int64_t thinker_hidden, clef_h
     };
     for (size_t i = 0; i < sizeof req / sizeof req[0]; i++) {
         const json_value *v = json_get(root, req[i].key);
-        if (!v || v->type == JSON_NULL) return cfg_fail(err, HEAD_FILE, "required key %s is missing", req[i].key);
+        if (!v || v->type == JSON_NULL) return clef_fail_file(err, HEAD_FILE, "required key %s is missing", req[i].key);
         if ((v->type != JSON_INT && v->type != JSON_FLOAT) || json_as_i64(v, req[i].dst) != 0 || *req[i].dst < 1 ||
             *req[i].dst > CFG_MAX_DIM)
-            return cfg_fail(err, HEAD_FILE, "%s must be a positive integer", req[i].key);
+            return clef_fail_file(err, HEAD_FILE, "%s must be a positive integer", req[i].key);
     }
     if (h->hidden_size != thinker_hidden)
-        return cfg_fail(err, HEAD_FILE, "hidden_size %lld does not match the thinker's hidden_size %lld",
-                        (long long)h->hidden_size, (long long)thinker_hidden);
+        return clef_fail_file(err, HEAD_FILE, "hidden_size %lld does not match the thinker's hidden_size %lld",
+                              (long long)h->hidden_size, (long long)thinker_hidden);
     if (h->width % h->heads != 0)
-        return cfg_fail(err, HEAD_FILE, "width %lld is not divisible by heads %lld", (long long)h->width,
-                        (long long)h->heads);
+        return clef_fail_file(err, HEAD_FILE, "width %lld is not divisible by heads %lld", (long long)h->width,
+                              (long long)h->heads);
     return 0;
 }
 
@@ -294,7 +284,7 @@ static json_value *parse_file_text(const char *text, size_t len, const char *fil
     clef_err jerr;
     clef_err_clear(&jerr);
     json_value *v = json_parse(text, len, &jerr);
-    if (!v) cfg_fail(err, file, "not valid JSON: %s", jerr.message);
+    if (!v) clef_fail_file(err, file, "not valid JSON: %s", jerr.message);
     return v;
 }
 
@@ -319,7 +309,7 @@ char *clef_read_text_file(const char *dir, const char *name, size_t *len, clef_e
     FILE *f = fopen(path.data, "rb");
     clef_buf_free(&path);
     if (!f) {
-        cfg_fail(err, name, "cannot open in %s", dir);
+        clef_fail_file(err, name, "cannot open in %s", dir);
         return NULL;
     }
     clef_buf text = {0};
@@ -329,7 +319,7 @@ char *clef_read_text_file(const char *dir, const char *name, size_t *len, clef_e
         if (text.len + n > (size_t)64 << 20) {
             fclose(f);
             clef_buf_free(&text);
-            cfg_fail(err, name, "larger than 64 MiB");
+            clef_fail_file(err, name, "larger than 64 MiB");
             return NULL;
         }
         clef_buf_append(&text, chunk, n);
@@ -338,7 +328,7 @@ char *clef_read_text_file(const char *dir, const char *name, size_t *len, clef_e
     fclose(f);
     if (bad) {
         clef_buf_free(&text);
-        cfg_fail(err, name, "read error in %s", dir);
+        clef_fail_file(err, name, "read error in %s", dir);
         return NULL;
     }
     clef_buf_putc(&text, '\0'); /* ensure allocation even for an empty file */

@@ -5,7 +5,6 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <fnmatch.h>
 #include <pcre2.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,17 +38,6 @@ const char *clef_quant_format_name(clef_quant_format f) {
     return (unsigned)f < CLEF_QF_COUNT ? format_names[f] : "?";
 }
 
-/* All errors: 500 internal_error, "<file>: <what>". */
-static int qf_fail(clef_err *err, const char *file, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int qf_fail(clef_err *err, const char *file, const char *fmt, ...) {
-    char what[CLEF_ERR_MESSAGE_MAX];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(what, sizeof what, fmt, ap);
-    va_end(ap);
-    return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "%s: %s", file, what);
-}
-
 /* ---- small JSON readers (each names file and key in its error) ---- */
 
 static const char *get_str(const json_value *obj, const char *key) {
@@ -69,12 +57,12 @@ static int expect_str(const json_value *obj, const char *path, const char *key, 
     const json_value *v = json_get(obj, key);
     if (!v || v->type == JSON_NULL) {
         if (!required) return 0;
-        return qf_fail(err, file, "%s.%s is missing (expected \"%s\")", path, key, want);
+        return clef_fail_file(err, file, "%s.%s is missing (expected \"%s\")", path, key, want);
     }
     if (v->type != JSON_STRING || strcmp(v->str, want) != 0) {
         clef_buf b = {0};
         json_render(v, &b);
-        int rc = qf_fail(err, file, "%s.%s is %s; clef reads \"%s\"", path, key, b.data, want);
+        int rc = clef_fail_file(err, file, "%s.%s is %s; clef reads \"%s\"", path, key, b.data, want);
         clef_buf_free(&b);
         return rc;
     }
@@ -86,8 +74,7 @@ static int expect_int(const json_value *obj, const char *path, const char *key, 
     int64_t x = 0;
     int rc = get_i64(obj, key, &x);
     if (rc == 1 && !required) return 0;
-    if (rc != 0 || x != want)
-        return qf_fail(err, file, "%s.%s must be %lld", path, key, (long long)want);
+    if (rc != 0 || x != want) return clef_fail_file(err, file, "%s.%s must be %lld", path, key, (long long)want);
     return 0;
 }
 
@@ -95,12 +82,12 @@ static int expect_int(const json_value *obj, const char *path, const char *key, 
 static int take_patterns(clef_quant_config *qc, const json_value *arr, const char *path, const char *file,
                          clef_err *err) {
     if (!arr || arr->type == JSON_NULL) return 0;
-    if (arr->type != JSON_ARRAY) return qf_fail(err, file, "%s must be a list of module names", path);
+    if (arr->type != JSON_ARRAY) return clef_fail_file(err, file, "%s must be a list of module names", path);
     qc->excluded = clef_xcalloc(arr->n ? arr->n : 1, sizeof *qc->excluded);
     qc->excluded_re = clef_xcalloc(arr->n ? arr->n : 1, sizeof *qc->excluded_re);
     for (size_t i = 0; i < arr->n; i++) {
         const json_value *s = arr->items[i];
-        if (s->type != JSON_STRING) return qf_fail(err, file, "%s[%zu] must be a string", path, i);
+        if (s->type != JSON_STRING) return clef_fail_file(err, file, "%s[%zu] must be a string", path, i);
         qc->excluded[qc->n_excluded++] = clef_xstrndup(s->str, s->len);
         if (qc->match == CLEF_QM_CT && strncmp(s->str, "re:", 3) == 0) {
             int code;
@@ -109,8 +96,8 @@ static int take_patterns(clef_quant_config *qc, const json_value *arr, const cha
             if (!re) {
                 PCRE2_UCHAR msg[256];
                 pcre2_get_error_message(code, msg, sizeof msg);
-                return qf_fail(err, file, "%s[%zu] \"%s\": bad regular expression at %zu: %s", path, i, s->str,
-                               (size_t)off, (const char *)msg);
+                return clef_fail_file(err, file, "%s[%zu] \"%s\": bad regular expression at %zu: %s", path, i, s->str,
+                                      (size_t)off, (const char *)msg);
             }
             qc->excluded_re[i] = re;
         }
@@ -125,7 +112,7 @@ static int parse_ct_group(clef_quant_config *qc, const json_value *g, const char
     char path[256];
     snprintf(path, sizeof path, "quantization_config.config_groups.%s.weights", gname);
     const json_value *w = json_get(g, "weights");
-    if (!w || w->type != JSON_OBJECT) return qf_fail(err, CFG_FILE, "%s is missing", path);
+    if (!w || w->type != JSON_OBJECT) return clef_fail_file(err, CFG_FILE, "%s is missing", path);
     if (expect_int(w, path, "num_bits", 4, 1, CFG_FILE, err) || expect_str(w, path, "type", "float", 1, CFG_FILE, err) ||
         expect_str(w, path, "strategy", "tensor_group", 1, CFG_FILE, err) ||
         expect_int(w, path, "group_size", 16, 1, CFG_FILE, err))
@@ -137,10 +124,11 @@ static int parse_ct_group(clef_quant_config *qc, const json_value *g, const char
         if (a->type != JSON_OBJECT || expect_int(a, path, "num_bits", 4, 1, CFG_FILE, err) ||
             expect_str(a, path, "type", "float", 1, CFG_FILE, err) ||
             expect_str(a, path, "dynamic", "local", 1, CFG_FILE, err))
-            return a->type != JSON_OBJECT ? qf_fail(err, CFG_FILE, "%s must be an object or null", path) : -1;
+            return a->type != JSON_OBJECT ? clef_fail_file(err, CFG_FILE, "%s must be an object or null", path) : -1;
     }
     if (!first && w4a4 != qc->w4a4)
-        return qf_fail(err, CFG_FILE, "quantization_config.config_groups disagree on input_activations (W4A4 and W4A16 mixed)");
+        return clef_fail_file(err, CFG_FILE,
+                              "quantization_config.config_groups disagree on input_activations (W4A4 and W4A16 mixed)");
     qc->w4a4 = w4a4;
     return 0;
 }
@@ -152,11 +140,11 @@ static int parse_ct(clef_quant_config *qc, const json_value *q, clef_err *err) {
     if (expect_str(q, "quantization_config", "format", "nvfp4-pack-quantized", 1, CFG_FILE, err)) return -1;
     const char *status = get_str(q, "quantization_status");
     if (status && strcmp(status, "compressed") != 0)
-        return qf_fail(err, CFG_FILE, "quantization_config.quantization_status is \"%s\"; clef reads \"compressed\"",
-                       status);
+        return clef_fail_file(err, CFG_FILE,
+                              "quantization_config.quantization_status is \"%s\"; clef reads \"compressed\"", status);
     const json_value *groups = json_get(q, "config_groups");
     if (!groups || groups->type != JSON_OBJECT || groups->n == 0)
-        return qf_fail(err, CFG_FILE, "quantization_config.config_groups is missing or empty");
+        return clef_fail_file(err, CFG_FILE, "quantization_config.config_groups is missing or empty");
     for (size_t i = 0; i < groups->n; i++)
         if (parse_ct_group(qc, groups->items[i], groups->keys[i], i == 0, err)) return -1;
     return take_patterns(qc, json_get(q, "ignore"), "quantization_config.ignore", CFG_FILE, err);
@@ -181,11 +169,13 @@ static int parse_fp8(clef_quant_config *qc, const json_value *q, clef_err *err) 
     qc->match = CLEF_QM_SUBSTRING;
     const json_value *b = json_get(q, "weight_block_size");
     if (!b || b->type == JSON_NULL)
-        return qf_fail(err, CFG_FILE, "quantization_config.weight_block_size is missing: clef reads block-scaled FP8 "
-                                      "(per-tensor FP8 is not supported)");
+        return clef_fail_file(err, CFG_FILE,
+                              "quantization_config.weight_block_size is missing: clef reads block-scaled FP8 "
+                              "(per-tensor FP8 is not supported)");
     if (b->type != JSON_ARRAY || b->n != 2 || json_as_i64(b->items[0], &qc->block[0]) ||
         json_as_i64(b->items[1], &qc->block[1]) || qc->block[0] < 1 || qc->block[1] < 1)
-        return qf_fail(err, CFG_FILE, "quantization_config.weight_block_size must be two positive integers [Br, Bc]");
+        return clef_fail_file(err, CFG_FILE,
+                              "quantization_config.weight_block_size must be two positive integers [Br, Bc]");
     if (expect_str(q, "quantization_config", "activation_scheme", "dynamic", 0, CFG_FILE, err) ||
         expect_str(q, "quantization_config", "fmt", "e4m3", 0, CFG_FILE, err))
         return -1;
@@ -207,7 +197,7 @@ static int parse_bool(const json_value *obj, const char *key, int dflt, int *out
 static int parse_autoround_extra(clef_quant_config *qc, const json_value *extra, clef_err *err) {
     if (!extra || extra->type == JSON_NULL) return 0;
     if (extra->type != JSON_OBJECT)
-        return qf_fail(err, CFG_FILE, "quantization_config.extra_config must be an object keyed by module name");
+        return clef_fail_file(err, CFG_FILE, "quantization_config.extra_config must be an object keyed by module name");
     qc->overrides = clef_xcalloc(extra->n ? extra->n : 1, sizeof *qc->overrides);
     for (size_t i = 0; i < extra->n; i++) {
         const json_value *e = extra->items[i];
@@ -215,19 +205,25 @@ static int parse_autoround_extra(clef_quant_config *qc, const json_value *extra,
         clef_quant_override *o = &qc->overrides[qc->n_overrides++];
         o->module = clef_xstrndup(m, strlen(m));
         o->sym = -1;
-        if (e->type != JSON_OBJECT) return qf_fail(err, CFG_FILE, "quantization_config.extra_config[\"%s\"] must be an object", m);
+        if (e->type != JSON_OBJECT)
+            return clef_fail_file(err, CFG_FILE, "quantization_config.extra_config[\"%s\"] must be an object", m);
         if (get_i64(e, "bits", &o->bits) < 0 || get_i64(e, "group_size", &o->group_size) < 0)
-            return qf_fail(err, CFG_FILE, "quantization_config.extra_config[\"%s\"]: bits and group_size must be integers", m);
+            return clef_fail_file(err, CFG_FILE,
+                                  "quantization_config.extra_config[\"%s\"]: bits and group_size must be integers", m);
         if (o->bits != 0 && o->bits != 4 && o->bits < 16)
-            return qf_fail(err, CFG_FILE,
-                           "quantization_config.extra_config[\"%s\"].bits = %lld; clef reads 4 (quantized) or 16 "
-                           "(unquantized)", m, (long long)o->bits);
+            return clef_fail_file(
+                err, CFG_FILE,
+                "quantization_config.extra_config[\"%s\"].bits = %lld; clef reads 4 (quantized) or 16 "
+                "(unquantized)",
+                m, (long long)o->bits);
         if (json_get(e, "group_size") && o->group_size < 1 && o->bits < 16)
-            return qf_fail(err, CFG_FILE, "quantization_config.extra_config[\"%s\"].group_size must be positive", m);
+            return clef_fail_file(err, CFG_FILE, "quantization_config.extra_config[\"%s\"].group_size must be positive",
+                                  m);
         const json_value *sym = json_get(e, "sym");
         if (sym && sym->type != JSON_NULL) {
             if (sym->type != JSON_TRUE && sym->type != JSON_FALSE)
-                return qf_fail(err, CFG_FILE, "quantization_config.extra_config[\"%s\"].sym must be a boolean", m);
+                return clef_fail_file(err, CFG_FILE, "quantization_config.extra_config[\"%s\"].sym must be a boolean",
+                                      m);
             o->sym = sym->type == JSON_TRUE;
         }
     }
@@ -239,17 +235,19 @@ static int parse_autoround(clef_quant_config *qc, const json_value *q, clef_err 
     qc->match = CLEF_QM_SUBSTRING; /* no exclusion list: extra_config decides */
     const char *pf = get_str(q, "packing_format");
     if (!pf || strcmp(pf, "auto_round:auto_gptq") != 0)
-        return qf_fail(err, CFG_FILE, "quantization_config.packing_format is %s%s%s; clef reads \"auto_round:auto_gptq\"",
-                       pf ? "\"" : "", pf ? pf : "missing", pf ? "\"" : "");
+        return clef_fail_file(err, CFG_FILE,
+                              "quantization_config.packing_format is %s%s%s; clef reads \"auto_round:auto_gptq\"",
+                              pf ? "\"" : "", pf ? pf : "missing", pf ? "\"" : "");
     if (expect_int(q, "quantization_config", "bits", 4, 1, CFG_FILE, err) ||
         expect_str(q, "quantization_config", "data_type", "int", 0, CFG_FILE, err))
         return -1;
     qc->bits = 4;
     if (get_i64(q, "group_size", &qc->group_size) != 0 || qc->group_size < 1)
-        return qf_fail(err, CFG_FILE, "quantization_config.group_size must be a positive integer (per-channel -1 is "
-                                      "not supported)");
+        return clef_fail_file(err, CFG_FILE,
+                              "quantization_config.group_size must be a positive integer (per-channel -1 is "
+                              "not supported)");
     if (parse_bool(q, "sym", 1, &qc->sym) != 0)
-        return qf_fail(err, CFG_FILE, "quantization_config.sym must be a boolean");
+        return clef_fail_file(err, CFG_FILE, "quantization_config.sym must be a boolean");
     return parse_autoround_extra(qc, json_get(q, "extra_config"), err);
 }
 
@@ -258,29 +256,31 @@ static int parse_hf_quant(clef_quant_config *qc, const json_value *hf, int have_
     const json_value *prod = json_get(hf, "producer");
     const char *name = prod ? get_str(prod, "name") : NULL;
     if (!name || strcmp(name, "modelopt") != 0)
-        return qf_fail(err, HF_QUANT_FILE, "producer.name is %s; clef reads ModelOpt's (\"modelopt\")",
-                       name ? name : "missing");
+        return clef_fail_file(err, HF_QUANT_FILE, "producer.name is %s; clef reads ModelOpt's (\"modelopt\")",
+                              name ? name : "missing");
     const json_value *q = json_get(hf, "quantization");
-    if (!q || q->type != JSON_OBJECT) return qf_fail(err, HF_QUANT_FILE, "\"quantization\" is missing");
+    if (!q || q->type != JSON_OBJECT) return clef_fail_file(err, HF_QUANT_FILE, "\"quantization\" is missing");
     if (!have_cfg) return parse_modelopt(qc, q, HF_QUANT_FILE, "quantization", err);
     if (qc->format != CLEF_QF_NVFP4_MODELOPT)
-        return qf_fail(err, HF_QUANT_FILE, "present (ModelOpt), but config.json's quantization_config is %s",
-                       format_titles[qc->format]);
+        return clef_fail_file(err, HF_QUANT_FILE, "present (ModelOpt), but config.json's quantization_config is %s",
+                              format_titles[qc->format]);
     return expect_str(q, "quantization", "quant_algo", "NVFP4", 1, HF_QUANT_FILE, err);
 }
 
 static int parse_method(clef_quant_config *qc, const json_value *q, clef_err *err) {
-    if (q->type != JSON_OBJECT) return qf_fail(err, CFG_FILE, "quantization_config must be an object");
+    if (q->type != JSON_OBJECT) return clef_fail_file(err, CFG_FILE, "quantization_config must be an object");
     const char *m = get_str(q, "quant_method");
-    if (!m) return qf_fail(err, CFG_FILE, "quantization_config.quant_method is missing");
+    if (!m) return clef_fail_file(err, CFG_FILE, "quantization_config.quant_method is missing");
     snprintf(qc->method, sizeof qc->method, "%s", m);
     if (!strcmp(m, "compressed-tensors")) return parse_ct(qc, q, err);
     if (!strcmp(m, "modelopt")) return parse_modelopt(qc, q, CFG_FILE, "quantization_config", err);
     if (!strcmp(m, "fp8")) return parse_fp8(qc, q, err);
     if (!strcmp(m, "auto-round") || !strcmp(m, "intel/auto-round")) return parse_autoround(qc, q, err);
-    return qf_fail(err, CFG_FILE,
-                   "quantization_config.quant_method \"%s\" is not supported (clef reads compressed-tensors NVFP4, "
-                   "modelopt NVFP4, fp8 with weight_block_size, auto-round INT4)", m);
+    return clef_fail_file(
+        err, CFG_FILE,
+        "quantization_config.quant_method \"%s\" is not supported (clef reads compressed-tensors NVFP4, "
+        "modelopt NVFP4, fp8 with weight_block_size, auto-round INT4)",
+        m);
 }
 
 int clef_quant_config_parse(const char *config_json, size_t config_len, const char *hf_quant_json, size_t hf_len,
@@ -289,7 +289,7 @@ int clef_quant_config_parse(const char *config_json, size_t config_len, const ch
     clef_err jerr;
     clef_err_clear(&jerr);
     json_value *cfg = json_parse(config_json, config_len, &jerr);
-    if (!cfg) return qf_fail(err, CFG_FILE, "not valid JSON: %s", jerr.message);
+    if (!cfg) return clef_fail_file(err, CFG_FILE, "not valid JSON: %s", jerr.message);
     const json_value *q = json_get(cfg, "quantization_config");
     if (!q || q->type == JSON_NULL) {
         const json_value *th = json_get(cfg, "thinker_config");
@@ -300,7 +300,7 @@ int clef_quant_config_parse(const char *config_json, size_t config_len, const ch
     json_free(cfg);
     if (rc != 0 || !hf_quant_json) return rc;
     json_value *hf = json_parse(hf_quant_json, hf_len, &jerr);
-    if (!hf) return qf_fail(err, HF_QUANT_FILE, "not valid JSON: %s", jerr.message);
+    if (!hf) return clef_fail_file(err, HF_QUANT_FILE, "not valid JSON: %s", jerr.message);
     rc = parse_hf_quant(qc, hf, have_cfg, err);
     json_free(hf);
     return rc;
@@ -465,17 +465,21 @@ static int check_module(const clef_checkpoint *ck, const clef_quant_config *qc, 
     const char *const *req = required_companions(qc);
     for (size_t i = 0; req && req[i]; i++)
         if (!has_companion(ck, module, req[i]))
-            return qf_fail(err, "checkpoint", "tensor '%s' is a %s companion, but '%s.%s' is missing", name,
-                           format_titles[qc->format], module, req[i]);
+            return clef_fail_file(err, "checkpoint", "tensor '%s' is a %s companion, but '%s.%s' is missing", name,
+                                  format_titles[qc->format], module, req[i]);
     if (qc->format == CLEF_QF_NVFP4_CT && !qc->w4a4 && has(ck, module, "input_global_scale"))
-        return qf_fail(err, "checkpoint", "tensor '%s.input_global_scale' is present, but quantization_config has no "
-                       "input_activations (W4A16)", module);
+        return clef_fail_file(err, "checkpoint",
+                              "tensor '%s.input_global_scale' is present, but quantization_config has no "
+                              "input_activations (W4A16)",
+                              module);
     if (has(ck, module, "g_idx"))
-        return qf_fail(err, "checkpoint", "tensor '%s.g_idx' is present: act-order INT4 (g_idx) is not supported",
-                       module);
+        return clef_fail_file(err, "checkpoint",
+                              "tensor '%s.g_idx' is present: act-order INT4 (g_idx) is not supported", module);
     if (clef_quant_module_excluded(qc, module))
-        return qf_fail(err, "checkpoint", "tensor '%s' is quantized, but quantization_config keeps module '%s' "
-                       "unquantized", name, module);
+        return clef_fail_file(err, "checkpoint",
+                              "tensor '%s' is quantized, but quantization_config keeps module '%s' "
+                              "unquantized",
+                              name, module);
     return 0;
 }
 
@@ -498,10 +502,11 @@ int clef_quant_detect(const clef_checkpoint *ck, clef_quant_config *qc, clef_err
         if (f == CLEF_QF_NONE) continue;
         int nvfp4 = qc->format == CLEF_QF_NVFP4_CT || qc->format == CLEF_QF_NVFP4_MODELOPT;
         if (f != qc->format && !(f == CLEF_QF_COUNT && nvfp4))
-            return qf_fail(err, "checkpoint", "tensor '%s' (%s) is a%s %s companion, but config.json's "
-                           "quantization_config is %s", t->name, clef_dtype_name(t->dtype),
-                           f == CLEF_QF_COUNT ? "n" : "", f == CLEF_QF_COUNT ? "NVFP4" : format_titles[f],
-                           format_titles[qc->format]);
+            return clef_fail_file(err, "checkpoint",
+                                  "tensor '%s' (%s) is a%s %s companion, but config.json's "
+                                  "quantization_config is %s",
+                                  t->name, clef_dtype_name(t->dtype), f == CLEF_QF_COUNT ? "n" : "",
+                                  f == CLEF_QF_COUNT ? "NVFP4" : format_titles[f], format_titles[qc->format]);
         memcpy(module, t->name, (size_t)(dot - t->name));
         module[dot - t->name] = '\0';
         if (is_stacked_name(t->name)) qc->stacked = 1;

@@ -21,6 +21,15 @@ int clef_fail(clef_err *e, int status, const char *type, const char *param, cons
     return -1;
 }
 
+int clef_fail_file(clef_err *e, const char *file, const char *fmt, ...) {
+    char what[CLEF_ERR_MESSAGE_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    return clef_fail(e, 500, CLEF_E_INTERNAL, NULL, "%s: %s", file, what);
+}
+
 void clef_err_clear(clef_err *e) {
     if (!e) return;
     e->status = 0;

@@ -37,6 +37,13 @@ typedef struct clef_err {
 int clef_fail(clef_err *e, int status, const char *type, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 
+/* Fill `e` (if non-NULL) as a 500 internal_error with message
+ * "<file>: <what>", `what` being the printf-formatted rest (cut at
+ * CLEF_ERR_MESSAGE_MAX-1 bytes before the prefix is added), and return -1.
+ * The common form of the loaders' errors (config, checkpoint, quant format,
+ * safetensors writer), so a broken file is named without a debugger. */
+int clef_fail_file(clef_err *e, const char *file, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 /* Reset `e` to "no error". */
 void clef_err_clear(clef_err *e);
 
