@@ -353,40 +353,59 @@ static json_value *parse_string(parser *p) {
     return v;
 }
 
-static json_value *parse_array(parser *p) {
-    size_t open = p->pos;
+/* Step over the '[' or '{' at p->pos and the whitespace after it, refusing
+ * nesting past JSON_MAX_DEPTH.  Returns 0 when members follow (depth is now
+ * one deeper), 1 when `close` follows at once (empty container, consumed,
+ * depth unchanged), or -1 with the parse error set. */
+static int open_container(parser *p, char close) {
     if (p->depth >= JSON_MAX_DEPTH) {
-        perr(p, open, "nesting deeper than %d", JSON_MAX_DEPTH);
-        return NULL;
+        perr(p, p->pos, "nesting deeper than %d", JSON_MAX_DEPTH);
+        return -1;
+    }
+    p->pos++;
+    skip_ws(p);
+    if (p->pos < p->len && p->s[p->pos] == close) {
+        p->pos++;
+        return 1;
     }
     p->depth++;
-    p->pos++;
-    json_value *arr = new_node(JSON_ARRAY);
+    return 0;
+}
+
+/* After an array element or object member: skip whitespace, then consume
+ * ',' (returns 1: another member follows) or `close` (returns 0: the
+ * container ends; depth back one).  Anything else is the parse error
+ * "expecting ',' or '<close>' in <kind>, found ..." and returns -1. */
+static int member_end(parser *p, char close, const char *kind) {
     skip_ws(p);
-    if (p->pos < p->len && p->s[p->pos] == ']') {
+    if (p->pos < p->len && p->s[p->pos] == ',') {
+        p->pos++;
+        return 1;
+    }
+    if (p->pos < p->len && p->s[p->pos] == close) {
         p->pos++;
         p->depth--;
-        return arr;
+        return 0;
     }
+    char tmp[32];
+    perr(p, p->pos, "expecting ',' or '%c' in %s, found %s", close, kind, describe_at(p, p->pos, tmp, sizeof tmp));
+    return -1;
+}
+
+static json_value *parse_array(parser *p) {
+    int opened = open_container(p, ']');
+    if (opened < 0) return NULL;
+    json_value *arr = new_node(JSON_ARRAY);
+    if (opened == 1) return arr;
     for (;;) {
         skip_ws(p);
         json_value *item = parse_value(p);
         if (!item) goto fail;
         json_array_push(arr, item);
-        skip_ws(p);
-        if (p->pos < p->len && p->s[p->pos] == ',') {
-            p->pos++;
-            continue;
-        }
-        if (p->pos < p->len && p->s[p->pos] == ']') {
-            p->pos++;
-            break;
-        }
-        char tmp[32];
-        perr(p, p->pos, "expecting ',' or ']' in array, found %s", describe_at(p, p->pos, tmp, sizeof tmp));
-        goto fail;
+        int more = member_end(p, ']', "array");
+        if (more < 0) goto fail;
+        if (!more) break;
     }
-    p->depth--;
     return arr;
 fail:
     json_free(arr);
@@ -459,21 +478,11 @@ static void object_append(json_value *obj, char *key, size_t kn, json_value *ite
 }
 
 static json_value *parse_object(parser *p) {
-    size_t open = p->pos;
-    if (p->depth >= JSON_MAX_DEPTH) {
-        perr(p, open, "nesting deeper than %d", JSON_MAX_DEPTH);
-        return NULL;
-    }
-    p->depth++;
-    p->pos++;
+    int opened = open_container(p, '}');
+    if (opened < 0) return NULL;
     json_value *obj = new_node(JSON_OBJECT);
+    if (opened == 1) return obj;
     keyset ks = {0};
-    skip_ws(p);
-    if (p->pos < p->len && p->s[p->pos] == '}') {
-        p->pos++;
-        p->depth--;
-        return obj;
-    }
     for (;;) {
         skip_ws(p);
         if (p->pos >= p->len || p->s[p->pos] != '"') {
@@ -513,21 +522,11 @@ static json_value *parse_object(parser *p) {
                 keyset_rebuild(&ks, obj);
             }
         }
-        skip_ws(p);
-        if (p->pos < p->len && p->s[p->pos] == ',') {
-            p->pos++;
-            continue;
-        }
-        if (p->pos < p->len && p->s[p->pos] == '}') {
-            p->pos++;
-            break;
-        }
-        char tmp[32];
-        perr(p, p->pos, "expecting ',' or '}' in object, found %s", describe_at(p, p->pos, tmp, sizeof tmp));
-        goto fail;
+        int more = member_end(p, '}', "object");
+        if (more < 0) goto fail;
+        if (!more) break;
     }
     free(ks.slot);
-    p->depth--;
     return obj;
 fail:
     free(ks.slot);
