@@ -8,7 +8,10 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "decision/record.h"
 #include "json/json.h"
+#include "media/media.h"
+#include "text/tokenizer.h"
 
 /* Read a whole file into a NUL-terminated heap buffer (caller frees); fails
  * the test if it cannot. `len` may be NULL. */
@@ -17,6 +20,35 @@ char *tu_read_file(const char *path, size_t *len);
 /* Read a JSON-lines file: returns an array of parsed documents (caller frees
  * each with json_free and the array with free); fails the test on error. */
 json_value **tu_read_jsonl(const char *path, size_t *n);
+
+/* tu_read_jsonl for a gzip-compressed JSON-lines file (the multimodal
+ * goldens ship as .jsonl.gz); same ownership, fails the test on error. */
+json_value **tu_read_jsonl_gz(const char *path, size_t *n);
+
+/* The golden cases of fixture file `rel` (e.g. "goldens/goldens.jsonl" or
+ * "goldens/mm_goldens.jsonl.gz": a name ending in .gz is read through zlib),
+ * one parsed document per case.  Release with tu_free_goldens. */
+json_value **tu_load_goldens(const char *rel, size_t *n);
+
+/* Free the `n` documents of tu_load_goldens / tu_read_jsonl and the array. */
+void tu_free_goldens(json_value **cases, size_t n);
+
+/* A golden case's "name" string (borrowed from the case). */
+const char *tu_case_name(const json_value *c);
+
+/* The tiny checkpoint's tokenizer (fixtures tiny-clef-omni/tokenizer.json);
+ * caller frees with clef_tokenizer_free; fails the test if it cannot load. */
+clef_tokenizer *tu_load_tokenizer(void);
+
+/* A record straight from a golden case's input_ids and questions (type,
+ * question_span, option_spans in encoding order), without the encoder; no
+ * media, positions NULL.  Caller frees with clef_record_free. */
+void tu_record_from_golden(const json_value *c, clef_record *r);
+
+/* Decode the images / audio / videos of golden case `c`'s request into `m`
+ * (default limits) and, when `preprocess`, build its tensors; fails the test
+ * naming the case and the stage on error.  Caller frees with clef_media_free. */
+void tu_media_from_golden(const json_value *c, clef_media *m, int preprocess);
 
 /* Path under the fixtures directory (static buffer per call site is not
  * needed: returns a heap string the caller frees). */

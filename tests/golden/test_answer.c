@@ -19,27 +19,15 @@ typedef struct fixture {
 
 static int setup(void **state) {
     fixture *f = calloc(1, sizeof *f);
-    char *path = tu_fixture("tiny-clef-omni/tokenizer.json");
-    clef_err err;
-    clef_err_clear(&err);
-    f->tok = clef_tokenizer_load(path, &err);
-    free(path);
-    if (!f->tok) {
-        fprintf(stderr, "tokenizer: %s\n", err.message);
-        free(f);
-        return -1;
-    }
-    path = tu_fixture("goldens/goldens.jsonl");
-    f->cases = tu_read_jsonl(path, &f->n_cases);
-    free(path);
+    f->tok = tu_load_tokenizer();
+    f->cases = tu_load_goldens("goldens/goldens.jsonl", &f->n_cases);
     *state = f;
     return 0;
 }
 
 static int teardown(void **state) {
     fixture *f = *state;
-    for (size_t i = 0; i < f->n_cases; i++) json_free(f->cases[i]);
-    free(f->cases);
+    tu_free_goldens(f->cases, f->n_cases);
     clef_tokenizer_free(f->tok);
     free(f);
     return 0;
@@ -57,7 +45,7 @@ typedef struct decoded {
 } decoded;
 
 static void decode_case(const fixture *f, const json_value *c, decoded *d) {
-    d->name = json_get(c, "name")->str;
+    d->name = tu_case_name(c);
     clef_limits lim = clef_limits_default();
     clef_err err;
     clef_err_clear(&err);
@@ -91,7 +79,7 @@ static void decoded_free(decoded *d) {
 }
 
 static int answerable(const json_value *c) {
-    return !json_get(c, "error") && strcmp(json_get(c, "name")->str, "question_id_empty") != 0;
+    return !json_get(c, "error") && strcmp(tu_case_name(c), "question_id_empty") != 0;
 }
 
 /* ---- field-by-field comparison (SPEC §11 rule 5) ------------------------ */

@@ -18,33 +18,19 @@ typedef struct fixture {
 
 static int setup(void **state) {
     fixture *f = calloc(1, sizeof *f);
-    char *path = tu_fixture("tiny-clef-omni/tokenizer.json");
-    clef_err err;
-    clef_err_clear(&err);
-    f->tok = clef_tokenizer_load(path, &err);
-    free(path);
-    if (!f->tok) {
-        fprintf(stderr, "tokenizer: %s\n", err.message);
-        free(f);
-        return -1;
-    }
-    path = tu_fixture("goldens/goldens.jsonl");
-    f->cases = tu_read_jsonl(path, &f->n_cases);
-    free(path);
+    f->tok = tu_load_tokenizer();
+    f->cases = tu_load_goldens("goldens/goldens.jsonl", &f->n_cases);
     *state = f;
     return 0;
 }
 
 static int teardown(void **state) {
     fixture *f = *state;
-    for (size_t i = 0; i < f->n_cases; i++) json_free(f->cases[i]);
-    free(f->cases);
+    tu_free_goldens(f->cases, f->n_cases);
     clef_tokenizer_free(f->tok);
     free(f);
     return 0;
 }
-
-static const char *case_name(const json_value *c) { return json_get(c, "name")->str; }
 
 static size_t case_max_length(const json_value *c) {
     int64_t m;
@@ -132,7 +118,7 @@ static void test_goldens(void **state) {
     size_t n_ok = 0, n_err = 0, n_empty = 0;
     for (size_t i = 0; i < f->n_cases; i++) {
         const json_value *c = f->cases[i];
-        const char *name = case_name(c);
+        const char *name = tu_case_name(c);
         clef_request req;
         clef_record rec;
         clef_err err;
@@ -164,7 +150,7 @@ static void test_goldens(void **state) {
 
 static const json_value *find_case(const fixture *f, const char *name) {
     for (size_t i = 0; i < f->n_cases; i++)
-        if (strcmp(case_name(f->cases[i]), name) == 0) return f->cases[i];
+        if (strcmp(tu_case_name(f->cases[i]), name) == 0) return f->cases[i];
     fail_msg("no golden %s", name);
     return NULL;
 }

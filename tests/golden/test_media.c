@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zlib.h>
 
 #include "decision/encode.h"
 #include "decision/request.h"
@@ -25,87 +24,18 @@ static json_value **cases;
 static size_t n_cases;
 static clef_tokenizer *tok;
 
-/* Read a gzipped JSON-lines file (the goldens ship compressed). */
-static json_value **read_jsonl_gz(const char *path, size_t *n) {
-    gzFile f = gzopen(path, "rb");
-    if (!f) fail_msg("cannot open %s", path);
-    size_t cap = 1 << 20, len = 0;
-    char *text = malloc(cap);
-    int got;
-    while ((got = gzread(f, text + len, (unsigned)(cap - len - 1))) > 0) {
-        len += (size_t)got;
-        if (cap - len < 2) text = realloc(text, cap *= 2);
-    }
-    gzclose(f);
-    text[len] = '\0';
-    json_value **out = NULL;
-    size_t count = 0;
-    for (char *line = text; line < text + len;) {
-        char *nl = memchr(line, '\n', (size_t)(text + len - line));
-        size_t ll = nl ? (size_t)(nl - line) : (size_t)(text + len - line);
-        if (ll) {
-            clef_err err;
-            clef_err_clear(&err);
-            json_value *v = json_parse(line, ll, &err);
-            if (!v) fail_msg("%s line %zu: %s", path, count + 1, err.message);
-            out = realloc(out, (count + 1) * sizeof *out);
-            out[count++] = v;
-        }
-        line += ll + 1;
-    }
-    free(text);
-    *n = count;
-    return out;
-}
-
 static int setup(void **state) {
     (void)state;
-    char *p = tu_fixture("goldens/mm_goldens.jsonl.gz");
-    cases = read_jsonl_gz(p, &n_cases);
-    free(p);
-    p = tu_fixture("tiny-clef-omni/tokenizer.json");
-    clef_err err;
-    clef_err_clear(&err);
-    tok = clef_tokenizer_load(p, &err);
-    free(p);
-    if (!tok) fail_msg("tokenizer: %s", err.message);
+    cases = tu_load_goldens("goldens/mm_goldens.jsonl.gz", &n_cases);
+    tok = tu_load_tokenizer();
     return 0;
 }
 
 static int teardown(void **state) {
     (void)state;
-    for (size_t i = 0; i < n_cases; i++) json_free(cases[i]);
-    free(cases);
+    tu_free_goldens(cases, n_cases);
     clef_tokenizer_free(tok);
     return 0;
-}
-
-static const char *case_name(const json_value *c) { return json_get(c, "name")->str; }
-
-/* The request's media arrays as a clef_media_source (items borrowed). */
-static clef_media_item *items_of(const json_value *req, const char *key, size_t *n) {
-    const json_value *a = json_get(req, key);
-    *n = a ? a->n : 0;
-    clef_media_item *it = calloc(*n ? *n : 1, sizeof *it);
-    for (size_t i = 0; i < *n; i++) it[i] = (clef_media_item){a->items[i]->str, a->items[i]->len};
-    return it;
-}
-
-/* Decode (and optionally preprocess) the media of golden case `c`. */
-static void decode_case(const json_value *c, clef_media *m, int preprocess) {
-    const json_value *req = json_get(c, "request");
-    clef_media_source src;
-    clef_media_item *im = items_of(req, "images", &src.n_images);
-    clef_media_item *au = items_of(req, "audio", &src.n_audio);
-    clef_media_item *vi = items_of(req, "videos", &src.n_videos);
-    src.images = im, src.audio = au, src.videos = vi;
-    clef_err err;
-    clef_err_clear(&err);
-    if (clef_media_decode(&src, NULL, m, &err)) fail_msg("%s: decode: %s", case_name(c), err.message);
-    if (preprocess && clef_media_preprocess(m, &err)) fail_msg("%s: preprocess: %s", case_name(c), err.message);
-    free(im);
-    free(au);
-    free(vi);
 }
 
 /* numpy's pairwise summation (PW_BLOCKSIZE 128, 8 accumulators). */
@@ -142,7 +72,7 @@ static double f64_sum(const float *x, size_t n) {
 static double num_of(const json_value *c, const char *key) {
     double x;
     const json_value *v = json_get(c, key);
-    if (!v || json_as_double(v, &x)) fail_msg("%s: no number %s", case_name(c), key);
+    if (!v || json_as_double(v, &x)) fail_msg("%s: no number %s", tu_case_name(c), key);
     return x;
 }
 
@@ -150,13 +80,13 @@ static void check_grids(const json_value *c, const char *key, const clef_grid *g
     const json_value *media = json_get(c, "media");
     const json_value *v = json_get(media, key);
     size_t want = v ? v->n : 0;
-    if (want != n) fail_msg("%s: %zu %s, golden %zu", case_name(c), n, key, want);
+    if (want != n) fail_msg("%s: %zu %s, golden %zu", tu_case_name(c), n, key, want);
     for (size_t i = 0; i < n; i++) {
         const json_value *r = v->items[i];
         int32_t got[3] = {g[i].t, g[i].h, g[i].w};
         for (int k = 0; k < 3; k++)
             if (tu_num_at(r, k) != got[k])
-                fail_msg("%s: %s[%zu][%d] = %d, golden %g", case_name(c), key, i, k, got[k], tu_num_at(r, k));
+                fail_msg("%s: %s[%zu][%d] = %d, golden %g", tu_case_name(c), key, i, k, got[k], tu_num_at(r, k));
     }
 }
 
@@ -167,7 +97,7 @@ static void test_grids_and_frames(void **state) {
     for (size_t ci = 0; ci < n_cases; ci++) {
         const json_value *c = cases[ci];
         clef_media m;
-        decode_case(c, &m, 0);
+        tu_media_from_golden(c, &m, 0);
         check_grids(c, "image_grid_thw_values", m.image_grids, m.n_images);
         check_grids(c, "video_grid_thw_values", m.video_grids, m.n_videos);
         const json_value *media = json_get(c, "media");
@@ -178,7 +108,7 @@ static void test_grids_and_frames(void **state) {
         assert_int_equal(m.n_clips, fams ? fams->n : 0);
         for (size_t k = 0; k < m.n_clips; k++)
             if (tu_num_at(fams, k) != m.feature_lens[k])
-                fail_msg("%s: clip %zu has %d frames, golden %g", case_name(c), k, m.feature_lens[k],
+                fail_msg("%s: clip %zu has %d frames, golden %g", tu_case_name(c), k, m.feature_lens[k],
                          tu_num_at(fams, k));
         const json_value *feat = json_get(media, "input_features");
         if (feat) assert_int_equal(tu_int_at(feat, 2), m.n_frames);
@@ -197,29 +127,29 @@ static void test_media_block_and_positions(void **state) {
     for (size_t ci = 0; ci < n_cases; ci++) {
         const json_value *c = cases[ci];
         clef_media m;
-        decode_case(c, &m, 0);
+        tu_media_from_golden(c, &m, 0);
         clef_ids block = {0};
-        if (clef_media_prompt_ids(tok, &m, &block, &err)) fail_msg("%s: %s", case_name(c), err.message);
+        if (clef_media_prompt_ids(tok, &m, &block, &err)) fail_msg("%s: %s", tu_case_name(c), err.message);
         const json_value *gids = json_get(c, "input_ids");
         size_t n = gids->n;
         assert_true(PREFIX_TOKENS + block.n < n);
         for (size_t i = 0; i < block.n; i++)
             if (tu_int_at(gids, PREFIX_TOKENS + i) != block.v[i])
-                fail_msg("%s: media id %zu = %d, golden %lld", case_name(c), i, block.v[i],
+                fail_msg("%s: media id %zu = %d, golden %lld", tu_case_name(c), i, block.v[i],
                          (long long)tu_int_at(gids, PREFIX_TOKENS + i));
         /* the block ends where the state begins: its last token is the "\n" of the last placeholder */
         assert_int_equal(block.v[block.n - 1], 198);
         int32_t *ids = malloc(sizeof(int32_t) * n), *pos = malloc(sizeof(int32_t) * 3 * n);
         for (size_t i = 0; i < n; i++) ids[i] = (int32_t)tu_int_at(gids, i);
         if (clef_media_positions(ids, n, PREFIX_TOKENS, block.n, &m, &t, pos, &err))
-            fail_msg("%s: positions: %s", case_name(c), err.message);
+            fail_msg("%s: positions: %s", tu_case_name(c), err.message);
         const json_value *gp = json_get(c, "position_ids");
         assert_int_equal(gp->n, 3);
         for (int a = 0; a < 3; a++) {
             assert_int_equal(gp->items[a]->n, n);
             for (size_t i = 0; i < n; i++)
                 if (tu_num_at(gp->items[a], i) != pos[a * n + i])
-                    fail_msg("%s: position[%d][%zu] = %d, golden %g", case_name(c), a, i, pos[a * n + i],
+                    fail_msg("%s: position[%d][%zu] = %d, golden %g", tu_case_name(c), a, i, pos[a * n + i],
                              tu_num_at(gp->items[a], i));
         }
         free(ids);
@@ -237,7 +167,7 @@ static void test_pixels_bit_exact(void **state) {
     for (size_t ci = 0; ci < n_cases; ci++) {
         const json_value *c = cases[ci];
         clef_media m;
-        decode_case(c, &m, 1);
+        tu_media_from_golden(c, &m, 1);
         const json_value *media = json_get(c, "media");
         const json_value *shape = json_get(media, "pixel_values");
         if (shape) {
@@ -245,7 +175,7 @@ static void test_pixels_bit_exact(void **state) {
             assert_int_equal(tu_int_at(shape, 1), CLEF_PATCH_DIM);
             double want = num_of(c, "pixel_values_sum");
             double got = f64_sum(m.pixel_values, m.image_rows * CLEF_PATCH_DIM);
-            if (got != want) fail_msg("%s: pixel_values sum %.17g, golden %.17g", case_name(c), got, want);
+            if (got != want) fail_msg("%s: pixel_values sum %.17g, golden %.17g", tu_case_name(c), got, want);
             const json_value *rows = json_get(c, "pixel_values_first_rows");
             assert_int_equal(rows->n, 2);
             for (size_t r = 0; r < 2; r++) {
@@ -253,7 +183,7 @@ static void test_pixels_bit_exact(void **state) {
                 for (size_t k = 0; k < CLEF_PATCH_DIM; k++) {
                     float g = (float)tu_num_at(rows->items[r], k);
                     if (memcmp(&g, &m.pixel_values[r * CLEF_PATCH_DIM + k], sizeof g) != 0)
-                        fail_msg("%s: pixel_values[%zu][%zu] = %.9g, golden %.9g", case_name(c), r, k,
+                        fail_msg("%s: pixel_values[%zu][%zu] = %.9g, golden %.9g", tu_case_name(c), r, k,
                                  m.pixel_values[r * CLEF_PATCH_DIM + k], g);
                 }
             }
@@ -264,7 +194,7 @@ static void test_pixels_bit_exact(void **state) {
             assert_int_equal(tu_int_at(shape, 0), m.video_rows);
             double want = num_of(c, "pixel_values_videos_sum");
             double got = f64_sum(m.pixel_values_videos, m.video_rows * CLEF_PATCH_DIM);
-            if (got != want) fail_msg("%s: pixel_values_videos sum %.17g, golden %.17g", case_name(c), got, want);
+            if (got != want) fail_msg("%s: pixel_values_videos sum %.17g, golden %.17g", tu_case_name(c), got, want);
             checked++;
         }
         clef_media_free(&m);
@@ -282,7 +212,7 @@ static void test_log_mel(void **state) {
         const json_value *ff = json_get(c, "input_features_first_frames");
         if (!ff) continue;
         clef_media m;
-        decode_case(c, &m, 1);
+        tu_media_from_golden(c, &m, 1);
         const json_value *shape = json_get(json_get(c, "media"), "input_features");
         assert_int_equal(tu_int_at(shape, 0), m.n_clips);
         assert_int_equal(tu_int_at(shape, 1), CLEF_MEL_BINS);
@@ -293,7 +223,8 @@ static void test_log_mel(void **state) {
                 double g = tu_num_at(ff->items[t], k), v = m.input_features[k * m.n_frames + t];
                 double d = fabs(g - v);
                 if (d > worst) worst = d;
-                if (!(d <= 1e-4)) fail_msg("%s: input_features[0][%zu][%zu] = %.8g, golden %.8g", case_name(c), k, t, v, g);
+                if (!(d <= 1e-4))
+                    fail_msg("%s: input_features[0][%zu][%zu] = %.8g, golden %.8g", tu_case_name(c), k, t, v, g);
             }
         checked++;
         clef_media_free(&m);
@@ -321,31 +252,31 @@ static void test_encode_records(void **state) {
         clef_err err;
         clef_err_clear(&err);
         if (clef_request_parse(body.data, body.len, NULL, &req, &err))
-            fail_msg("%s: parse: %s", case_name(c), err.message);
+            fail_msg("%s: parse: %s", tu_case_name(c), err.message);
         if (clef_encode_record(tok, &req, CLEF_DEFAULT_MAX_LENGTH, 1, &rec, &err))
-            fail_msg("%s: encode: %s", case_name(c), err.message);
+            fail_msg("%s: encode: %s", tu_case_name(c), err.message);
         const json_value *gids = json_get(c, "input_ids");
         assert_int_equal(rec.n_ids, gids->n);
         for (size_t i = 0; i < rec.n_ids; i++)
             if (rec.input_ids[i] != tu_int_at(gids, i))
-                fail_msg("%s: input_ids[%zu] = %d, golden %lld", case_name(c), i, rec.input_ids[i],
+                fail_msg("%s: input_ids[%zu] = %d, golden %lld", tu_case_name(c), i, rec.input_ids[i],
                          (long long)tu_int_at(gids, i));
         assert_int_equal(rec.media_start, PREFIX_TOKENS);
         assert_true(rec.media_len > 0);
         const json_value *qs = json_get(c, "questions");
         assert_int_equal(rec.n_questions, qs->n);
         for (size_t q = 0; q < qs->n; q++) {
-            check_span(case_name(c), json_get(qs->items[q], "question_span"), rec.questions[q].question);
+            check_span(tu_case_name(c), json_get(qs->items[q], "question_span"), rec.questions[q].question);
             const json_value *os = json_get(qs->items[q], "option_spans");
             assert_int_equal(rec.questions[q].n_options, os->n);
-            for (size_t j = 0; j < os->n; j++) check_span(case_name(c), os->items[j], rec.questions[q].options[j]);
+            for (size_t j = 0; j < os->n; j++) check_span(tu_case_name(c), os->items[j], rec.questions[q].options[j]);
         }
         const json_value *gp = json_get(c, "position_ids");
         assert_non_null(rec.positions);
         for (int a = 0; a < 3; a++)
             for (size_t i = 0; i < rec.n_ids; i++)
                 if (tu_num_at(gp->items[a], i) != rec.positions[a * rec.n_ids + i])
-                    fail_msg("%s: positions[%d][%zu] = %d, golden %g", case_name(c), a, i,
+                    fail_msg("%s: positions[%d][%zu] = %d, golden %g", tu_case_name(c), a, i,
                              rec.positions[a * rec.n_ids + i], tu_num_at(gp->items[a], i));
         /* usage.input_tokens of the reference response counts the media tokens */
         int64_t used;

@@ -40,17 +40,14 @@ static int setup(void **state) {
         fprintf(stderr, "model: %s\n", err.message);
         return -1;
     }
-    char *path = tu_fixture("goldens/goldens.jsonl");
-    f->cases = tu_read_jsonl(path, &f->n_cases);
-    free(path);
+    f->cases = tu_load_goldens("goldens/goldens.jsonl", &f->n_cases);
     *state = f;
     return 0;
 }
 
 static int teardown(void **state) {
     fixture *f = *state;
-    for (size_t i = 0; i < f->n_cases; i++) json_free(f->cases[i]);
-    free(f->cases);
+    tu_free_goldens(f->cases, f->n_cases);
     clef_model_free(f->m);
     clef_checkpoint_close(&f->ck);
     free(f);
@@ -63,45 +60,11 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* A record straight from a golden case (caller frees with record_free). */
-static void record_from_golden(const json_value *c, clef_record *r) {
-    memset(r, 0, sizeof *r);
-    const json_value *ids = json_get(c, "input_ids"), *qs = json_get(c, "questions");
-    r->n_ids = ids->n;
-    r->input_ids = malloc((ids->n + 1) * sizeof *r->input_ids);
-    for (size_t i = 0; i < ids->n; i++) r->input_ids[i] = (int32_t)tu_int_at(ids, i);
-    r->n_questions = qs->n;
-    r->questions = calloc(qs->n, sizeof *r->questions);
-    for (size_t i = 0; i < qs->n; i++) {
-        const json_value *q = qs->items[i], *qsp = json_get(q, "question_span"), *os = json_get(q, "option_spans");
-        clef_record_question *rq = &r->questions[i];
-        int64_t type;
-        assert_int_equal(json_as_i64(json_get(q, "type"), &type), 0);
-        rq->type = (clef_qtype)type;
-        rq->question = (clef_span){(int32_t)tu_int_at(qsp, 0), (int32_t)tu_int_at(qsp, 1)};
-        rq->n_options = os->n;
-        rq->options = calloc(os->n, sizeof *rq->options);
-        for (size_t j = 0; j < os->n; j++)
-            rq->options[j] = (clef_span){(int32_t)tu_int_at(os->items[j], 0), (int32_t)tu_int_at(os->items[j], 1)};
-    }
-}
-
-static void record_free(clef_record *r) {
-    for (size_t i = 0; i < r->n_questions; i++) free(r->questions[i].options);
-    free(r->questions);
-    free(r->input_ids);
-}
-
-static size_t total_options(const clef_record *r) {
-    size_t n = 0;
-    for (size_t i = 0; i < r->n_questions; i++) n += r->questions[i].n_options;
-    return n;
-}
-
 /* thinker + head over one record; returns the logits (caller frees) or NULL
  * with err. */
 static float *run_record(clef_model *m, const clef_record *r, size_t H, clef_err *err) {
-    float *hidden = malloc(r->n_ids * H * sizeof *hidden), *logits = malloc((total_options(r) + 1) * sizeof *logits);
+    float *hidden = malloc(r->n_ids * H * sizeof *hidden);
+    float *logits = malloc((clef_record_total_options(r) + 1) * sizeof *logits);
     int rc = clef_thinker_forward(m, r->input_ids, r->n_ids, hidden, NULL, err);
     if (rc == 0) rc = clef_head_forward(m, hidden, r, logits, err);
     free(hidden);
@@ -121,9 +84,9 @@ static void test_logits_all_cases(void **state) {
     for (size_t ci = 0; ci < f->n_cases; ci++) {
         const json_value *c = f->cases[ci];
         if (json_get(c, "error")) continue;
-        const char *name = json_get(c, "name")->str;
+        const char *name = tu_case_name(c);
         clef_record r;
-        record_from_golden(c, &r);
+        tu_record_from_golden(c, &r);
         clef_err err;
         clef_err_clear(&err);
         double t0 = now_s();
@@ -135,7 +98,7 @@ static void test_logits_all_cases(void **state) {
             assert_null(logits);
             assert_int_equal(err.status, 422);
             printf("  %-28s refused: %d %s\n", name, err.status, err.message);
-            record_free(&r);
+            clef_record_free(&r);
             continue;
         }
         if (!logits) fail_msg("%s: %s", name, err.message);
@@ -175,7 +138,7 @@ static void test_logits_all_cases(void **state) {
         n_options += k;
         n_tokens += r.n_ids;
         free(logits);
-        record_free(&r);
+        clef_record_free(&r);
     }
     printf("  %zu cases, %zu options, %zu tokens in %.2f s: max |dlogit| %.3g (gap >= 1e-3), %.3g (near ties); "
            "max |dprob| %.3g\n",
@@ -192,7 +155,7 @@ static void test_packed_equals_alone(void **state) {
     clef_record r[3];
     size_t seg[4] = {0};
     for (int i = 0; i < 3; i++) {
-        record_from_golden(f->cases[pick[i]], &r[i]);
+        tu_record_from_golden(f->cases[pick[i]], &r[i]);
         seg[i + 1] = seg[i] + r[i].n_ids;
     }
     int32_t *ids = malloc(seg[3] * sizeof *ids);
@@ -208,7 +171,7 @@ static void test_packed_equals_alone(void **state) {
             fail_msg("alone: %s", err.message);
         assert_memory_equal(alone, packed + seg[i] * H, r[i].n_ids * H * sizeof(float));
         free(alone);
-        record_free(&r[i]);
+        clef_record_free(&r[i]);
     }
     /* and the thread count changes nothing either */
     clef_model *m1 = clef_model_create(&f->ck, 1, &err);
@@ -237,13 +200,13 @@ static void test_bad_inputs(void **state) {
     assert_int_equal(err.status, 422);
     assert_int_equal(clef_thinker_forward(f->m, bad, 0, hidden, NULL, &err), -1);
     clef_record r;
-    record_from_golden(f->cases[0], &r);
+    tu_record_from_golden(f->cases[0], &r);
     float *h = calloc(r.n_ids * H, sizeof *h), logits[64];
     r.questions[0].options[0].end = (int32_t)r.n_ids + 1;
     assert_int_equal(clef_head_forward(f->m, h, &r, logits, &err), -1);
     assert_int_equal(err.status, 500);
     free(h);
-    record_free(&r);
+    clef_record_free(&r);
 }
 
 int main(void) {

@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zlib.h>
 
 #include "backend/cpu/cpu.h"
 #include "decision/encode.h"
@@ -26,45 +25,12 @@ static clef_checkpoint ck;
 static clef_backend *be;
 static clef_towers *tw;
 
-static json_value **read_jsonl_gz(const char *path, size_t *n) {
-    gzFile f = gzopen(path, "rb");
-    if (!f) fail_msg("cannot open %s", path);
-    size_t cap = 1 << 20, len = 0;
-    char *text = malloc(cap);
-    int got;
-    while ((got = gzread(f, text + len, (unsigned)(cap - len - 1))) > 0) {
-        len += (size_t)got;
-        if (cap - len < 2) text = realloc(text, cap *= 2);
-    }
-    gzclose(f);
-    text[len] = '\0';
-    json_value **out = NULL;
-    size_t count = 0;
-    for (char *line = text; line < text + len;) {
-        char *nl = memchr(line, '\n', (size_t)(text + len - line));
-        size_t ll = nl ? (size_t)(nl - line) : (size_t)(text + len - line);
-        if (ll) {
-            clef_err err;
-            json_value *v = json_parse(line, ll, &err);
-            if (!v) fail_msg("%s: %s", path, err.message);
-            out = realloc(out, (count + 1) * sizeof *out);
-            out[count++] = v;
-        }
-        line += ll + 1;
-    }
-    free(text);
-    *n = count;
-    return out;
-}
-
 static int setup(void **state) {
     (void)state;
-    char *p = tu_fixture("goldens/mm_goldens.jsonl.gz");
-    cases = read_jsonl_gz(p, &n_cases);
-    free(p);
+    cases = tu_load_goldens("goldens/mm_goldens.jsonl.gz", &n_cases);
     clef_err err;
     clef_err_clear(&err);
-    p = tu_fixture("tiny-clef-omni");
+    char *p = tu_fixture("tiny-clef-omni");
     if (clef_checkpoint_open(p, &ck, &err)) fail_msg("checkpoint: %s", err.message);
     free(p);
     be = clef_backend_cpu_create(2, &err);
@@ -79,34 +45,8 @@ static int teardown(void **state) {
     clef_towers_free(tw);
     be->ops->destroy(be);
     clef_checkpoint_close(&ck);
-    for (size_t i = 0; i < n_cases; i++) json_free(cases[i]);
-    free(cases);
+    tu_free_goldens(cases, n_cases);
     return 0;
-}
-
-static const char *case_name(const json_value *c) { return json_get(c, "name")->str; }
-
-static clef_media_item *items_of(const json_value *req, const char *key, size_t *n) {
-    const json_value *a = json_get(req, key);
-    *n = a ? a->n : 0;
-    clef_media_item *it = calloc(*n ? *n : 1, sizeof *it);
-    for (size_t i = 0; i < *n; i++) it[i] = (clef_media_item){a->items[i]->str, a->items[i]->len};
-    return it;
-}
-
-static void prepare(const json_value *c, clef_media *m) {
-    const json_value *req = json_get(c, "request");
-    clef_media_source src;
-    clef_media_item *im = items_of(req, "images", &src.n_images);
-    clef_media_item *au = items_of(req, "audio", &src.n_audio);
-    clef_media_item *vi = items_of(req, "videos", &src.n_videos);
-    src.images = im, src.audio = au, src.videos = vi;
-    clef_err err;
-    if (clef_media_decode(&src, NULL, m, &err) || clef_media_preprocess(m, &err))
-        fail_msg("%s: %s", case_name(c), err.message);
-    free(im);
-    free(au);
-    free(vi);
 }
 
 /* max |got - want| over a [rows][cols] JSON array vs host floats. */
@@ -167,23 +107,23 @@ static void test_vision_tower(void **state) {
         const json_value *vcalls = json_get(c, "visual_calls");
         if (!vcalls->n) continue;
         clef_media m;
-        prepare(c, &m);
+        tu_media_from_golden(c, &m, 1);
         size_t k = 0;
         double d;
         if (m.n_images) {
             d = check_vision_call(vcalls->items[k++], m.pixel_values, m.image_rows, m.image_grids, m.n_images,
-                                  case_name(c));
+                                  tu_case_name(c));
             if (d > worst) worst = d;
             calls++;
         }
         if (m.n_videos) {
             d = check_vision_call(vcalls->items[k++], m.pixel_values_videos, m.video_rows, m.video_grids, m.n_videos,
-                                  case_name(c));
+                                  tu_case_name(c));
             if (d > worst) worst = d;
             calls++;
         }
         assert_int_equal(k, vcalls->n);
-        if (worst > 1e-5) fail_msg("%s: vision max |diff| %.3g", case_name(c), worst);
+        if (worst > 1e-5) fail_msg("%s: vision max |diff| %.3g", tu_case_name(c), worst);
         clef_media_free(&m);
     }
     print_message("vision tower: %zu calls, max |diff| %.3g\n", calls, worst);
@@ -199,17 +139,17 @@ static void test_audio_tower(void **state) {
         const json_value *acalls = json_get(c, "audio_calls");
         if (!acalls->n) continue;
         clef_media m;
-        prepare(c, &m);
+        tu_media_from_golden(c, &m, 1);
         size_t rows = 0;
         for (size_t i = 0; i < m.n_clips; i++) rows += (size_t)m.audio_tokens[i];
         size_t O = (size_t)clef_towers_audio_config(tw)->output_dim;
         float *out = malloc(sizeof(float) * rows * O);
         clef_err err;
         if (clef_audio_forward(tw, m.input_features, m.n_clips, m.n_frames, m.feature_lens, out, &err))
-            fail_msg("%s: %s", case_name(c), err.message);
-        double d = max_diff(acalls->items[0], out, rows, O, "audio", case_name(c));
+            fail_msg("%s: %s", tu_case_name(c), err.message);
+        double d = max_diff(acalls->items[0], out, rows, O, "audio", tu_case_name(c));
         if (d > worst) worst = d;
-        if (d > 1e-5) fail_msg("%s: audio max |diff| %.3g", case_name(c), d);
+        if (d > 1e-5) fail_msg("%s: audio max |diff| %.3g", tu_case_name(c), d);
         calls++;
         free(out);
         clef_media_free(&m);
@@ -242,7 +182,7 @@ static void test_engine_responses(void **state) {
         clef_buf body = {0}, out = {0}, want = {0}, got = {0};
         json_render_opts(json_get(c, "request"), 0, &body);
         if (clef_engine_decide(e, body.data, body.len, &dp, &out, &err))
-            fail_msg("%s: decide: %s", case_name(c), err.message);
+            fail_msg("%s: decide: %s", tu_case_name(c), err.message);
         json_value *resp = json_parse(out.data, out.len, &err);
         assert_non_null(resp);
         /* debug block: ids, spans, logits */
@@ -269,7 +209,7 @@ static void test_engine_responses(void **state) {
                 double d = fabs(tu_num_at(lg, j) - tu_num_at(glg, j));
                 if (d > worst) worst = d;
                 if (!(d <= 1e-4))
-                    fail_msg("%s: question %zu option %zu logit %.7g, reference %.7g", case_name(c), q, j,
+                    fail_msg("%s: question %zu option %zu logit %.7g, reference %.7g", tu_case_name(c), q, j,
                              tu_num_at(lg, j), tu_num_at(glg, j));
             }
         }
@@ -280,7 +220,8 @@ static void test_engine_responses(void **state) {
                 json_object_set(plain, resp->keys[k], resp->key_lens[k], json_clone(resp->items[k]));
         json_render_opts(plain, 1, &got);
         json_render_opts(json_get(c, "response"), 1, &want);
-        if (strcmp(got.data, want.data)) fail_msg("%s: response %s, reference %s", case_name(c), got.data, want.data);
+        if (strcmp(got.data, want.data))
+            fail_msg("%s: response %s, reference %s", tu_case_name(c), got.data, want.data);
         json_free(plain);
         json_free(resp);
         clef_buf_free(&body);
