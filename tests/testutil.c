@@ -90,6 +90,23 @@ clef_tokenizer *tu_load_tokenizer(void) {
     return tok;
 }
 
+clef_engine *tu_open_engine(const char *dir, int truncate_state, int n_threads) {
+    clef_engine_options opt = {.model_dir = dir, .truncate_state = truncate_state, .n_threads = n_threads};
+    clef_err err;
+    clef_err_clear(&err);
+    clef_engine *e = clef_engine_open(&opt, &err);
+    if (!e) fail_msg("engine %s: %s", dir, err.message);
+    return e;
+}
+
+const json_value *tu_golden_question(const json_value *c, const char *qid) {
+    const json_value *qs = json_get(c, "questions");
+    for (size_t i = 0; i < qs->n; i++)
+        if (!strcmp(json_get(qs->items[i], "id")->str, qid)) return qs->items[i];
+    fail_msg("no golden question '%s'", qid);
+    return NULL;
+}
+
 void tu_record_from_golden(const json_value *c, clef_record *r) {
     memset(r, 0, sizeof *r);
     const json_value *ids = json_get(c, "input_ids"), *qs = json_get(c, "questions");

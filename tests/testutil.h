@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "decision/record.h"
+#include "engine/engine.h"
 #include "json/json.h"
 #include "media/media.h"
 #include "text/tokenizer.h"
@@ -39,6 +40,15 @@ const char *tu_case_name(const json_value *c);
 /* The tiny checkpoint's tokenizer (fixtures tiny-clef-omni/tokenizer.json);
  * caller frees with clef_tokenizer_free; fails the test if it cannot load. */
 clef_tokenizer *tu_load_tokenizer(void);
+
+/* Open an engine on checkpoint `dir` with `truncate_state` (0/1) and
+ * `n_threads` (0 = default); fails the test naming `dir` if it cannot.
+ * Caller closes with clef_engine_close. */
+clef_engine *tu_open_engine(const char *dir, int truncate_state, int n_threads);
+
+/* The golden question with id `qid` of case `c` (borrowed); fails the test
+ * when there is none. */
+const json_value *tu_golden_question(const json_value *c, const char *qid);
 
 /* A record straight from a golden case's input_ids and questions (type,
  * question_span, option_spans in encoding order), without the encoder; no

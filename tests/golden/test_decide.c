@@ -17,22 +17,15 @@ static int boundary_allowances;
 
 static int setup(void **state) {
     char *dir = tu_fixture("tiny-clef-omni");
-    clef_engine_options opt = {.model_dir = dir, .truncate_state = 1};
-    clef_err err;
-    clef_err_clear(&err);
-    engine = clef_engine_open(&opt, &err);
+    engine = tu_open_engine(dir, 1, 0);
     free(dir);
-    if (!engine) fail_msg("engine: %s", err.message);
-    char *path = tu_fixture("goldens/goldens.jsonl");
-    cases = tu_read_jsonl(path, &n_cases);
-    free(path);
+    cases = tu_load_goldens("goldens/goldens.jsonl", &n_cases);
     assert_int_equal(n_cases, 49);
     return 0;
 }
 
 static int teardown(void **state) {
-    for (size_t i = 0; i < n_cases; i++) json_free(cases[i]);
-    free(cases);
+    tu_free_goldens(cases, n_cases);
     clef_engine_close(engine);
     return 0;
 }
@@ -114,14 +107,6 @@ static void compare_answer(const char *name, const char *qid, const json_value *
     }
 }
 
-static const json_value *golden_question(const json_value *c, const char *qid) {
-    const json_value *qs = json_get(c, "questions");
-    for (size_t i = 0; i < qs->n; i++)
-        if (!strcmp(json_get(qs->items[i], "id")->str, qid)) return qs->items[i];
-    fail_msg("no golden question %s", qid);
-    return NULL;
-}
-
 static void test_golden_responses(void **state) {
     int answered = 0, rejected = 0;
     for (size_t i = 0; i < n_cases; i++) {
@@ -183,7 +168,7 @@ static void test_golden_responses(void **state) {
             assert_int_equal(ga->n, wa->n);
             for (size_t q = 0; q < wa->n; q++) {
                 assert_string_equal(ga->keys[q], wa->keys[q]);
-                compare_answer(name, wa->keys[q], ga->items[q], wa->items[q], golden_question(c, wa->keys[q]));
+                compare_answer(name, wa->keys[q], ga->items[q], wa->items[q], tu_golden_question(c, wa->keys[q]));
             }
             json_free(got);
             answered++;

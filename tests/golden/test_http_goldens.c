@@ -20,29 +20,20 @@ static clef_engine *engine; /* in-process reference for byte equality */
 
 static int setup(void **state) {
     curl_global_init(CURL_GLOBAL_DEFAULT);
-    char *path = tu_fixture("goldens/goldens.jsonl");
-    cases = tu_read_jsonl(path, &n_cases);
-    free(path);
+    cases = tu_load_goldens("goldens/goldens.jsonl", &n_cases);
     assert_int_equal(n_cases, 49);
     char *dir = tu_fixture("tiny-clef-omni");
-    clef_engine_options opt = {.model_dir = dir, .truncate_state = 0, .n_threads = 1};
-    clef_err err;
-    clef_err_clear(&err);
-    engine = clef_engine_open(&opt, &err);
+    engine = tu_open_engine(dir, 0, 1);
     free(dir);
-    if (!engine) fail_msg("engine: %s", err.message);
     return 0;
 }
 
 static int teardown(void **state) {
-    for (size_t i = 0; i < n_cases; i++) json_free(cases[i]);
-    free(cases);
+    tu_free_goldens(cases, n_cases);
     clef_engine_close(engine);
     curl_global_cleanup();
     return 0;
 }
-
-static const char *case_name(const json_value *c) { return json_get(c, "name")->str; }
 
 static int64_t case_max_length(const json_value *c) {
     int64_t m = 64000;
@@ -54,7 +45,8 @@ static int64_t case_max_length(const json_value *c) {
  * the cases made with a cut ask for it explicitly ("truncate_state": true). */
 static void case_body(const json_value *c, clef_buf *body) {
     json_value *req = json_clone(json_get(c, "request"));
-    if (!strncmp(case_name(c), "truncate_state", 14)) json_object_set(req, "truncate_state", 14, json_new(JSON_TRUE));
+    if (!strncmp(tu_case_name(c), "truncate_state", 14))
+        json_object_set(req, "truncate_state", 14, json_new(JSON_TRUE));
     json_render_opts(req, 0, body);
     json_free(req);
 }
@@ -107,16 +99,8 @@ static void compare_rendered(const char *name, const char *what, const json_valu
     clef_buf_free(&y);
 }
 
-static const json_value *golden_question(const json_value *c, const char *qid) {
-    const json_value *qs = json_get(c, "questions");
-    for (size_t i = 0; i < qs->n; i++)
-        if (!strcmp(json_get(qs->items[i], "id")->str, qid)) return qs->items[i];
-    fail_msg("no golden question '%s'", qid);
-    return NULL;
-}
-
 static void compare_response(const json_value *c, const json_value *got) {
-    const char *name = case_name(c);
+    const char *name = tu_case_name(c);
     const json_value *want = json_get(c, "response");
     assert_int_equal(got->type, JSON_OBJECT);
     assert_int_equal(got->n, 3);
@@ -129,7 +113,7 @@ static void compare_response(const json_value *c, const json_value *got) {
     assert_int_equal(ga->n, wa->n);
     for (size_t q = 0; q < wa->n; q++) {
         assert_string_equal(ga->keys[q], wa->keys[q]);
-        const json_value *gq = golden_question(c, wa->keys[q]), *g = ga->items[q], *w = wa->items[q];
+        const json_value *gq = tu_golden_question(c, wa->keys[q]), *g = ga->items[q], *w = wa->items[q];
         assert_int_equal(g->n, w->n);
         for (size_t f = 0; f < w->n; f++) {
             const char *key = w->keys[f];
@@ -159,7 +143,7 @@ static long expected_error_status(const char *name) {
 }
 
 static void check_error(const json_value *c, const hu_response *r) {
-    const char *name = case_name(c);
+    const char *name = tu_case_name(c);
     clef_err perr;
     json_value *body = json_parse(r->body.data, r->body.len, &perr);
     if (!body) fail_msg("%s: error body is not JSON: %s", name, r->body.data);
@@ -190,7 +174,7 @@ static void decide_alone(const json_value *c, const clef_buf *body, clef_buf *ou
     clef_err err;
     clef_err_clear(&err);
     if (clef_engine_decide(engine, body->data, body->len, &p, out, &err) != 0)
-        fail_msg("%s: in-process decide failed: %s", case_name(c), err.message);
+        fail_msg("%s: in-process decide failed: %s", tu_case_name(c), err.message);
 }
 
 /* One server per max_length the goldens use (64000, 300, 250, 200). */
@@ -219,21 +203,21 @@ static void test_golden_cases(void **state) {
             hu_response r;
             hu_post_json(curl, &srv, body.data, body.len, NULL, &r);
             assert_int_equal(r.curl_code, CURLE_OK);
-            if (json_get(c, "error") || !strcmp(case_name(c), "question_id_empty")) {
+            if (json_get(c, "error") || !strcmp(tu_case_name(c), "question_id_empty")) {
                 check_error(c, &r);
                 rejected++;
             } else {
-                if (r.status != 200) fail_msg("%s: status %ld: %s", case_name(c), r.status, r.body.data);
+                if (r.status != 200) fail_msg("%s: status %ld: %s", tu_case_name(c), r.status, r.body.data);
                 clef_err perr;
                 json_value *got = json_parse(r.body.data, r.body.len, &perr);
-                if (!got) fail_msg("%s: response is not JSON: %s", case_name(c), r.body.data);
+                if (!got) fail_msg("%s: response is not JSON: %s", tu_case_name(c), r.body.data);
                 compare_response(c, got);
                 json_free(got);
                 clef_buf alone = {0};
                 decide_alone(c, &body, &alone);
                 if (strcmp(alone.data, r.body.data))
-                    fail_msg("%s: HTTP answer differs from the in-process answer:\n%s\n%s", case_name(c), r.body.data,
-                             alone.data);
+                    fail_msg("%s: HTTP answer differs from the in-process answer:\n%s\n%s", tu_case_name(c),
+                             r.body.data, alone.data);
                 clef_buf_free(&alone);
                 answered++;
             }
@@ -446,7 +430,7 @@ static void test_auth_and_served_name(void **state) {
 static void test_truncation_default(void **state) {
     const json_value *c = NULL;
     for (size_t i = 0; i < n_cases; i++)
-        if (!strcmp(case_name(cases[i]), "truncate_state")) c = cases[i];
+        if (!strcmp(tu_case_name(cases[i]), "truncate_state")) c = cases[i];
     assert_non_null(c);
     clef_buf body = {0};
     json_render_opts(json_get(c, "request"), 0, &body); /* no truncate_state field */

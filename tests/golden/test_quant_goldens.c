@@ -31,15 +31,12 @@ static json_value **base;
 static size_t n_base;
 
 static int setup(void **state) {
-    char *p = tu_fixture("goldens/goldens.jsonl");
-    base = tu_read_jsonl(p, &n_base);
-    free(p);
+    base = tu_load_goldens("goldens/goldens.jsonl", &n_base);
     return n_base == 49 ? 0 : -1;
 }
 
 static int teardown(void **state) {
-    for (size_t i = 0; i < n_base; i++) json_free(base[i]);
-    free(base);
+    tu_free_goldens(base, n_base);
     return 0;
 }
 
@@ -50,15 +47,8 @@ static const json_value *base_case(const char *name) {
     return NULL;
 }
 
-static clef_engine *open_engine(const char *dir) {
-    /* one thread: the tiny model's ops are too small to pay for OpenMP barriers */
-    clef_engine_options opt = {.model_dir = dir, .truncate_state = 1, .n_threads = 1};
-    clef_err err;
-    clef_err_clear(&err);
-    clef_engine *e = clef_engine_open(&opt, &err);
-    if (!e) fail_msg("engine %s: %s", dir, err.message);
-    return e;
-}
+/* One thread: the tiny model's ops are too small to pay for OpenMP barriers. */
+static clef_engine *open_engine(const char *dir) { return tu_open_engine(dir, 1, 1); }
 
 static void assert_json_equal(const char *what, const json_value *a, const json_value *b) {
     clef_buf x = {0}, y = {0};

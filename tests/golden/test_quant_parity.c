@@ -17,15 +17,8 @@
 #include "engine/parity.h"
 #include "quant/convert.h"
 
-static clef_engine *open_engine(const char *dir) {
-    /* one thread: the tiny model's ops are too small to pay for OpenMP barriers */
-    clef_engine_options opt = {.model_dir = dir, .truncate_state = 1, .n_threads = 1};
-    clef_err err;
-    clef_err_clear(&err);
-    clef_engine *e = clef_engine_open(&opt, &err);
-    if (!e) fail_msg("engine %s: %s", dir, err.message);
-    return e;
-}
+/* One thread: the tiny model's ops are too small to pay for OpenMP barriers. */
+static clef_engine *open_engine(const char *dir) { return tu_open_engine(dir, 1, 1); }
 
 static void test_roundtrip_parity(void **state) {
     static const struct {

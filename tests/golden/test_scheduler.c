@@ -47,15 +47,11 @@ static void prepare(const ref_case *r, clef_job *job) {
 
 static int setup(void **state) {
     char *dir = tu_fixture("tiny-clef-omni");
-    clef_engine_options opt = {.model_dir = dir, .truncate_state = 1, .n_threads = 2};
+    engine = tu_open_engine(dir, 1, 2);
+    free(dir);
+    cases = tu_load_goldens("goldens/goldens.jsonl", &n_cases);
     clef_err err;
     clef_err_clear(&err);
-    engine = clef_engine_open(&opt, &err);
-    free(dir);
-    if (!engine) fail_msg("engine: %s", err.message);
-    char *path = tu_fixture("goldens/goldens.jsonl");
-    cases = tu_read_jsonl(path, &n_cases);
-    free(path);
     for (size_t i = 0; i < n_cases; i++) {
         const json_value *c = cases[i];
         if (json_get(c, "error") || !strcmp(json_get(c, "name")->str, "question_id_empty")) continue;
@@ -84,8 +80,7 @@ static int teardown(void **state) {
         free(refs[i].body);
         free(refs[i].logits);
     }
-    for (size_t i = 0; i < n_cases; i++) json_free(cases[i]);
-    free(cases);
+    tu_free_goldens(cases, n_cases);
     clef_engine_close(engine);
     return 0;
 }
