@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Generate N varied SystemOne requests (one JSON object per line) for parity
-and batch-invariance runs: support-ticket-like states of 8..160 words (the CPU reference must stay affordable),
-1..5 questions mixing choice (2..8 options), score (2..11 levels) and noul.
+and batch-invariance runs: support-ticket-like states of 3..30 words: the CPU f32 reference of the `small` preset must stay affordable (~30k tokens),
+1 question (30%: 2) of choice (2..5 options), score (2..6 levels) or noul.
 
 usage: gen_requests.py N SEED > requests.jsonl
 Deterministic for a given (N, SEED); standard library only.
@@ -24,7 +24,7 @@ LEVELS = ["Can wait", "This week", "Today", "Within hours", "Immediately", "Low"
 
 
 def state(rng):
-    n = rng.randint(8, 160)
+    n = rng.randint(3, 30)
     words = [rng.choice(WORDS) for _ in range(n)]
     if rng.random() < 0.3:
         words.insert(rng.randrange(len(words)), "order #%d" % rng.randint(1000, 99999))
@@ -33,14 +33,14 @@ def state(rng):
 
 def question(rng, kind):
     if kind == "choice":
-        keys = rng.sample(sorted(TEAMS), rng.randint(2, 8))
+        keys = rng.sample(sorted(TEAMS), rng.randint(2, 5))
         q = {"type": "choice", "criteria": {k: TEAMS[k] for k in keys}}
         if rng.random() < 0.8:
             q["instructions"] = rng.choice(["Which team should handle the message?", "Route this ticket.",
                                             "Pick the department."])
         return q
     if kind == "score":
-        n = rng.randint(2, 11)
+        n = rng.randint(2, 6)
         return {"type": "score", "instructions": "How urgent is it?", "criteria": LEVELS[:n]}
     return {"type": "noul", "instructions": rng.choice(["Is a service down?", "Is the customer angry?",
                                                          "Does this mention money?", "Is it spam?"])}
@@ -48,7 +48,7 @@ def question(rng, kind):
 
 def request(rng):
     qs = {}
-    for i in range(rng.randint(1, 5)):
+    for i in range(1 if rng.random() < 0.7 else 2):
         qs["q%d_%s" % (i, rng.choice(["a", "b", "c"]))] = question(rng, rng.choice(["choice", "score", "noul"]))
     return {"model": "clef-omni", "state": state(rng), "questions": qs}
 

@@ -485,7 +485,8 @@ static void test_moe(void **state) {
     NEED_GPU(state);
     fx *f = *state;
     clef_err err;
-    const int64_t E = 16, H = 256, NI = 128, k = 4, T = 300, TB = 2100; /* TB * k >= 8192: big tiles */
+    /* TB * k >= 8192: big tiles; TB > 8192: two passes of the chunked expert block */
+    const int64_t E = 16, H = 256, NI = 128, k = 4, T = 300, TB = 8300;
     uint16_t *wh[3][16];
     clef_weight wc[3][16];
     for (int j = 0; j < 3; j++)
@@ -533,6 +534,15 @@ static void test_moe(void **state) {
         if (memcmp(yb, y, (size_t)(T * H) * 4) != 0)
             fail_msg("moe on %s: the first %lld tokens differ inside a batch of %lld (big tiles)", f->name[gi],
                      (long long)T, (long long)TB);
+        const int64_t late[2] = {8191, 8250}; /* the end of the first pass, inside the second */
+        for (int i = 0; i < 2; i++) {
+            ok(g->ops->moe(g, dx + late[i] * H, 1, di + late[i] * k, dw + late[i] * k, k, &mg, dy, &err), &err);
+            float *y1 = dget(g, dy, (size_t)H);
+            if (memcmp(y1, yb + late[i] * H, (size_t)H * 4) != 0)
+                fail_msg("moe on %s: token %lld alone differs from the batch of %lld", f->name[gi],
+                         (long long)late[i], (long long)TB);
+            free(y1);
+        }
         printf("  %-34s %-9s tokens alone / slice / batch of %lld: bitwise equal\n", "moe", f->name[gi],
                (long long)TB);
         free(yb), free(y);

@@ -252,7 +252,14 @@ static void note_usage(cuda_ctx *c) {
  * queued on the old buffer is safe. */
 static void *cu_slot(cuda_ctx *c, int s, size_t bytes, clef_err *err) {
     if (c->slot[s] && c->slot_bytes[s] >= bytes) return c->slot[s];
-    if (c->slot[s]) cudaFreeAsync(c->slot[s], c->st);
+    if (c->slot[s]) {
+        /* growth is rare: give the smaller block back to the driver instead of
+         * leaving it cached in the pool (it would count towards the peak) */
+        cudaFreeAsync(c->slot[s], c->st);
+        cudaMemPool_t pool;
+        if (cudaStreamSynchronize(c->st) == cudaSuccess && cudaDeviceGetDefaultMemPool(&pool, c->device) == cudaSuccess)
+            cudaMemPoolTrimTo(pool, 0);
+    }
     c->slot[s] = NULL;
     c->slot_bytes[s] = 0;
     size_t want = ALIGN_UP(bytes + bytes / 4 + 256, 256); /* a little headroom: fewer regrowths */
@@ -875,19 +882,19 @@ static const void *const *moe_pointers(cuda_ctx *c, const clef_moe_weights *ex, 
     return m->dev;
 }
 
-/* Grouped expert block (backend.h moe): permutation on the device, the
- * gate/up GEMM with SwiGLU fused, the down GEMM, the ordered combine. */
-static int cu_moe(clef_backend *be, const float *x, int64_t T, const int32_t *idx, const float *w, int64_t k,
-                  const clef_moe_weights *ex, float *y, clef_err *err) {
-    cuda_ctx *c = cu_of(be);
+/* Tokens per pass of the expert block: bounds the permuted expert outputs
+ * (chunk * k * hidden f32: 512 MiB at 8192 x 8 x 2048) whatever the batch.
+ * A token's result does not depend on the tokens beside it, so chunking
+ * changes no value. */
+#define MOE_CHUNK_TOKENS 8192
+
+/* One pass of the grouped expert block over T tokens: permutation on the
+ * device, the gate/up GEMM with SwiGLU fused, the down GEMM, the ordered
+ * combine. */
+static int moe_pass(cuda_ctx *c, const float *x, int64_t T, const int32_t *idx, const float *w, int64_t k,
+                    const clef_moe_weights *ex, const void *const *ptrs, float *y, clef_err *err) {
     const int64_t E = ex->n_experts, H = ex->hidden, NI = ex->inter, TK = T * k;
-    if (T <= 0) return 0;
-    if (k <= 0 || k > 64 || k > E || E > 65535 || H % 8 || NI % 8 || TK > INT32_MAX / 2)
-        return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CUDA moe: %lld of %lld experts, hidden %lld, inter %lld",
-                         (long long)k, (long long)E, (long long)H, (long long)NI);
-    op_begin(c, "moe: expert table + permutation", 1);
-    const void *const *ptrs = moe_pointers(c, ex, err);
-    if (!ptrs) return op_end(c, -1);
+    op_begin(c, "moe: permutation", 1);
     const int split = c->precise ? 2 : 1, big = TK >= 8192, BM = ck_gemm_bm(big);
     const int64_t max_tiles = (TK + BM - 1) / BM + E;
     int32_t *ix = cu_slot(c, SLOT_MOE_IX, (size_t)(2 * E + 2 * TK + 2 * max_tiles + 1) * sizeof(int32_t), err);
@@ -925,6 +932,26 @@ static int cu_moe(clef_backend *be, const float *x, int64_t T, const int32_t *id
 
     op_begin(c, "moe: combine", 0);
     return op_end(c, cu_check(ck_moe_combine(yp, idx, w, slot_pos, T, (int)k, H, y, c->st), "moe combine", err));
+}
+
+/* Grouped expert block (backend.h moe), in passes of MOE_CHUNK_TOKENS tokens. */
+static int cu_moe(clef_backend *be, const float *x, int64_t T, const int32_t *idx, const float *w, int64_t k,
+                  const clef_moe_weights *ex, float *y, clef_err *err) {
+    cuda_ctx *c = cu_of(be);
+    const int64_t E = ex->n_experts, H = ex->hidden, NI = ex->inter;
+    if (T <= 0) return 0;
+    if (k <= 0 || k > 64 || k > E || E > 65535 || H % 8 || NI % 8 || T * k > INT32_MAX / 2)
+        return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CUDA moe: %lld of %lld experts, hidden %lld, inter %lld",
+                         (long long)k, (long long)E, (long long)H, (long long)NI);
+    op_begin(c, "moe: expert table", 1);
+    const void *const *ptrs = moe_pointers(c, ex, err);
+    op_end(c, 0);
+    if (!ptrs) return -1;
+    for (int64_t t0 = 0; t0 < T; t0 += MOE_CHUNK_TOKENS) {
+        const int64_t n = T - t0 < MOE_CHUNK_TOKENS ? T - t0 : MOE_CHUNK_TOKENS;
+        if (moe_pass(c, x + t0 * H, n, idx + t0 * k, w + t0 * k, k, ex, ptrs, y + t0 * H, err) != 0) return -1;
+    }
+    return 0;
 }
 
 static int cu_swiglu(clef_backend *be, const float *g, const float *u, float *out, int64_t n, clef_err *err) {
