@@ -90,6 +90,22 @@ clef_tokenizer *tu_load_tokenizer(void) {
     return tok;
 }
 
+int tu_golden_fixture_setup(void **state) {
+    tu_golden_fixture *f = calloc(1, sizeof *f);
+    f->tok = tu_load_tokenizer();
+    f->cases = tu_load_goldens("goldens/goldens.jsonl", &f->n_cases);
+    *state = f;
+    return 0;
+}
+
+int tu_golden_fixture_teardown(void **state) {
+    tu_golden_fixture *f = *state;
+    tu_free_goldens(f->cases, f->n_cases);
+    clef_tokenizer_free(f->tok);
+    free(f);
+    return 0;
+}
+
 clef_engine *tu_open_engine(const char *dir, int truncate_state, int n_threads) {
     clef_engine_options opt = {.model_dir = dir, .truncate_state = truncate_state, .n_threads = n_threads};
     clef_err err;

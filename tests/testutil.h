@@ -50,6 +50,19 @@ clef_engine *tu_open_engine(const char *dir, int truncate_state, int n_threads);
  * when there is none. */
 const json_value *tu_golden_question(const json_value *c, const char *qid);
 
+/* Group fixture of the text golden tests: the tiny tokenizer and the 49
+ * cases of goldens/goldens.jsonl (all owned). */
+typedef struct tu_golden_fixture {
+    clef_tokenizer *tok;
+    json_value **cases;
+    size_t n_cases;
+} tu_golden_fixture;
+
+/* cmocka group setup / teardown that create / free a tu_golden_fixture in
+ * *state (setup fails the test if the tokenizer or goldens cannot load). */
+int tu_golden_fixture_setup(void **state);
+int tu_golden_fixture_teardown(void **state);
+
 /* A record straight from a golden case's input_ids and questions (type,
  * question_span, option_spans in encoding order), without the encoder; no
  * media, positions NULL.  Caller frees with clef_record_free. */

@@ -11,27 +11,7 @@
 #include "decision/request.h"
 #include "testutil.h"
 
-typedef struct fixture {
-    clef_tokenizer *tok;
-    json_value **cases;
-    size_t n_cases;
-} fixture;
-
-static int setup(void **state) {
-    fixture *f = calloc(1, sizeof *f);
-    f->tok = tu_load_tokenizer();
-    f->cases = tu_load_goldens("goldens/goldens.jsonl", &f->n_cases);
-    *state = f;
-    return 0;
-}
-
-static int teardown(void **state) {
-    fixture *f = *state;
-    tu_free_goldens(f->cases, f->n_cases);
-    clef_tokenizer_free(f->tok);
-    free(f);
-    return 0;
-}
+typedef tu_golden_fixture fixture;
 
 /* One golden case decoded: request, record and the golden logits as f32 in
  * the head's layout (questions in request order, options in encoding order). */
@@ -258,17 +238,25 @@ static void test_debug_block(void **state) {
     decoded_free(&d);
 }
 
+/* Parse request `body` with the default limits and encode it at the default
+ * max length with the state cut on; asserts both succeed.  Caller frees req
+ * and rec. */
+static void parse_and_encode(const fixture *f, const char *body, clef_request *req, clef_record *rec) {
+    clef_limits lim = clef_limits_default();
+    clef_err err;
+    assert_int_equal(clef_request_parse(body, strlen(body), &lim, req, &err), 0);
+    assert_int_equal(clef_encode_record(f->tok, req, CLEF_DEFAULT_MAX_LENGTH, 1, rec, &err), 0);
+}
+
 /* question_id_empty: the golden's NaN logits are caught before rendering. */
 static void test_non_finite_logits(void **state) {
     fixture *f = *state;
     const char *body = "{\"model\":\"m\",\"state\":\"x\",\"questions\":{\"a\":{\"type\":\"noul\"},"
                        "\"b\":{\"type\":\"score\",\"criteria\":[1,2]}}}";
-    clef_limits lim = clef_limits_default();
     clef_request req;
     clef_record rec;
     clef_err err;
-    assert_int_equal(clef_request_parse(body, strlen(body), &lim, &req, &err), 0);
-    assert_int_equal(clef_encode_record(f->tok, &req, CLEF_DEFAULT_MAX_LENGTH, 1, &rec, &err), 0);
+    parse_and_encode(f, body, &req, &rec);
     float logits[4] = {0.1f, 0.2f, 0.3f, 0.4f};
     assert_int_equal(clef_check_logits(&req, &rec, logits, &err), 0);
     logits[3] = NAN;
@@ -286,12 +274,9 @@ static void test_choice_tie(void **state) {
     fixture *f = *state;
     const char *body = "{\"model\":\"m\",\"state\":\"x\",\"questions\":{\"c\":{\"type\":\"choice\","
                        "\"criteria\":{\"z\":null,\"a\":null,\"m\":null}}}}";
-    clef_limits lim = clef_limits_default();
     clef_request req;
     clef_record rec;
-    clef_err err;
-    assert_int_equal(clef_request_parse(body, strlen(body), &lim, &req, &err), 0);
-    assert_int_equal(clef_encode_record(f->tok, &req, CLEF_DEFAULT_MAX_LENGTH, 1, &rec, &err), 0);
+    parse_and_encode(f, body, &req, &rec);
     float logits[3] = {1.0f, 0.0f, 1.0f}; /* encoding order a, m, z: a and z tie */
     clef_buf out = {0};
     clef_render_response(&req, &rec, logits, 0, &out);
@@ -313,5 +298,5 @@ int main(void) {
         cmocka_unit_test(test_debug_block),      cmocka_unit_test(test_non_finite_logits),
         cmocka_unit_test(test_choice_tie),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, tu_golden_fixture_setup, tu_golden_fixture_teardown);
 }

@@ -10,27 +10,7 @@
 #include "decision/request.h"
 #include "testutil.h"
 
-typedef struct fixture {
-    clef_tokenizer *tok;
-    json_value **cases;
-    size_t n_cases;
-} fixture;
-
-static int setup(void **state) {
-    fixture *f = calloc(1, sizeof *f);
-    f->tok = tu_load_tokenizer();
-    f->cases = tu_load_goldens("goldens/goldens.jsonl", &f->n_cases);
-    *state = f;
-    return 0;
-}
-
-static int teardown(void **state) {
-    fixture *f = *state;
-    tu_free_goldens(f->cases, f->n_cases);
-    clef_tokenizer_free(f->tok);
-    free(f);
-    return 0;
-}
+typedef tu_golden_fixture fixture;
 
 static size_t case_max_length(const json_value *c) {
     int64_t m;
@@ -231,5 +211,5 @@ int main(void) {
         cmocka_unit_test(test_seed_and_cut),
         cmocka_unit_test(test_instructions_fallback),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, tu_golden_fixture_setup, tu_golden_fixture_teardown);
 }
