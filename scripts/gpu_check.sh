@@ -140,6 +140,18 @@ EOF
         PYTHONUNBUFFERED=1 run_stage transformers 270 python3 bench/bench_transformers.py
         grep -E "ceiling|RESULT|peak|built" "$OUT/transformers.log" >> "$SUM"
         ;;
+    modes) # parity of each precise-mode part against the CPU reference (which part's bf16 rounding costs what)
+        REF=${REF:-bench/parity/cpu_answers_small_seed1.jsonl}
+        REQ=bench/parity/requests_200.jsonl
+        head -n "$(wc -l < "$REF")" "$REQ" > /tmp/clef_req_modes.jsonl
+        : > "$OUT/modes.log"
+        for m in ${PARITY_MODES:-0 dense experts attention dense,experts}; do
+            echo "=== CLEF_CUDA_PRECISE=$m" >> "$OUT/modes.log"
+            CLEF_CUDA_PRECISE=$m timeout 90 "$BIN/clef" devcheck --synthetic small --seed 1 --device cuda \
+                --requests /tmp/clef_req_modes.jsonl --reference "$REF" --batches 1 >> "$OUT/modes.log" 2>&1
+            note "mode $m: $(grep -E "^parity top-1|^parity total" "$OUT/modes.log" | tail -2 | tr '\n' ' ')"
+        done
+        ;;
     *) echo "unknown stage $st" >&2 ;;
     esac
 done

@@ -72,6 +72,8 @@ typedef struct prof_ev {
 typedef struct cuda_ctx {
     int device;
     int precise, gemm_custom, profile;
+    /* which parts run precise (split-bf16 products, f32 attention): PRECISE_* bits */
+    unsigned precise_parts;
     cudaStream_t st;
     cublasLtHandle_t lt;
     cublasLtMatmulDesc_t lt_desc;
@@ -104,6 +106,20 @@ typedef struct cuda_ctx {
 } cuda_ctx;
 
 static const clef_backend_ops cuda_ops;
+
+/* Parts of the precise mode (CLEF_CUDA_PRECISE=1 or "all": every part; or a
+ * comma list of "dense", "experts", "attention"). */
+enum { PRECISE_DENSE = 1, PRECISE_EXPERTS = 2, PRECISE_ATTN = 4, PRECISE_ALL = 7 };
+
+static unsigned parse_precise(const char *v) {
+    if (!v || !*v || !strcmp(v, "0")) return 0;
+    if (!strcmp(v, "1") || !strcmp(v, "all")) return PRECISE_ALL;
+    unsigned m = 0;
+    if (strstr(v, "dense")) m |= PRECISE_DENSE;
+    if (strstr(v, "experts")) m |= PRECISE_EXPERTS;
+    if (strstr(v, "attention")) m |= PRECISE_ATTN;
+    return m;
+}
 
 static inline cuda_ctx *cu_of(clef_backend *be) { return (cuda_ctx *)be->ctx; }
 
@@ -475,8 +491,8 @@ static void cvt_clobber(cuda_ctx *c, const void *p, size_t bytes) {
 
 /* x [rows, K] (rows ldx apart) as bf16 rows in SLOT_A16 ([hi | lo] when
  * precise), reusing the last conversion when it is of the same rows. */
-static const uint16_t *convert_rows(cuda_ctx *c, const float *x, int64_t rows, int64_t K, int64_t ldx, clef_err *err) {
-    const int split = c->precise ? 2 : 1;
+static const uint16_t *convert_rows(cuda_ctx *c, const float *x, int64_t rows, int64_t K, int64_t ldx, int split,
+                                    clef_err *err) {
     if (c->cvt_valid && c->cvt_x == x && c->cvt_rows == rows && c->cvt_K == K && c->cvt_ld == ldx &&
         c->cvt_split == split)
         return c->slot[SLOT_A16];
@@ -695,10 +711,11 @@ static int cu_matmul(clef_backend *be, const float *x, int64_t T, const clef_wei
         c->cvt_valid = 0;
         rc = cu_check(ck_gemm_f32(x, T, K, w->data, N, bias, y, c->st), "matmul f32", err);
     } else {
-        const uint16_t *a16 = convert_rows(c, x, T, K, K, err);
+        const int split = c->precise_parts & PRECISE_DENSE ? 2 : 1;
+        const uint16_t *a16 = convert_rows(c, x, T, K, K, split, err);
         if (!a16) return op_end(c, -1);
         lt_plan *p = NULL;
-        if (!c->gemm_custom && !c->precise && !((uintptr_t)y & 15) && !(N % 4)) {
+        if (!c->gemm_custom && split == 1 && !((uintptr_t)y & 15) && !(N % 4)) {
             p = lt_plan_for(c, N, K, w->data, err);
             if (!p) return op_end(c, -1);
         }
@@ -706,8 +723,8 @@ static int cu_matmul(clef_backend *be, const float *x, int64_t T, const clef_wei
             rc = lt_matmul(c, p, a16, T, w, y, err);
             if (rc == 0 && bias) rc = cu_check(ck_add_bias(y, T, N, N, bias, c->st), "bias", err);
         } else {
-            ck_gemm_args g = {.mode = CK_GEMM_DENSE, .A = a16, .lda = K * (c->precise ? 2 : 1), .K = K,
-                              .split = c->precise ? 2 : 1, .N = N, .W = w->data, .M = T, .bias = bias, .Y = y,
+            ck_gemm_args g = {.mode = CK_GEMM_DENSE, .A = a16, .lda = K * split, .K = K,
+                              .split = split, .N = N, .W = w->data, .M = T, .bias = bias, .Y = y,
                               .ldy = N, .big = T >= 1024};
             rc = cu_check(ck_gemm(&g, c->st), "matmul", err);
         }
@@ -768,7 +785,7 @@ static int cu_attention(clef_backend *be, const float *q, const float *k, const 
     }
     const int64_t nq = ns ? a->q_off[ns] : 0, nk = ns ? a->kv_off[ns] : 0;
     if (nq == 0) return 0;
-    const int tc = !c->precise && (D == 64 || D == 128);
+    const int tc = !(c->precise_parts & PRECISE_ATTN) && (D == 64 || D == 128);
     op_begin(c, tc ? "attention (tensor cores)" : "attention (f32)", 0);
     const size_t off_bytes = (size_t)(ns + 1) * sizeof(int64_t);
     const size_t meta = 2 * off_bytes + (tc ? (size_t)n_tiles * 2 * sizeof(int32_t) : 0);
@@ -895,7 +912,7 @@ static int moe_pass(cuda_ctx *c, const float *x, int64_t T, const int32_t *idx, 
                     const clef_moe_weights *ex, const void *const *ptrs, float *y, clef_err *err) {
     const int64_t E = ex->n_experts, H = ex->hidden, NI = ex->inter, TK = T * k;
     op_begin(c, "moe: permutation", 1);
-    const int split = c->precise ? 2 : 1, big = TK >= 8192, BM = ck_gemm_bm(big);
+    const int split = c->precise_parts & PRECISE_EXPERTS ? 2 : 1, big = TK >= 8192, BM = ck_gemm_bm(big);
     const int64_t max_tiles = (TK + BM - 1) / BM + E;
     int32_t *ix = cu_slot(c, SLOT_MOE_IX, (size_t)(2 * E + 2 * TK + 2 * max_tiles + 1) * sizeof(int32_t), err);
     if (!ix) return op_end(c, -1);
@@ -907,7 +924,7 @@ static int moe_pass(cuda_ctx *c, const float *x, int64_t T, const int32_t *idx, 
     op_end(c, 0);
 
     op_begin(c, "moe: input to bf16", 1);
-    const uint16_t *a16 = convert_rows(c, x, T, H, H, err);
+    const uint16_t *a16 = convert_rows(c, x, T, H, H, split, err);
     if (!a16) return op_end(c, -1);
     op_end(c, 0);
 
@@ -1157,7 +1174,8 @@ clef_backend *clef_cuda_backend_create_ex(const clef_cuda_options *opt, clef_err
         return NULL;
     }
     c->device = opt->device;
-    c->precise = opt->precise >= 0 ? opt->precise : getenv_int("CLEF_CUDA_PRECISE", 0) != 0;
+    c->precise_parts = opt->precise >= 0 ? (opt->precise ? PRECISE_ALL : 0) : parse_precise(getenv("CLEF_CUDA_PRECISE"));
+    c->precise = c->precise_parts == PRECISE_ALL;
     if (opt->gemm >= 0) {
         c->gemm_custom = opt->gemm == 1;
     } else {
@@ -1186,7 +1204,10 @@ void clef_cuda_describe(clef_backend *be, char *buf, size_t cap) {
         return;
     }
     cuda_ctx *c = cu_of(be);
-    snprintf(buf, cap, "%s%s%s", c->desc, c->precise ? ", precise" : "",
+    snprintf(buf, cap, "%s%s%s%s%s%s", c->desc, c->precise ? ", precise" : "",
+             !c->precise && (c->precise_parts & PRECISE_DENSE) ? ", precise dense" : "",
+             !c->precise && (c->precise_parts & PRECISE_EXPERTS) ? ", precise experts" : "",
+             !c->precise && (c->precise_parts & PRECISE_ATTN) ? ", precise attention" : "",
              c->gemm_custom ? ", custom dense GEMM" : ", cuBLASLt dense GEMM");
 }
 
