@@ -10,6 +10,8 @@
  *     environment (or `precise` below) each activation row is split into
  *     hi = bf16(x) and lo = bf16(x - hi) and both are multiplied (x = hi + lo
  *     to ~2^-17): products then match f32 to ~1e-6, at twice the work.
+ *     CLEF_CUDA_PRECISE may also name parts: a comma list of "dense" (the
+ *     matmul op), "experts" (the moe op), "attention" (f32 kernel).
  *   - Attention runs on the tensor cores (bf16 Q, K, V, P; f32 scores,
  *     softmax and accumulation) for head_dim 64 and 128; other head sizes and
  *     the precise mode use an f32 kernel.
