@@ -84,42 +84,9 @@ static int teardown(void **state) {
         }                                                                                                              \
     } while (0)
 
-static void record_from_golden(const json_value *c, clef_record *r) {
-    memset(r, 0, sizeof *r);
-    const json_value *ids = json_get(c, "input_ids"), *qs = json_get(c, "questions");
-    r->n_ids = ids->n;
-    r->input_ids = malloc((ids->n + 1) * sizeof *r->input_ids);
-    for (size_t i = 0; i < ids->n; i++) r->input_ids[i] = (int32_t)tu_int_at(ids, i);
-    r->n_questions = qs->n;
-    r->questions = calloc(qs->n, sizeof *r->questions);
-    for (size_t i = 0; i < qs->n; i++) {
-        const json_value *q = qs->items[i], *qsp = json_get(q, "question_span"), *os = json_get(q, "option_spans");
-        clef_record_question *rq = &r->questions[i];
-        int64_t type;
-        assert_int_equal(json_as_i64(json_get(q, "type"), &type), 0);
-        rq->type = (clef_qtype)type;
-        rq->question = (clef_span){(int32_t)tu_int_at(qsp, 0), (int32_t)tu_int_at(qsp, 1)};
-        rq->n_options = os->n;
-        rq->options = calloc(os->n, sizeof *rq->options);
-        for (size_t j = 0; j < os->n; j++)
-            rq->options[j] = (clef_span){(int32_t)tu_int_at(os->items[j], 0), (int32_t)tu_int_at(os->items[j], 1)};
-    }
-}
-
-static void record_free(clef_record *r) {
-    for (size_t i = 0; i < r->n_questions; i++) free(r->questions[i].options);
-    free(r->questions);
-    free(r->input_ids);
-}
-
-static size_t total_options(const clef_record *r) {
-    size_t n = 0;
-    for (size_t i = 0; i < r->n_questions; i++) n += r->questions[i].n_options;
-    return n;
-}
-
 static float *run_record(clef_model *m, const clef_record *r, size_t H, clef_err *err) {
-    float *hidden = malloc(r->n_ids * H * sizeof *hidden), *logits = malloc((total_options(r) + 1) * sizeof *logits);
+    float *hidden = malloc(r->n_ids * H * sizeof *hidden);
+    float *logits = malloc((clef_record_total_options(r) + 1) * sizeof *logits);
     int rc = clef_thinker_forward(m, r->input_ids, r->n_ids, hidden, NULL, err);
     if (rc == 0) rc = clef_head_forward(m, hidden, r, logits, err);
     free(hidden);
@@ -140,14 +107,14 @@ static void golden_cases(fixture *f, clef_model *m, int precise) {
         if (json_get(c, "error")) continue;
         const char *name = json_get(c, "name")->str;
         clef_record r;
-        record_from_golden(c, &r);
+        tu_record_from_golden(c, &r);
         clef_err err;
         clef_err_clear(&err);
         float *logits = run_record(m, &r, H, &err);
         if (strcmp(name, "question_id_empty") == 0) {
             assert_null(logits);
             assert_int_equal(err.status, 422);
-            record_free(&r);
+            clef_record_free(&r);
             continue;
         }
         if (!logits) fail_msg("%s: %s", name, err.message);
@@ -180,7 +147,7 @@ static void golden_cases(fixture *f, clef_model *m, int precise) {
         worst_tv = fmax(worst_tv, case_tv);
         n_checked++;
         free(logits);
-        record_free(&r);
+        clef_record_free(&r);
     }
     printf("  %s mode: %zu cases, max |dlogit| %.3e, max TV %.3e\n", precise ? "precise" : "fast", n_checked, worst,
            worst_tv);
@@ -210,7 +177,7 @@ static void test_packed_equals_alone(void **state) {
     clef_record r[3];
     size_t seg[4] = {0};
     for (int i = 0; i < 3; i++) {
-        record_from_golden(f->cases[pick[i]], &r[i]);
+        tu_record_from_golden(f->cases[pick[i]], &r[i]);
         seg[i + 1] = seg[i] + r[i].n_ids;
     }
     int32_t *ids = malloc(seg[3] * sizeof *ids);
@@ -223,14 +190,15 @@ static void test_packed_equals_alone(void **state) {
         float *alone = malloc(r[i].n_ids * H * sizeof *alone);
         if (clef_thinker_forward(m, r[i].input_ids, r[i].n_ids, alone, NULL, &err) != 0) fail_msg("%s", err.message);
         assert_memory_equal(alone, packed + seg[i] * H, r[i].n_ids * H * sizeof(float));
-        float *la = malloc((total_options(&r[i]) + 1) * 4), *lp = malloc((total_options(&r[i]) + 1) * 4);
+        size_t n_opt = clef_record_total_options(&r[i]);
+        float *la = malloc((n_opt + 1) * 4), *lp = malloc((n_opt + 1) * 4);
         if (clef_head_forward(m, alone, &r[i], la, &err) || clef_head_forward(m, packed + seg[i] * H, &r[i], lp, &err))
             fail_msg("%s", err.message);
-        assert_memory_equal(la, lp, total_options(&r[i]) * 4);
+        assert_memory_equal(la, lp, n_opt * 4);
         free(la), free(lp), free(alone);
     }
     printf("  3 records (%zu tokens) packed: hidden states and logits bitwise equal to alone\n", seg[3]);
-    for (int i = 0; i < 3; i++) record_free(&r[i]);
+    for (int i = 0; i < 3; i++) clef_record_free(&r[i]);
     free(ids), free(packed);
 }
 
