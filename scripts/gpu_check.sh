@@ -26,12 +26,13 @@ SUM=$OUT/summary.txt
 note() { echo "$*" | tee -a "$SUM"; }
 
 # ---- binaries and libraries ----------------------------------------------------------------
-if [ -f .gpu/pack.tar.xz ]; then
-    rm -rf /tmp/clefgpu && mkdir -p /tmp/clefgpu && tar -C /tmp/clefgpu -xJf .gpu/pack.tar.xz
+PACK=${PACK:-.gpu}
+if [ -f "$PACK/pack.tar.xz" ]; then
+    rm -rf /tmp/clefgpu && mkdir -p /tmp/clefgpu && tar -C /tmp/clefgpu -xJf "$PACK/pack.tar.xz"
     BIN=/tmp/clefgpu/bin
     LIBS=/tmp/clefgpu/lib
 else
-    echo "no .gpu/pack.tar.xz: run scripts/gpu_pack.sh on a build machine and carry .gpu" >&2
+    echo "no $PACK/pack.tar.xz: run scripts/gpu_pack.sh on a build machine and carry .gpu" >&2
     exit 2
 fi
 CUBLAS_DIR=$(dirname "$( (ldconfig -p 2>/dev/null | awk '/libcublasLt\.so\.13/ {print $NF}';

@@ -4,20 +4,22 @@
 # toolkit's libcublasLt, into .gpu/pack.tar.xz for scripts/gpu_check.sh on a GPU machine that has
 # the NVIDIA driver and CUDA 13 but none of clef's Debian libraries.
 #   usage: scripts/gpu_pack.sh            (then carry .gpu with the device run)
-# .gpu/ must be ignored by git (echo /.gpu/ >> .git/info/exclude).
+#   GPU_BUILD=build-x PACK=.gpu-x scripts/gpu_pack.sh   another build folder and pack folder
+# The pack folder must be ignored by git (echo '/.gpu*/' >> .git/info/exclude).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${GPU_BUILD:-build-gpu}
+P=${PACK:-.gpu}
 cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DCLEF_MEDIA=OFF -DCLEF_CUDA=ON \
     "-DCMAKE_EXE_LINKER_FLAGS=-Wl,--as-needed" >/dev/null
 cmake --build "$B" -j"${JOBS:-2}" --target clef test_cuda_ops test_cuda_golden
-rm -rf .gpu/stage && mkdir -p .gpu/stage/bin .gpu/stage/lib
-cp "$B/clef" "$B/test_cuda_ops" "$B/test_cuda_golden" ${EXTRA_BINS:-} .gpu/stage/bin/
+rm -rf "$P/stage" && mkdir -p "$P/stage/bin" "$P/stage/lib"
+cp "$B/clef" "$B/test_cuda_ops" "$B/test_cuda_golden" ${EXTRA_BINS:-} "$P/stage/bin/"
 # every non-system library the binaries load (the device image brings glibc, libstdc++ and CUDA)
-ldd .gpu/stage/bin/* | awk '/=>/ {print $3}' | sort -u |
+ldd "$P"/stage/bin/* | awk '/=>/ {print $3}' | sort -u |
     grep -v -E '/(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+|libcublas|libcublasLt|libcudart)\.so' |
-    while read -r l; do cp -L "$l" .gpu/stage/lib/; done
-git rev-parse HEAD > .gpu/stage/COMMIT
-tar -C .gpu/stage -cJf .gpu/pack.tar.xz .
-rm -rf .gpu/stage
-ls -la .gpu/pack.tar.xz
+    while read -r l; do cp -L "$l" "$P/stage/lib/"; done
+git rev-parse HEAD > "$P/stage/COMMIT"
+tar -C "$P/stage" -cJf "$P/pack.tar.xz" .
+rm -rf "$P/stage"
+ls -la "$P/pack.tar.xz"
