@@ -12,9 +12,10 @@ B=${GPU_BUILD:-build-gpu}
 P=${PACK:-.gpu}
 cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DCLEF_MEDIA=OFF -DCLEF_CUDA=ON \
     "-DCMAKE_EXE_LINKER_FLAGS=-Wl,--as-needed" >/dev/null
-cmake --build "$B" -j"${JOBS:-2}" --target clef test_cuda_ops test_cuda_golden
+TARGETS="clef test_cuda_ops test_cuda_golden ${EXTRA_TARGETS:-}" # EXTRA_TARGETS: more test programs
+cmake --build "$B" -j"${JOBS:-2}" --target $TARGETS
 rm -rf "$P/stage" && mkdir -p "$P/stage/bin" "$P/stage/lib"
-cp "$B/clef" "$B/test_cuda_ops" "$B/test_cuda_golden" ${EXTRA_BINS:-} "$P/stage/bin/"
+for t in $TARGETS; do cp "$B/$t" "$P/stage/bin/"; done
 # every non-system library the binaries load (the device image brings glibc, libstdc++ and CUDA)
 ldd "$P"/stage/bin/* | awk '/=>/ {print $3}' | sort -u |
     grep -v -E '/(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+|libcublas|libcublasLt|libcudart)\.so' |
