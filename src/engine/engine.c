@@ -26,7 +26,8 @@ struct clef_engine {
     pthread_mutex_t forward_lock; /* the model's workspace is single-user */
     clef_towers *towers;          /* vision + audio towers; NULL when they cannot be bound */
     char towers_why[CLEF_ERR_MESSAGE_MAX]; /* why not (reported to media requests) */
-    float *hidden;     /* thinker output rows, reused by every forward (under forward_lock) */
+    float *hidden;     /* thinker output rows in the model backend's memory (on a GPU they stay there for
+                          the head), reused by every forward (under forward_lock) */
     size_t hidden_cap; /* floats in `hidden` */
 };
 
@@ -107,11 +108,11 @@ fail_ck:
 void clef_engine_close(clef_engine *e) {
     if (!e) return;
     clef_towers_free(e->towers);
+    if (e->hidden) clef_model_backend(e->model)->ops->free(clef_model_backend(e->model), e->hidden);
     clef_model_free(e->model);
     clef_tokenizer_free(e->tok);
     clef_checkpoint_close(&e->ck);
     pthread_mutex_destroy(&e->forward_lock);
-    free(e->hidden);
     free(e);
 }
 
@@ -161,7 +162,7 @@ int clef_engine_encode(const clef_engine *e, clef_request *req, const clef_decid
 
 /* The head over one record's hidden states, then the no-NaN check. */
 static int run_head(clef_engine *e, const float *hidden, clef_job *job, clef_err *err) {
-    if (clef_head_forward(e->model, hidden, &job->rec, job->logits, err) != 0) return -1;
+    if (clef_head_forward_backend(e->model, hidden, &job->rec, job->logits, err) != 0) return -1;
     return clef_check_logits(&job->req, &job->rec, job->logits, err);
 }
 
@@ -177,9 +178,10 @@ static float *alloc_hidden(clef_engine *e, size_t n_tokens, clef_err *err) {
         return NULL;
     }
     if (e->hidden_cap < n_tokens * h) {
-        free(e->hidden);
+        clef_backend *be = clef_model_backend(e->model);
+        if (e->hidden) be->ops->free(be, e->hidden);
         e->hidden_cap = 0;
-        e->hidden = malloc((n_tokens * h > 0 ? n_tokens * h : 1) * sizeof *e->hidden);
+        e->hidden = be->ops->alloc(be, (n_tokens * h > 0 ? n_tokens * h : 1) * sizeof *e->hidden);
         if (!e->hidden) {
             clef_fail(err, 422, CLEF_E_CAPACITY, NULL, "too many tokens: cannot allocate hidden states for %zu tokens",
                       n_tokens);
@@ -193,7 +195,7 @@ static float *alloc_hidden(clef_engine *e, size_t n_tokens, clef_err *err) {
 /* Done with the buffer: an oversized one is not kept (bounded RSS). */
 static void release_hidden(clef_engine *e) {
     if (e->hidden_cap > HIDDEN_KEEP_FLOATS) {
-        free(e->hidden);
+        clef_model_backend(e->model)->ops->free(clef_model_backend(e->model), e->hidden);
         e->hidden = NULL;
         e->hidden_cap = 0;
     }
@@ -210,8 +212,8 @@ static int run_media(clef_engine *e, clef_job *job, clef_err *err) {
         return -1;
     float *hidden = alloc_hidden(e, job->rec.n_ids, err);
     size_t seg[2] = {0, job->rec.n_ids};
-    int rc = hidden ? clef_thinker_forward_media(e->model, job->rec.input_ids, job->rec.n_ids, seg, 1,
-                                                 job->rec.positions, &me.view, hidden, NULL, err)
+    int rc = hidden ? clef_thinker_forward_backend(e->model, job->rec.input_ids, job->rec.n_ids, seg, 1,
+                                                   job->rec.positions, &me.view, hidden, err)
                     : -1;
     if (rc == 0) rc = run_head(e, hidden, job, err);
     release_hidden(e);
@@ -224,7 +226,8 @@ static int run_alone(clef_engine *e, clef_job *job, clef_err *err) {
     if (job->rec.media_len) return run_media(e, job, err);
     float *hidden = alloc_hidden(e, job->rec.n_ids, err);
     if (!hidden) return -1;
-    int rc = clef_thinker_forward(e->model, job->rec.input_ids, job->rec.n_ids, hidden, NULL, err);
+    size_t seg[2] = {0, job->rec.n_ids};
+    int rc = clef_thinker_forward_backend(e->model, job->rec.input_ids, job->rec.n_ids, seg, 1, NULL, NULL, hidden, err);
     if (rc == 0) rc = run_head(e, hidden, job, err);
     release_hidden(e);
     return rc;
@@ -245,7 +248,7 @@ static int run_packed(clef_engine *e, clef_job *const *jobs, size_t n_jobs, clef
     size_t h = (size_t)e->ck.config.text.hidden_size;
     int rc = -1;
     if (hidden &&
-        clef_thinker_forward_batch(e->model, ids, n_total, seg, n_jobs, NULL, hidden, NULL, batch_err) == 0) {
+        clef_thinker_forward_backend(e->model, ids, n_total, seg, n_jobs, NULL, NULL, hidden, batch_err) == 0) {
         for (size_t i = 0; i < n_jobs; i++) run_head(e, hidden + seg[i] * h, jobs[i], &errs[i]);
         rc = 0;
     }

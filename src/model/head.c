@@ -113,11 +113,13 @@ static int plan_build(const clef_model *m, const clef_record *rec, head_plan *p,
     return 0;
 }
 
-static void ws_layout(const clef_head_config *hc, const head_plan *p, model_ws *w, head_ws *t) {
+/* Plan (base NULL) or carve the head workspace; no X rows when the hidden
+ * states are read in place from backend memory. */
+static void ws_layout(const clef_head_config *hc, const head_plan *p, int hidden_on_be, model_ws *w, head_ws *t) {
     const size_t L = (size_t)p->L, Q = (size_t)p->Q, N = (size_t)p->N, NT = (size_t)p->NT,
                  H = (size_t)hc->hidden_size, W = (size_t)hc->width, F = (size_t)hc->feedforward;
     const size_t f = sizeof(float);
-    t->X = ws_take(w, L * H, f);
+    t->X = hidden_on_be ? NULL : ws_take(w, L * H, f);
     t->hn = ws_take(w, L * H, f);
     t->M = ws_take(w, L * W, f);
     t->Mn = ws_take(w, L * W, f);
@@ -178,14 +180,16 @@ static int mha(clef_model *m, const head_mha *a, const float *xq, int64_t nq, co
 }
 
 /* Steps 1-4: memory, question and option vectors, option queries R. */
-static int head_inputs(clef_model *m, const head_plan *p, const float *hidden, head_ws *t, clef_err *err) {
+static int head_inputs(clef_model *m, const head_plan *p, const float *hidden, int hidden_on_be, head_ws *t,
+                       clef_err *err) {
     clef_backend *be = m->be;
     const head_weights *hw = &m->head;
     const int64_t H = m->cfg->head.hidden_size, W = m->cfg->head.width;
-    if (be->ops->upload(be, t->X, hidden, (size_t)(p->L * H) * sizeof(float), err) ||
+    const float *X = hidden_on_be ? hidden : t->X; /* hidden rows already on the backend are read in place */
+    if ((!hidden_on_be && be->ops->upload(be, t->X, hidden, (size_t)(p->L * H) * sizeof(float), err)) ||
         be->ops->upload(be, t->lex_ids, p->lex_ids, (size_t)p->NT * sizeof(int32_t), err) ||
         be->ops->upload(be, t->types, p->types, (size_t)p->Q * sizeof(int32_t), err) ||
-        be->ops->layernorm(be, t->X, hw->hidden_norm_w, hw->hidden_norm_b, t->hn, p->L, H, 1e-5f, err) ||
+        be->ops->layernorm(be, X, hw->hidden_norm_w, hw->hidden_norm_b, t->hn, p->L, H, 1e-5f, err) ||
         be->ops->matmul(be, t->hn, p->L, &hw->memory, NULL, t->M, err) ||
         be->ops->span_mean(be, t->hn, H, p->q_spans, p->Q, t->qv, err) ||
         be->ops->span_mean(be, t->hn, H, p->o_spans, p->N, t->cv, err) ||
@@ -299,7 +303,9 @@ static int head_scores(clef_model *m, const head_plan *p, head_ws *t, float *log
     return rc;
 }
 
-int clef_head_forward(clef_model *m, const float *hidden, const clef_record *rec, float *logits, clef_err *err) {
+/* The head behind both entry points: hidden in host or backend memory. */
+static int head_forward(clef_model *m, const float *hidden, int hidden_on_be, const clef_record *rec, float *logits,
+                        clef_err *err) {
     head_plan p;
     if (plan_build(m, rec, &p, err) != 0) {
         plan_free(&p);
@@ -307,7 +313,7 @@ int clef_head_forward(clef_model *m, const float *hidden, const clef_record *rec
     }
     model_ws w = {0};
     head_ws t;
-    ws_layout(&m->cfg->head, &p, &w, &t);
+    ws_layout(&m->cfg->head, &p, hidden_on_be, &w, &t);
     w.base = m->be->ops->alloc(m->be, w.used);
     int rc;
     if (!w.base) {
@@ -315,8 +321,8 @@ int clef_head_forward(clef_model *m, const float *hidden, const clef_record *rec
                        w.used);
     } else {
         w.used = 0;
-        ws_layout(&m->cfg->head, &p, &w, &t);
-        rc = head_inputs(m, &p, hidden, &t, err);
+        ws_layout(&m->cfg->head, &p, hidden_on_be, &w, &t);
+        rc = head_inputs(m, &p, hidden, hidden_on_be, &t, err);
         if (rc == 0) rc = head_evidence(m, &p, &t, err);
         if (rc == 0) rc = head_fields(m, &p, &t, err);
         if (rc == 0) rc = head_decoder(m, &p, &t, err);
@@ -325,4 +331,13 @@ int clef_head_forward(clef_model *m, const float *hidden, const clef_record *rec
     }
     plan_free(&p);
     return rc;
+}
+
+int clef_head_forward(clef_model *m, const float *hidden, const clef_record *rec, float *logits, clef_err *err) {
+    return head_forward(m, hidden, 0, rec, logits, err);
+}
+
+int clef_head_forward_backend(clef_model *m, const float *hidden_be, const clef_record *rec, float *logits,
+                              clef_err *err) {
+    return head_forward(m, hidden_be, 1, rec, logits, err);
 }

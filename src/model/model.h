@@ -94,6 +94,16 @@ int clef_thinker_forward_media(clef_model *m, const int32_t *ids, size_t n_total
                                const int32_t *positions, const clef_thinker_media *media, float *hidden,
                                float *layer_hidden, clef_err *err);
 
+/* clef_thinker_forward_media with the final-norm hidden states left in
+ * backend memory: `hidden_be` [n_total, H] f32 was allocated with
+ * clef_model_backend(m)->ops->alloc by the caller (who frees it), and is
+ * what clef_head_forward_backend reads.  Saves the device-to-host copy of
+ * every hidden row (and the copy back per record) on a device backend;
+ * identical values.  Returns 0 or -1 + err. */
+int clef_thinker_forward_backend(clef_model *m, const int32_t *ids, size_t n_total, const size_t *seg, size_t n_seg,
+                                 const int32_t *positions, const clef_thinker_media *media, float *hidden_be,
+                                 clef_err *err);
+
 /* Joint schema head over one record (SPEC §7.3), in f32.
  *   hidden: [rec->n_ids, H] from clef_thinker_forward
  *   logits: out [clef_record_total_options(rec)] in question order, then each
@@ -103,5 +113,11 @@ int clef_thinker_forward_media(clef_model *m, const int32_t *ids, size_t n_total
  * empty or out-of-range option span, or a token id outside the vocabulary is
  * 500; a non-finite logit is 500 (never returned as NaN). */
 int clef_head_forward(clef_model *m, const float *hidden, const clef_record *rec, float *logits, clef_err *err);
+
+/* clef_head_forward reading the record's hidden rows [rec->n_ids, H] in
+ * backend memory (a slice of clef_thinker_forward_backend's output),
+ * borrowed and not modified.  Same errors and values. */
+int clef_head_forward_backend(clef_model *m, const float *hidden_be, const clef_record *rec, float *logits,
+                              clef_err *err);
 
 #endif

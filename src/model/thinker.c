@@ -150,8 +150,11 @@ static int media_rows(clef_model *m, float *h, const size_t *rows, size_t n_rows
     return rc;
 }
 
+/* The decoder layers; the final-norm rows go to `hidden`: host memory, or
+ * backend memory when `hidden_on_be` (then written in place, no copy). */
 static int run_layers(clef_model *m, thinker_ws *t, size_t n, const size_t *seg, size_t n_seg,
-                      const clef_thinker_media *media, float *hidden, float *layer_hidden, clef_err *err) {
+                      const clef_thinker_media *media, float *hidden, int hidden_on_be, float *layer_hidden,
+                      clef_err *err) {
     clef_backend *be = m->be;
     const clef_text_config *c = &m->cfg->text;
     const size_t H = (size_t)c->hidden_size, bytes = n * H * sizeof(float);
@@ -179,8 +182,9 @@ static int run_layers(clef_model *m, thinker_ws *t, size_t n, const size_t *seg,
         if (rc == 0 && layer_hidden && l + 1 < nl)
             rc = be->ops->download(be, layer_hidden + (size_t)(l + 1) * n * H, t->h, bytes, err);
     }
-    if (rc == 0) rc = be->ops->rmsnorm(be, t->h, m->final_norm, t->a, (int64_t)n, (int64_t)H, (float)c->rms_norm_eps, err);
-    if (rc == 0) rc = be->ops->download(be, hidden, t->a, bytes, err);
+    float *fin = hidden_on_be ? hidden : t->a;
+    if (rc == 0) rc = be->ops->rmsnorm(be, t->h, m->final_norm, fin, (int64_t)n, (int64_t)H, (float)c->rms_norm_eps, err);
+    if (rc == 0 && !hidden_on_be) rc = be->ops->download(be, hidden, t->a, bytes, err);
     if (rc == 0 && layer_hidden) memcpy(layer_hidden + (size_t)nl * n * H, hidden, bytes);
     free(off);
     return rc;
@@ -203,9 +207,10 @@ int clef_thinker_forward_batch(clef_model *m, const int32_t *ids, size_t n, cons
     return clef_thinker_forward_media(m, ids, n, seg, n_seg, positions, NULL, hidden, layer_hidden, err);
 }
 
-int clef_thinker_forward_media(clef_model *m, const int32_t *ids, size_t n, const size_t *seg, size_t n_seg,
-                               const int32_t *positions, const clef_thinker_media *media, float *hidden,
-                               float *layer_hidden, clef_err *err) {
+/* The forward behind both entry points: hidden in host or backend memory. */
+static int thinker_forward(clef_model *m, const int32_t *ids, size_t n, const size_t *seg, size_t n_seg,
+                           const int32_t *positions, const clef_thinker_media *media, float *hidden, int hidden_on_be,
+                           float *layer_hidden, clef_err *err) {
     if (check_inputs(m, ids, n, seg, n_seg, err) != 0 || check_media(media, n, err) != 0) return -1;
     model_ws w = {0};
     thinker_ws t;
@@ -217,9 +222,21 @@ int clef_thinker_forward_media(clef_model *m, const int32_t *ids, size_t n, cons
     w.used = 0;
     ws_layout(&m->cfg->text, n, &w, &t);
     int rc = upload_inputs(m, &t, ids, n, seg, n_seg, positions, err);
-    if (rc == 0) rc = run_layers(m, &t, n, seg, n_seg, media, hidden, layer_hidden, err);
+    if (rc == 0) rc = run_layers(m, &t, n, seg, n_seg, media, hidden, hidden_on_be, layer_hidden, err);
     m->be->ops->free(m->be, w.base);
     return rc;
+}
+
+int clef_thinker_forward_media(clef_model *m, const int32_t *ids, size_t n, const size_t *seg, size_t n_seg,
+                               const int32_t *positions, const clef_thinker_media *media, float *hidden,
+                               float *layer_hidden, clef_err *err) {
+    return thinker_forward(m, ids, n, seg, n_seg, positions, media, hidden, 0, layer_hidden, err);
+}
+
+int clef_thinker_forward_backend(clef_model *m, const int32_t *ids, size_t n, const size_t *seg, size_t n_seg,
+                                 const int32_t *positions, const clef_thinker_media *media, float *hidden_be,
+                                 clef_err *err) {
+    return thinker_forward(m, ids, n, seg, n_seg, positions, media, hidden_be, 1, NULL, err);
 }
 
 int clef_thinker_forward(clef_model *m, const int32_t *ids, size_t n, float *hidden, float *layer_hidden,
