@@ -31,6 +31,8 @@ static void bench_usage(FILE *f) {
             "                  a table of where the time goes (\"profile BxT\" block)\n"
             "  --synthetic P   random weights of preset P drawn in memory (no files; full needs ~61 GB)\n"
             "  --seed N        seed of the synthetic weights (default 1)\n"
+            "  --quant F       with --synthetic: experts quantized in memory to F (int4, fp8-block, nvfp4,\n"
+            "                  nvfp4-modelopt), as `clef quantize` would write them (full int4 ~18 GB)\n"
             "  --tokenizer F   tokenizer.json (default %s with --synthetic,\n"
             "                  else the model directory's)\n",
             CLI_DEFAULT_TOKENIZER);
@@ -88,7 +90,7 @@ typedef struct bench_run {
 } bench_run;
 
 typedef struct bench_args {
-    const char *model, *synthetic, *tokenizer, *device, *runs_spec;
+    const char *model, *synthetic, *tokenizer, *device, *runs_spec, *quant;
     size_t seed, tokens, batch, iters, threads;
     int profile;
     size_t n_runs;
@@ -125,6 +127,7 @@ static int parse_args(int argc, char **argv, bench_args *a) {
         int r;
         if ((r = arg_str(argc, argv, &i, "--model", &a->model)) ||
             (r = arg_str(argc, argv, &i, "--synthetic", &a->synthetic)) ||
+            (r = arg_str(argc, argv, &i, "--quant", &a->quant)) ||
             (r = arg_str(argc, argv, &i, "--tokenizer", &a->tokenizer)) ||
             (r = arg_str(argc, argv, &i, "--device", &a->device)) ||
             (r = arg_str(argc, argv, &i, "--runs", &a->runs_spec)) ||
@@ -143,7 +146,7 @@ static int parse_args(int argc, char **argv, bench_args *a) {
             return help ? -1 : 2;
         }
     }
-    if (!a->model == !a->synthetic || a->iters == 0 || a->tokens == 0 || a->batch == 0) {
+    if (!a->model == !a->synthetic || (a->quant && !a->synthetic) || a->iters == 0 || a->tokens == 0 || a->batch == 0) {
         bench_usage(stderr);
         return 2;
     }
@@ -260,7 +263,7 @@ int cli_bench(int argc, char **argv) {
     size_t max_tokens = 0;
     for (size_t i = 0; i < a.n_runs; i++) max_tokens = a.runs[i].tokens > max_tokens ? a.runs[i].tokens : max_tokens;
     clef_engine_options opt = {.model_dir = a.model, .synthetic = a.synthetic, .seed = a.seed,
-                               .tokenizer = a.tokenizer, .device = a.device, .max_length = max_tokens,
+                               .synthetic_quant = a.quant, .tokenizer = a.tokenizer, .device = a.device, .max_length = max_tokens,
                                .truncate_state = 1, .n_threads = (int)a.threads, .verbose = 1};
     clef_err err;
     clef_err_clear(&err);
@@ -270,7 +273,7 @@ int cli_bench(int argc, char **argv) {
         return 1;
     }
     if (a.synthetic)
-        printf("model synthetic:%s\nseed %zu\n", a.synthetic, a.seed);
+        printf("model synthetic:%s%s%s\nseed %zu\n", a.synthetic, a.quant ? ":" : "", a.quant ? a.quant : "", a.seed);
     else
         printf("model %s\n", a.model);
     printf("device %s\n", clef_model_backend(clef_engine_model(e))->ops->name);

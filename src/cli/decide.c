@@ -71,12 +71,13 @@ static int inline_media_paths(char **body, size_t *len, size_t max_file_bytes) {
 
 /* Where the weights come from: a directory, or a synthetic preset (io/synth.h). */
 typedef struct model_source {
-    const char *model, *synthetic, *tokenizer, *device;
+    const char *model, *synthetic, *tokenizer, *device, *quant;
     size_t seed;
 } model_source;
 
 static clef_engine *open_engine(const model_source *src, size_t max_length, int threads) {
     clef_engine_options opt = {.model_dir = src->model, .synthetic = src->synthetic, .seed = src->seed,
+                               .synthetic_quant = src->quant,
                                .tokenizer = src->synthetic && !src->tokenizer ? CLI_DEFAULT_TOKENIZER : src->tokenizer,
                                .max_length = max_length, .truncate_state = 1, .n_threads = threads,
                                .device = src->device};
@@ -100,6 +101,8 @@ static void decide_usage(FILE *f) {
             "  --synthetic P    instead of --model: random weights of preset P (tiny, small, full) drawn\n"
             "                   in memory for --seed N (default 1), tokenizer --tokenizer F (default\n"
             "                   " CLI_DEFAULT_TOKENIZER ")\n"
+            "  --quant F        with --synthetic: experts quantized in memory to F (int4, fp8-block, nvfp4,\n"
+            "                   nvfp4-modelopt), bitwise what `clef quantize` writes\n"
             "  --max-length N   token budget per record, >= 1 (default 64000); the state's tail is cut\n"
             "                   to fit, as the reference does\n"
             "  --threads N      compute threads, 1..%d (default: all cores, or OMP_NUM_THREADS)\n"
@@ -119,6 +122,7 @@ int cli_decide(int argc, char **argv) {
         int r;
         if ((r = arg_str(argc, argv, &i, "--model", &src.model)) ||
             (r = arg_str(argc, argv, &i, "--synthetic", &src.synthetic)) ||
+            (r = arg_str(argc, argv, &i, "--quant", &src.quant)) ||
             (r = arg_str(argc, argv, &i, "--tokenizer", &src.tokenizer)) ||
             (r = arg_str(argc, argv, &i, "--device", &src.device)) ||
             (r = arg_size(argc, argv, &i, "--seed", &src.seed)) || (r = arg_size(argc, argv, &i, "--threads", &threads)) ||
@@ -143,9 +147,10 @@ int cli_decide(int argc, char **argv) {
             file = argv[i];
         }
     }
-    if (!src.model == !src.synthetic || !file) {
+    if (!src.model == !src.synthetic || !file || (src.quant && !src.synthetic)) {
         fprintf(stderr, "clef decide: %s\n",
                 !file ? "no request file (FILE or - for stdin)"
+                : src.quant && !src.synthetic ? "--quant needs --synthetic P"
                 : src.model ? "give --model DIR or --synthetic P, not both" : "--model DIR is required");
         decide_usage(stderr);
         return 2;

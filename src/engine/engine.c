@@ -12,6 +12,7 @@
 #include "media/prompt.h"
 #include "model/model.h"
 #include "model/towers.h"
+#include "quant/qsynth.h"
 #include "text/tokenizer.h"
 #include "util/timer.h"
 
@@ -54,8 +55,15 @@ clef_engine *clef_engine_open(const clef_engine_options *opt, clef_err *err) {
     pthread_mutex_init(&e->forward_lock, NULL);
     e->limits = opt->limits.max_questions ? opt->limits : clef_limits_default();
     e->truncate_state = opt->truncate_state;
-    if (opt->synthetic ? clef_synth_checkpoint(opt->synthetic, opt->seed, opt->verbose ? stderr : NULL, &e->ck, err)
-                       : clef_checkpoint_open(opt->model_dir, &e->ck, err))
+    if (opt->synthetic_quant && !opt->synthetic) {
+        clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "a quantized synthetic model needs a synthetic preset");
+        goto fail_ck;
+    }
+    if (opt->synthetic && opt->synthetic_quant
+            ? clef_qsynth_checkpoint(opt->synthetic, opt->seed, opt->synthetic_quant, opt->verbose ? stderr : NULL,
+                                     &e->ck, err)
+        : opt->synthetic ? clef_synth_checkpoint(opt->synthetic, opt->seed, opt->verbose ? stderr : NULL, &e->ck, err)
+                         : clef_checkpoint_open(opt->model_dir, &e->ck, err))
         goto fail_ck;
     progress(opt, opt->synthetic ? "synthetic weights drawn" : "checkpoint mapped", t0);
     size_t max_pos = (size_t)e->ck.config.text.max_position_embeddings;

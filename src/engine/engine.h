@@ -21,6 +21,10 @@ typedef struct clef_engine_options {
     const char *synthetic;   /* NULL, or a synthetic preset ("tiny", "small", "full"; io/synth.h): random
                                 weights drawn into memory for `seed` instead of reading model_dir */
     uint64_t seed;           /* seed of the synthetic weights */
+    const char *synthetic_quant; /* with `synthetic`: NULL (BF16), or a quantized format ("int4",
+                                "fp8-block", "nvfp4", "nvfp4-modelopt"): the preset's experts quantized
+                                in memory while drawn, bitwise what `clef quantize` writes
+                                (quant/qsynth.h) */
     const char *tokenizer;   /* tokenizer.json path; NULL = <model_dir>/tokenizer.json (required with
                                 `synthetic`) */
     const char *device;      /* "cpu", "cuda", "cuda:N"; NULL = automatic: $CLEF_DEVICE when set, else CUDA

@@ -190,6 +190,8 @@ void clef_checkpoint_close(clef_checkpoint *ck) {
     free(ck->shards);
     free(ck->catalog);
     free(ck->dir);
+    free(ck->config_json);
+    free(ck->hf_quant_json);
     memset(ck, 0, sizeof *ck);
 }
 

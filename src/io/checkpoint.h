@@ -23,6 +23,12 @@ typedef struct clef_checkpoint {
     st_file *shards;           /* [n_shards] thinker shards, then joint_head.safetensors last */
     size_t n_tensors;          /* catalog size (skipped tensors excluded) */
     const st_tensor **catalog; /* sorted by name for bsearch; points into shards */
+    char *config_json;         /* owned; an in-memory checkpoint's config.json text (e.g. a quantized
+                                  synthetic one, quant/qsynth.h, whose quantization_config the model reads
+                                  from here), NULL otherwise */
+    size_t config_json_len;
+    char *hf_quant_json;       /* owned; its hf_quant_config.json text (ModelOpt), or NULL */
+    size_t hf_quant_json_len;
 } clef_checkpoint;
 
 /* Open `dir`: load both configs (clef_config_load), read the index (or fall

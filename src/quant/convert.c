@@ -16,10 +16,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "io/checkpoint.h"
 #include "io/config.h"
 #include "io/safetensors.h"
 #include "io/st_write.h"
+#include "io/synth.h"
 #include "json/json.h"
+#include "quant/qsynth.h"
 #include "quant/qweight.h"
 #include "quant/quantize.h"
 #include "util/buf.h"
@@ -146,7 +149,26 @@ typedef struct conv {
     size_t fa_n, fb_n, fdq_n;
     uint8_t *qb[3];
     size_t qb_n[3];
+    /* synthetic source (o->synthetic): the generator's plan; gen[s][i] draws shards[s].tensors[i],
+       whose data pointers are NULL */
+    clef_synth_plan gen_plan;
+    const clef_synth_tensor ***gen;
+    uint16_t *u16;
+    size_t u16_n;
+    /* memory sink (o->memory): the finished shards, the config texts */
+    st_file *mem;
+    clef_buf config_text, hf_text;
 } conv;
+
+/* Where one output shard goes: a file, or memory. */
+typedef struct sink {
+    st_writer *w;
+    clef_mem_shard *m;
+} sink;
+
+static int sink_put(sink *k, const char *name, size_t off, const void *data, size_t len, clef_err *err) {
+    return k->m ? clef_mem_shard_put(k->m, name, off, data, len, err) : st_writer_put(k->w, name, off, data, len, err);
+}
 
 static void *grow(void *p, size_t *cap, size_t need) {
     if (need <= *cap) return p;
@@ -157,6 +179,10 @@ static void *grow(void *p, size_t *cap, size_t need) {
 
 static int cat_cmp(const void *a, const void *b) {
     return strcmp(((const src_tensor *)a)->t->name, ((const src_tensor *)b)->t->name);
+}
+
+static int catalog_by_name(const void *a, const void *b) {
+    return strcmp((*(const st_tensor *const *)a)->name, (*(const st_tensor *const *)b)->name);
 }
 
 static const src_tensor *cat_find(const conv *cv, const char *name) {
@@ -236,17 +262,67 @@ static int read_shard_names(conv *cv, clef_err *err) {
     return 0;
 }
 
-static int open_sources(conv *cv, clef_err *err) {
-    if (read_shard_names(cv, err)) return -1;
+/* The synthetic preset's thinker shards as st_files without data: names,
+ * dtypes and shapes from the generator's plan, in its shard order. */
+static int open_synthetic(conv *cv, clef_err *err) {
+    const clef_synth_preset *pr = clef_synth_preset_find(cv->o->synthetic, err);
+    if (!pr) return -1;
+    clef_synth_plan *p = &cv->gen_plan;
+    clef_synth_plan_make(pr, cv->o->seed, 0, p);
+    cv->n_shards = (size_t)p->n_shards;
+    cv->shard_names = clef_xcalloc(cv->n_shards, sizeof *cv->shard_names);
     cv->shards = clef_xcalloc(cv->n_shards, sizeof *cv->shards);
-    size_t total = 0;
+    cv->gen = clef_xcalloc(cv->n_shards, sizeof *cv->gen);
     for (size_t s = 0; s < cv->n_shards; s++) {
-        clef_buf p = {0};
-        clef_buf_printf(&p, "%s/%s", cv->o->model_dir, cv->shard_names[s]);
-        int rc = st_open(p.data, &cv->shards[s], err);
-        clef_buf_free(&p);
-        if (rc) return -1;
-        total += cv->shards[s].n;
+        char name[64];
+        clef_synth_shard_name((int)s, p->n_shards, name, sizeof name);
+        cv->shard_names[s] = clef_xstrndup(name, strlen(name));
+        clef_buf path = {0};
+        clef_buf_printf(&path, "synthetic-%s/%s", pr->name, name);
+        cv->shards[s].path = clef_xstrndup(path.data, path.len);
+        clef_buf_free(&path);
+        size_t n = 0;
+        for (size_t i = 0; i < p->n; i++) n += p->t[i].shard == (int)s;
+        cv->shards[s].tensors = clef_xcalloc(n ? n : 1, sizeof *cv->shards[s].tensors);
+        cv->gen[s] = clef_xcalloc(n ? n : 1, sizeof *cv->gen[s]);
+        for (size_t i = 0; i < p->n; i++) {
+            const clef_synth_tensor *g = &p->t[i];
+            if (g->shard != (int)s) continue;
+            st_tensor *t = &cv->shards[s].tensors[cv->shards[s].n];
+            cv->gen[s][cv->shards[s].n++] = g;
+            t->name = clef_xstrndup(g->name, strlen(g->name));
+            t->dtype = CLEF_DT_BF16;
+            t->ndim = g->ndim;
+            for (int d = 0; d < g->ndim; d++) t->shape[d] = g->shape[d];
+            t->numel = g->numel;
+            t->nbytes = g->numel * 2;
+        }
+    }
+    return 0;
+}
+
+/* The generator tensor behind source tensor `t` of shard `s` (synthetic
+ * source), else NULL. */
+static const clef_synth_tensor *gen_of(const conv *cv, const st_tensor *t, size_t s) {
+    return cv->gen ? cv->gen[s][t - cv->shards[s].tensors] : NULL;
+}
+
+static int open_sources(conv *cv, clef_err *err) {
+    size_t total = 0;
+    if (cv->o->synthetic) {
+        if (open_synthetic(cv, err)) return -1;
+        for (size_t s = 0; s < cv->n_shards; s++) total += cv->shards[s].n;
+    } else {
+        if (read_shard_names(cv, err)) return -1;
+        cv->shards = clef_xcalloc(cv->n_shards, sizeof *cv->shards);
+        for (size_t s = 0; s < cv->n_shards; s++) {
+            clef_buf p = {0};
+            clef_buf_printf(&p, "%s/%s", cv->o->model_dir, cv->shard_names[s]);
+            int rc = st_open(p.data, &cv->shards[s], err);
+            clef_buf_free(&p);
+            if (rc) return -1;
+            total += cv->shards[s].n;
+        }
     }
     cv->cat = clef_xcalloc(total ? total : 1, sizeof *cv->cat);
     cv->ex = clef_xcalloc(total ? total : 1, sizeof *cv->ex);
@@ -427,22 +503,37 @@ static int plan_shard(conv *cv, size_t s, plan *p, clef_err *err) {
 
 /* ---- writing ---- */
 
-static int copy_tensor(conv *cv, st_writer *w, const st_tensor *t, clef_err *err) {
+static int copy_tensor(conv *cv, sink *w, const st_tensor *t, size_t shard, clef_err *err) {
     const size_t chunk = (size_t)64 << 20;
+    const clef_synth_tensor *g = gen_of(cv, t, shard);
+    if (g) cv->u16 = grow(cv->u16, &cv->u16_n, t->nbytes < chunk ? t->nbytes : chunk);
     for (size_t off = 0; off < t->nbytes; off += chunk) {
         size_t n = t->nbytes - off < chunk ? t->nbytes - off : chunk;
-        if (st_writer_put(w, t->name, off, (const char *)t->data + off, n, err)) return -1;
+        const void *src = (const char *)t->data + off;
+        if (g) { /* draw the piece (bf16: 2 bytes an element) */
+            clef_synth_fill(g, off / 2, n / 2, cv->u16);
+            src = cv->u16;
+        }
+        if (sink_put(w, t->name, off, src, n, err)) return -1;
     }
-    release_pages(t->data, t->nbytes);
+    if (!g) release_pages(t->data, t->nbytes);
     cv->bytes_in += t->nbytes;
     cv->bytes_out += t->nbytes;
     cv->copied++;
     return 0;
 }
 
-/* Source matrix as f32 in `*buf`. */
-static float *load_f32(const st_tensor *t, float **buf, size_t *cap) {
+/* Source matrix (tensor `t` of shard `shard`) as f32 in `*buf`: converted
+ * from the map (whose pages are then dropped), or drawn by the generator. */
+static float *load_f32(conv *cv, const st_tensor *t, size_t shard, float **buf, size_t *cap) {
     *buf = grow(*buf, cap, t->numel * sizeof(float));
+    const clef_synth_tensor *g = gen_of(cv, t, shard);
+    if (g) {
+        cv->u16 = grow(cv->u16, &cv->u16_n, t->numel * 2);
+        clef_synth_fill(g, 0, t->numel, cv->u16);
+        clef_to_f32(CLEF_DT_BF16, cv->u16, *buf, t->numel);
+        return *buf;
+    }
     clef_to_f32(t->dtype, t->data, *buf, t->numel);
     release_pages(t->data, t->nbytes);
     return *buf;
@@ -509,12 +600,10 @@ static void measure(conv *cv, const expert_mat *m, const float *w, const clef_qw
     cv->quantized++;
     cv->bytes_in += m->t->nbytes;
     if (cv->o->progress && ls->matrices == ls->expected) {
-        struct rusage ru;
-        getrusage(RUSAGE_SELF, &ru);
         fprintf(stderr, "clef quantize: layer %lld/%lld: %zu expert matrices, relative L2 error %.2f%% "
                 "(%.1f s, peak RSS %.0f MiB)\n", (long long)m->layer + 1, (long long)cv->n_layers, ls->matrices,
                 100.0 * sqrt(ls->err2 / (ls->norm2 > 0 ? ls->norm2 : 1)), clef_now() - cv->t0,
-                (double)ru.ru_maxrss / 1024.0);
+                (double)clef_peak_rss_bytes() / (1024.0 * 1024.0));
     }
 }
 
@@ -525,9 +614,7 @@ static float global_for(conv *cv, const expert_mat *m, float amax_self) {
     if (m->proj != 2) {
         const expert_mat *o = find_mat(cv, m->layer, m->expert, 1 - m->proj);
         if (o) {
-            cv->fb = grow(cv->fb, &cv->fb_n, o->t->numel * sizeof(float));
-            clef_to_f32(o->t->dtype, o->t->data, cv->fb, o->t->numel);
-            release_pages(o->t->data, o->t->nbytes); /* re-touched source pages must not pile up */
+            load_f32(cv, o->t, o->shard, &cv->fb, &cv->fb_n); /* re-touched source pages are dropped again */
             float a2 = clef_amax(cv->fb, o->t->numel);
             if (a2 > amax) amax = a2;
         }
@@ -536,9 +623,9 @@ static float global_for(conv *cv, const expert_mat *m, float amax_self) {
 }
 
 /* Per-expert layout: quantize one matrix and write its companions. */
-static int write_expert(conv *cv, st_writer *w, const expert_mat *m, clef_err *err) {
+static int write_expert(conv *cv, sink *w, const expert_mat *m, clef_err *err) {
     const int64_t R = m->t->shape[0], C = m->t->shape[1];
-    const float *x = load_f32(m->t, &cv->fa, &cv->fa_n);
+    const float *x = load_f32(cv, m->t, m->shard, &cv->fa, &cv->fa_n);
     float global = 0;
     if (cv->f == CLEF_QF_NVFP4_CT || cv->f == CLEF_QF_NVFP4_MODELOPT) global = global_for(cv, m, clef_amax(x, m->t->numel));
     clef_qweight qw;
@@ -550,7 +637,7 @@ static int write_expert(conv *cv, st_writer *w, const expert_mat *m, clef_err *e
     for (int k = 0; k < nc && rc == 0; k++) {
         clef_buf n = {0};
         clef_buf_printf(&n, "%s.%s", module, c[k].suffix);
-        rc = st_writer_put(w, n.data, 0, cv->qb[k], c[k].bytes, err);
+        rc = sink_put(w, n.data, 0, cv->qb[k], c[k].bytes, err);
         cv->bytes_out += c[k].bytes;
         clef_buf_free(&n);
     }
@@ -561,10 +648,10 @@ static int write_expert(conv *cv, st_writer *w, const expert_mat *m, clef_err *e
 
 /* Stacked layout: expert e's slice of the layer's gate_up (gate rows, then
  * up rows) or down tensors. */
-static int write_stacked_slice(conv *cv, st_writer *w, const expert_mat *m, int64_t row_in_expert, const char *what,
+static int write_stacked_slice(conv *cv, sink *w, const expert_mat *m, int64_t row_in_expert, const char *what,
                                clef_err *err) {
     const int64_t R = m->t->shape[0], C = m->t->shape[1], per = m->proj == 2 ? R : 2 * R;
-    const float *x = load_f32(m->t, &cv->fa, &cv->fa_n);
+    const float *x = load_f32(cv, m->t, m->shard, &cv->fa, &cv->fa_n);
     float global = global_for(cv, m, clef_amax(x, m->t->numel));
     clef_qweight qw;
     quantize_into(cv, x, R, C, global, &qw);
@@ -572,13 +659,13 @@ static int write_stacked_slice(conv *cv, st_writer *w, const expert_mat *m, int6
     clef_buf n = {0};
     size_t row0 = (size_t)(m->expert * per + row_in_expert);
     clef_buf_printf(&n, "%s.%s.weight_packed", pre, what);
-    int rc = st_writer_put(w, n.data, row0 * (size_t)(C / 2), cv->qb[0], (size_t)(R * C / 2), err);
+    int rc = sink_put(w, n.data, row0 * (size_t)(C / 2), cv->qb[0], (size_t)(R * C / 2), err);
     n.len = 0;
     clef_buf_printf(&n, "%s.%s.weight_scale", pre, what);
-    if (rc == 0) rc = st_writer_put(w, n.data, row0 * (size_t)(C / 16), cv->qb[1], (size_t)(R * C / 16), err);
+    if (rc == 0) rc = sink_put(w, n.data, row0 * (size_t)(C / 16), cv->qb[1], (size_t)(R * C / 16), err);
     n.len = 0;
     clef_buf_printf(&n, "%s.%s.weight_global_scale", pre, what);
-    if (rc == 0 && m->proj != 1) rc = st_writer_put(w, n.data, 4 * (size_t)m->expert, &global, 4, err);
+    if (rc == 0 && m->proj != 1) rc = sink_put(w, n.data, 4 * (size_t)m->expert, &global, 4, err);
     cv->bytes_out += (size_t)(R * C / 2 + R * C / 16) + (m->proj != 1 ? 4 : 0);
     clef_buf_free(&n);
     free(pre);
@@ -589,18 +676,23 @@ static int write_stacked_slice(conv *cv, st_writer *w, const expert_mat *m, int6
 static int write_shard(conv *cv, size_t s, clef_err *err) {
     plan p = {0};
     clef_buf path = {0};
-    clef_buf_printf(&path, "%s/%s", cv->o->out_dir, cv->shard_names[s]);
+    if (cv->o->memory)
+        clef_buf_printf(&path, "synthetic-%s-%s/%s", cv->o->synthetic, clef_quant_format_name(cv->f), cv->shard_names[s]);
+    else
+        clef_buf_printf(&path, "%s/%s", cv->o->out_dir, cv->shard_names[s]);
     int rc = plan_shard(cv, s, &p, err);
     static const char *const meta[] = {"format", "pt", NULL};
-    st_writer *w = rc == 0 ? st_writer_create(path.data, p.t, p.n, meta, err) : NULL;
-    if (!w) rc = -1;
-    if (cv->o->progress && w)
+    sink sk = {0}, *w = &sk;
+    if (rc == 0 && cv->o->memory) sk.m = clef_mem_shard_create(path.data, p.t, p.n, err);
+    else if (rc == 0) sk.w = st_writer_create(path.data, p.t, p.n, meta, err);
+    if (!sk.m && !sk.w) rc = -1;
+    if (cv->o->progress && rc == 0)
         fprintf(stderr, "clef quantize: %s: %zu tensors in, %zu out\n", cv->shard_names[s], cv->shards[s].n, p.n);
     const st_file *f = &cv->shards[s];
     for (size_t i = 0; rc == 0 && i < f->n; i++) {
         const st_tensor *t = &f->tensors[i];
         expert_mat key;
-        if (!parse_expert(t, &key.layer, &key.expert, &key.proj)) rc = copy_tensor(cv, w, t, err);
+        if (!parse_expert(t, &key.layer, &key.expert, &key.proj)) rc = copy_tensor(cv, w, t, s, err);
     }
     /* experts in (layer, expert, proj) order; stacked slices go wherever the
      * layer's expert 0 put the stacked tensor */
@@ -615,9 +707,13 @@ static int write_shard(conv *cv, size_t s, clef_err *err) {
         if (m->proj == 2) rc = write_stacked_slice(cv, w, m, 0, "down_proj", err);
         else rc = write_stacked_slice(cv, w, m, m->proj == 1 ? m->t->shape[0] : 0, "gate_up_proj", err);
     }
-    if (w) {
-        if (rc == 0) rc = st_writer_finish(w, err);
-        else st_writer_abort(w);
+    if (sk.w) {
+        if (rc == 0) rc = st_writer_finish(sk.w, err);
+        else st_writer_abort(sk.w);
+    }
+    if (sk.m) {
+        if (rc == 0) rc = clef_mem_shard_finish(sk.m, &cv->mem[s], err);
+        else clef_mem_shard_abort(sk.m);
     }
     plan_free(&p);
     clef_buf_free(&path);
@@ -750,11 +846,21 @@ static void int4_keep_bf16(conv *cv) {
         }
 }
 
+/* config.json (+ hf_quant_config.json for ModelOpt) as pretty JSON texts
+ * into cv->config_text / hf_text; written to out_dir unless in memory. */
 static int write_configs(conv *cv, clef_err *err) {
     const char *in = cv->o->model_dir, *out = cv->o->out_dir;
     size_t len;
-    char *text = clef_read_text_file(in, CFG_FILE, &len, err);
-    if (!text) return -1;
+    char *text;
+    if (cv->o->synthetic) { /* the text `clef synth` writes */
+        clef_buf b = {0};
+        clef_synth_config_json(cv->gen_plan.preset, cv->o->seed, &b);
+        text = b.data;
+        len = b.len;
+        in = "synthetic";
+    } else if (!(text = clef_read_text_file(in, CFG_FILE, &len, err))) {
+        return -1;
+    }
     clef_err jerr;
     json_value *cfg = json_parse(text, len, &jerr);
     free(text);
@@ -767,8 +873,10 @@ static int write_configs(conv *cv, clef_err *err) {
     json_value *q = json_parse(qt.data, qt.len, &jerr);
     clef_buf_free(&qt);
     json_object_set(cfg, "quantization_config", strlen("quantization_config"), q);
-    int rc = write_json(out, CFG_FILE, cfg, err);
+    render_pretty(cfg, 0, &cv->config_text);
+    clef_buf_putc(&cv->config_text, '\n');
     json_free(cfg);
+    int rc = cv->o->memory ? 0 : write_text(out, CFG_FILE, cv->config_text.data, cv->config_text.len, err);
     if (rc == 0 && cv->f == CLEF_QF_NVFP4_MODELOPT) {
         clef_buf h = {0};
         clef_buf_puts(&h, "{\"producer\":{\"name\":\"modelopt\",\"version\":\"clef\"},\"quantization\":{"
@@ -777,13 +885,16 @@ static int write_configs(conv *cv, clef_err *err) {
         clef_buf_puts(&h, "}}");
         json_value *hv = json_parse(h.data, h.len, &jerr);
         clef_buf_free(&h);
-        rc = write_json(out, HF_QUANT_FILE, hv, err);
+        render_pretty(hv, 0, &cv->hf_text);
+        clef_buf_putc(&cv->hf_text, '\n');
         json_free(hv);
+        if (!cv->o->memory) rc = write_text(out, HF_QUANT_FILE, cv->hf_text.data, cv->hf_text.len, err);
     }
     return rc;
 }
 
 static int write_index(conv *cv, clef_err *err) {
+    if (cv->o->memory) return 0;
     if (cv->n_shards == 1 && !strcmp(cv->shard_names[0], SINGLE_FILE)) return 0;
     json_value *ix = json_new(JSON_OBJECT), *meta = json_new(JSON_OBJECT);
     json_object_set(meta, "total_size", 10, json_new_int((int64_t)cv->bytes_out));
@@ -816,12 +927,15 @@ static int write_stats(conv *cv, clef_quantize_report *rep, clef_err *err) {
         sum += rel;
         n++;
     }
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
     rep->mean_rel_l2 = n ? sum / (double)n : 0;
     rep->mean_matrix_rel_l2 = cv->quantized ? cv->matrix_rel_sum / (double)cv->quantized : 0;
-    rep->peak_rss_bytes = (size_t)ru.ru_maxrss * 1024u;
+    rep->peak_rss_bytes = clef_peak_rss_bytes();
     rep->seconds = clef_now() - cv->t0;
+    if (cv->o->memory) {
+        json_free(st);
+        json_free(layers);
+        return 0;
+    }
     json_object_set(st, "layers", 6, layers);
     json_object_set(st, "mean_rel_l2", 11, json_new_float(rep->mean_rel_l2));
     json_object_set(st, "mean_matrix_rel_l2", 18, json_new_float(rep->mean_matrix_rel_l2));
@@ -867,16 +981,123 @@ static int copy_other_files(conv *cv, clef_err *err) {
     return rc;
 }
 
+/* The synthetic preset's joint head (shard -1 of the generator's plan) as
+ * one shard: joint_head.safetensors in out_dir (no metadata, as `clef
+ * synth` writes it) or in memory. */
+static int synth_head(conv *cv, st_file *mem_out, clef_err *err) {
+    const clef_synth_plan *p = &cv->gen_plan;
+    size_t lo = 0;
+    while (lo < p->n && p->t[lo].shard != -1) lo++;
+    size_t n = p->n - lo;
+    st_wtensor *decl = clef_xcalloc(n + 1, sizeof *decl);
+    for (size_t i = 0; i < n; i++) {
+        const clef_synth_tensor *t = &p->t[lo + i];
+        decl[i] = (st_wtensor){.name = t->name, .dtype = CLEF_DT_BF16, .ndim = t->ndim};
+        decl[i].shape[0] = t->shape[0];
+        decl[i].shape[1] = t->shape[1];
+    }
+    clef_buf path = {0};
+    if (mem_out) clef_buf_printf(&path, "synthetic-%s-%s/joint_head.safetensors", cv->o->synthetic,
+                                 clef_quant_format_name(cv->f));
+    else clef_buf_printf(&path, "%s/joint_head.safetensors", cv->o->out_dir);
+    sink sk = {0};
+    if (mem_out) sk.m = clef_mem_shard_create(path.data, decl, n, err);
+    else sk.w = st_writer_create(path.data, decl, n, NULL, err);
+    int rc = sk.m || sk.w ? 0 : -1;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        const clef_synth_tensor *t = &p->t[lo + i];
+        cv->u16 = grow(cv->u16, &cv->u16_n, t->numel * 2);
+        clef_synth_fill(t, 0, t->numel, cv->u16);
+        rc = sink_put(&sk, t->name, 0, cv->u16, t->numel * 2, err);
+    }
+    if (sk.w) rc = rc == 0 ? st_writer_finish(sk.w, err) : (st_writer_abort(sk.w), -1);
+    if (sk.m) rc = rc == 0 ? clef_mem_shard_finish(sk.m, mem_out, err) : (clef_mem_shard_abort(sk.m), -1);
+    clef_buf_free(&path);
+    free(decl);
+    return rc;
+}
+
+/* The synthetic preset's other files: joint head, its config, the tokenizer. */
+static int synth_other_files(conv *cv, clef_err *err) {
+    clef_buf h = {0};
+    clef_synth_head_config_json(cv->gen_plan.preset, &h);
+    int rc = write_text(cv->o->out_dir, "joint_head_config.json", h.data, h.len, err);
+    clef_buf_free(&h);
+    size_t len = 0;
+    char *tok = NULL;
+    if (rc == 0) {
+        FILE *f = fopen(cv->o->tokenizer, "rb");
+        clef_buf b = {0};
+        char chunk[65536];
+        size_t k;
+        while (f && (k = fread(chunk, 1, sizeof chunk, f)) > 0) clef_buf_append(&b, chunk, k);
+        int bad = !f || ferror(f);
+        if (f) fclose(f);
+        if (bad) {
+            clef_buf_free(&b);
+            rc = cv_fail(err, "cannot read the tokenizer %s: %s", cv->o->tokenizer, strerror(errno));
+        } else {
+            tok = b.data;
+            len = b.len;
+        }
+    }
+    if (rc == 0) rc = write_text(cv->o->out_dir, "tokenizer.json", tok ? tok : "", len, err);
+    free(tok);
+    if (rc == 0) rc = synth_head(cv, NULL, err);
+    return rc;
+}
+
+/* Memory sink: hand the finished shards (+ the head) and the config over to
+ * o->memory as a checkpoint. */
+static int assemble_memory(conv *cv, clef_err *err) {
+    clef_checkpoint *ck = cv->o->memory;
+    ck->shards = clef_xcalloc(cv->n_shards + 1, sizeof *ck->shards);
+    if (synth_head(cv, &ck->shards[cv->n_shards], err)) return -1;
+    memcpy(ck->shards, cv->mem, cv->n_shards * sizeof *cv->mem);
+    memset(cv->mem, 0, cv->n_shards * sizeof *cv->mem); /* owned by ck now */
+    ck->n_shards = cv->n_shards + 1;
+    size_t total = 0;
+    for (size_t s = 0; s < ck->n_shards; s++) total += ck->shards[s].n;
+    ck->catalog = clef_xcalloc(total + 1, sizeof *ck->catalog);
+    for (size_t s = 0; s < ck->n_shards; s++)
+        for (size_t i = 0; i < ck->shards[s].n; i++) ck->catalog[ck->n_tensors++] = &ck->shards[s].tensors[i];
+    qsort(ck->catalog, ck->n_tensors, sizeof *ck->catalog, catalog_by_name);
+    ck->config_json = clef_xstrndup(cv->config_text.data, cv->config_text.len);
+    ck->config_json_len = cv->config_text.len;
+    if (cv->hf_text.len) {
+        ck->hf_quant_json = clef_xstrndup(cv->hf_text.data, cv->hf_text.len);
+        ck->hf_quant_json_len = cv->hf_text.len;
+    }
+    clef_buf h = {0};
+    clef_synth_head_config_json(cv->gen_plan.preset, &h);
+    int rc = clef_config_parse(ck->config_json, ck->config_json_len, h.data, h.len, &ck->config, err);
+    clef_buf_free(&h);
+    return rc;
+}
+
 /* ---- driver ---- */
+
+/* Layouts a format can be written in (SPEC §10.3: the stacked-per-layer
+ * expert form (c) is defined for compressed-tensors NVFP4 only). */
+static const char *layouts_of(clef_quant_format f) {
+    return f == CLEF_QF_NVFP4_CT ? "per-expert or stacked" : "per-expert only";
+}
 
 static int check_options(conv *cv, clef_err *err) {
     const clef_quantize_options *o = cv->o;
-    if (!o->model_dir || !o->out_dir) return cv_fail(err, "--model and --out are required");
+    if (!o->model_dir == !o->synthetic) return cv_fail(err, "give a model directory (--model) or --synthetic, not both");
+    if (!o->out_dir == !o->memory) return cv_fail(err, "--out is required");
+    if (o->memory && !o->synthetic) return cv_fail(err, "quantizing into memory needs a synthetic source");
+    if (o->synthetic && !o->memory && !o->tokenizer) return cv_fail(err, "--synthetic needs a tokenizer to copy");
     if (o->format != CLEF_QF_NVFP4_CT && o->format != CLEF_QF_NVFP4_MODELOPT && o->format != CLEF_QF_FP8_BLOCK &&
         o->format != CLEF_QF_INT4_AUTOROUND)
         return cv_fail(err, "unknown target format");
     if (o->stacked && o->format != CLEF_QF_NVFP4_CT)
-        return cv_fail(err, "the stacked layout is written for --format nvfp4 (compressed-tensors) only");
+        return cv_fail(err,
+                       "--layout stacked is not defined for %s: SPEC §10.3 (c) defines stacked experts "
+                       "(mlp.experts.gate_up_proj / down_proj) for compressed-tensors NVFP4 only; %s supports "
+                       "--layout %s (use --format nvfp4 for stacked)",
+                       clef_quant_format_name(o->format), clef_quant_format_name(o->format), layouts_of(o->format));
     if (o->group < 0 || (o->group && o->group % 8))
         return cv_fail(err, "--group must be a positive multiple of 8");
     if (o->block[0] < 0 || o->block[1] < 0) return cv_fail(err, "the FP8 block size must be positive");
@@ -884,6 +1105,12 @@ static int check_options(conv *cv, clef_err *err) {
     cv->group = o->group ? o->group : 128;
     cv->br = o->block[0] ? o->block[0] : 128;
     cv->bc = o->block[1] ? o->block[1] : 128;
+    if (o->memory) return 0;
+    if (o->synthetic) {
+        if (mkdir(o->out_dir, 0755) != 0 && errno != EEXIST)
+            return cv_fail(err, "cannot create %s: %s", o->out_dir, strerror(errno));
+        return 0;
+    }
     clef_quant_config qc;
     int rc = clef_quant_config_load(o->model_dir, &qc, err);
     int already = rc == 0 && qc.format != CLEF_QF_NONE;
@@ -905,8 +1132,16 @@ static int check_options(conv *cv, clef_err *err) {
 static void conv_free(conv *cv) {
     for (size_t s = 0; s < cv->n_shards; s++) {
         if (cv->shards) st_close(&cv->shards[s]);
+        if (cv->mem) st_close(&cv->mem[s]);
+        if (cv->gen) free(cv->gen[s]);
         free(cv->shard_names[s]);
     }
+    free(cv->mem);
+    free(cv->gen);
+    free(cv->u16);
+    clef_synth_plan_free(&cv->gen_plan);
+    clef_buf_free(&cv->config_text);
+    clef_buf_free(&cv->hf_text);
     free(cv->shards);
     free(cv->shard_names);
     free(cv->cat);
@@ -923,16 +1158,19 @@ static void conv_free(conv *cv) {
 int clef_quantize_checkpoint(const clef_quantize_options *o, clef_quantize_report *rep_out, clef_err *err) {
     conv cv = {.o = o, .t0 = clef_now()};
     clef_quantize_report rep = {0};
+    if (o->memory) memset(o->memory, 0, sizeof *o->memory);
     cv.weight_map = json_new(JSON_OBJECT);
     cv.overrides = json_new(JSON_OBJECT);
     int rc = check_options(&cv, err);
     if (rc == 0) rc = open_sources(&cv, err);
     if (rc == 0 && o->stacked) rc = check_stacked(&cv, err);
     if (rc == 0 && cv.f == CLEF_QF_INT4_AUTOROUND) int4_keep_bf16(&cv);
+    if (rc == 0 && o->memory) cv.mem = clef_xcalloc(cv.n_shards, sizeof *cv.mem);
     for (size_t s = 0; rc == 0 && s < cv.n_shards; s++) rc = write_shard(&cv, s, err);
     if (rc == 0) rc = write_configs(&cv, err);
     if (rc == 0) rc = write_index(&cv, err);
-    if (rc == 0) rc = copy_other_files(&cv, err);
+    if (rc == 0) rc = o->memory ? assemble_memory(&cv, err) : o->synthetic ? synth_other_files(&cv, err)
+                                                                           : copy_other_files(&cv, err);
     if (rc == 0) {
         rep.shards = cv.n_shards;
         rep.copied = cv.copied;
@@ -942,6 +1180,7 @@ int clef_quantize_checkpoint(const clef_quantize_options *o, clef_quantize_repor
         rc = write_stats(&cv, &rep, err);
     }
     if (rc == 0 && rep_out) *rep_out = rep;
+    if (rc != 0 && o->memory) clef_checkpoint_close(o->memory);
     conv_free(&cv);
     return rc;
 }

@@ -488,11 +488,17 @@ static int is_stacked_name(const char *name) {
 }
 
 int clef_quant_detect(const clef_checkpoint *ck, clef_quant_config *qc, clef_err *err) {
-    if (!ck->dir) { /* an in-memory synthetic checkpoint (io/synth.h): no config files, plain BF16 */
+    if (!ck->dir && !ck->config_json) { /* an in-memory synthetic checkpoint (io/synth.h): plain BF16 */
         memset(qc, 0, sizeof *qc);
         return 0;
     }
-    if (clef_quant_config_load(ck->dir, qc, err) != 0) return -1;
+    if (!ck->dir) { /* in memory with its config text (quant/qsynth.h) */
+        if (clef_quant_config_parse(ck->config_json, ck->config_json_len, ck->hf_quant_json, ck->hf_quant_json_len,
+                                    qc, err) != 0)
+            return -1;
+    } else if (clef_quant_config_load(ck->dir, qc, err) != 0) {
+        return -1;
+    }
     char module[1024];
     for (size_t i = 0; i < ck->n_tensors; i++) {
         const st_tensor *t = ck->catalog[i];

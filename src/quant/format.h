@@ -90,7 +90,9 @@ int clef_quant_config_parse(const char *config_json, size_t config_len, const ch
  * clef_quant_config_parse. */
 int clef_quant_config_load(const char *dir, clef_quant_config *qc, clef_err *err);
 
-/* clef_quant_config_load on the checkpoint's directory, then check its
+/* clef_quant_config_load on the checkpoint's directory (an in-memory
+ * checkpoint: clef_quant_config_parse of ck->config_json / hf_quant_json, or
+ * CLEF_QF_NONE when it has none), then check its
  * tensor names: every companion tensor (weight_packed, weight_scale,
  * weight_global_scale, weight_scale_2, input_scale, input_global_scale,
  * weight_scale_inv, qweight, qzeros, scales) must belong to the detected
