@@ -7,25 +7,74 @@
 #include "cli/args.h"
 #include "cli/cli.h"
 #include "engine/parity.h"
+#include "util/timer.h"
 
 static void parity_usage(FILE *f) {
     fprintf(f,
-            "usage: clef parity --model A --model B --requests FILE.jsonl [--max-length N] [--threads N] [--json]\n"
+            "usage: clef parity (--model A --model B | --synthetic P [--seed N] [--quant-a F] [--quant-b F]\n"
+            "                   [--tokenizer F]) --requests FILE.jsonl [--device D] [--max-length N] [--threads N]\n"
+            "                   [--json]\n"
             "  Answers every request of FILE (one SystemOne request per line, or an object with \"request\",\n"
             "  optional \"name\" and \"max_length\", as in goldens.jsonl) with both models and reports, over all\n"
             "  questions: top-1 agreement, mean and max total-variation distance between the per-option\n"
             "  distributions (unrounded, from the logits), and the questions whose top-1 option flipped.\n"
+            "  One model is loaded at a time: A answers every request and is freed, then B is loaded (so\n"
+            "  the full preset in BF16 and a quantized copy never have to fit together).\n"
+            "  --synthetic P   both models are synthetic preset P (tiny, small, full) drawn in memory for\n"
+            "                  --seed N (default 1); --quant-a / --quant-b F quantize that side's experts in\n"
+            "                  memory to F (int4, fp8-block, nvfp4, nvfp4-modelopt; bitwise what `clef\n"
+            "                  quantize` writes); a side without --quant-x is BF16.  E.g. BF16 vs INT4:\n"
+            "                  --synthetic full --quant-b int4.  Tokenizer --tokenizer F (default\n"
+            "                  " CLI_DEFAULT_TOKENIZER ")\n"
+            "  --device D      cpu, cuda, cuda:N for both models (default: automatic)\n"
             "  --json prints the report as one JSON object.  Exit status 1 if a model cannot be loaded.\n");
 }
 
-static clef_engine *open_model(const char *dir, size_t max_length, size_t threads) {
-    clef_engine_options opt = {.model_dir = dir, .max_length = max_length, .truncate_state = 1,
-                               .n_threads = (int)threads};
+/* One side of the comparison: a directory, or the synthetic preset (BF16
+ * when quant is NULL). */
+typedef struct parity_side {
+    const char *dir, *quant;
+    char label[256]; /* printed as "A <label>" */
+} parity_side;
+
+typedef struct parity_common {
+    const char *synthetic, *tokenizer, *device;
+    size_t seed, max_length, threads;
+} parity_common;
+
+static clef_engine *open_model(const parity_side *side, const parity_common *c) {
+    clef_engine_options opt = {.model_dir = side->dir, .max_length = c->max_length, .truncate_state = 1,
+                               .n_threads = (int)c->threads, .device = c->device, .verbose = c->synthetic != NULL};
+    if (!side->dir) {
+        opt.synthetic = c->synthetic;
+        opt.seed = c->seed;
+        opt.synthetic_quant = side->quant;
+        opt.tokenizer = c->tokenizer;
+    }
     clef_err err;
     clef_err_clear(&err);
     clef_engine *e = clef_engine_open(&opt, &err);
-    if (!e) fprintf(stderr, "clef parity: cannot load %s: %s\n", dir, err.message);
+    if (!e) fprintf(stderr, "clef parity: cannot load %s: %s\n", side->label, err.message);
     return e;
+}
+
+/* Load `side`, answer every line, free the model.  0, 1 (cannot load) or
+ * 2 (bad requests file). */
+static int answer_all(const parity_side *side, const parity_common *c, const char *text, size_t len,
+                      clef_parity_answers *out) {
+    double t0 = clef_now();
+    clef_engine *e = open_model(side, c);
+    if (!e) return 1;
+    double t1 = clef_now();
+    clef_err err;
+    clef_err_clear(&err);
+    int rc = clef_parity_collect(e, text, len, out, &err);
+    if (rc != 0) fprintf(stderr, "clef parity: %s\n", err.message);
+    else
+        fprintf(stderr, "clef parity: %s: loaded in %.1f s, answered %zu lines in %.1f s\n", side->label, t1 - t0,
+                out->n, clef_now() - t1);
+    clef_engine_close(e);
+    return rc == 0 ? 0 : err.status == 400 ? 2 : 1;
 }
 
 static void print_report(const char *a, const char *b, const clef_parity_report *r) {
@@ -45,8 +94,9 @@ static void print_report(const char *a, const char *b, const clef_parity_report 
 }
 
 int cli_parity(int argc, char **argv) {
-    const char *models[2] = {NULL, NULL}, *requests = NULL, *m = NULL;
-    size_t max_length = 0, threads = 0, n_models = 0;
+    const char *models[2] = {NULL, NULL}, *requests = NULL, *m = NULL, *quant[2] = {NULL, NULL};
+    parity_common c = {.seed = 1, .tokenizer = CLI_DEFAULT_TOKENIZER};
+    size_t n_models = 0;
     int as_json = 0;
     for (int i = 1; i < argc; i++) {
         int r;
@@ -59,8 +109,14 @@ int cli_parity(int argc, char **argv) {
         } else if (r < 0) {
             return 2;
         } else if ((r = arg_str(argc, argv, &i, "--requests", &requests)) ||
-                   (r = arg_size(argc, argv, &i, "--max-length", &max_length)) ||
-                   (r = arg_size(argc, argv, &i, "--threads", &threads))) {
+                   (r = arg_str(argc, argv, &i, "--synthetic", &c.synthetic)) ||
+                   (r = arg_str(argc, argv, &i, "--quant-a", &quant[0])) ||
+                   (r = arg_str(argc, argv, &i, "--quant-b", &quant[1])) ||
+                   (r = arg_str(argc, argv, &i, "--tokenizer", &c.tokenizer)) ||
+                   (r = arg_str(argc, argv, &i, "--device", &c.device)) ||
+                   (r = arg_size(argc, argv, &i, "--seed", &c.seed)) ||
+                   (r = arg_size(argc, argv, &i, "--max-length", &c.max_length)) ||
+                   (r = arg_size(argc, argv, &i, "--threads", &c.threads))) {
             if (r < 0) return 2;
         } else if (!strcmp(argv[i], "--json")) {
             as_json = 1;
@@ -73,38 +129,48 @@ int cli_parity(int argc, char **argv) {
             return 2;
         }
     }
-    if (n_models != 2 || !requests) {
+    int synth = c.synthetic != NULL;
+    if (!requests || (synth ? n_models != 0 : n_models != 2 || quant[0] || quant[1])) {
+        if (synth && n_models) fprintf(stderr, "clef parity: give two --model or --synthetic P, not both\n");
+        else if (!synth && (quant[0] || quant[1])) fprintf(stderr, "clef parity: --quant-a/--quant-b need --synthetic P\n");
         parity_usage(stderr);
         return 2;
+    }
+    parity_side sides[2];
+    for (int k = 0; k < 2; k++) {
+        sides[k] = (parity_side){.dir = models[k], .quant = quant[k]};
+        if (synth)
+            snprintf(sides[k].label, sizeof sides[k].label, "synthetic:%s:%s seed %zu", c.synthetic,
+                     quant[k] ? quant[k] : "bf16", c.seed);
+        else
+            snprintf(sides[k].label, sizeof sides[k].label, "%s", models[k]);
     }
     size_t len = 0;
     char *text = read_all(requests, &len);
     if (!text) return 2;
-    clef_engine *a = open_model(models[0], max_length, threads);
-    clef_engine *b = a ? open_model(models[1], max_length, threads) : NULL;
-    int rc = 1;
-    if (a && b) {
+    clef_parity_answers ans[2];
+    memset(ans, 0, sizeof ans);
+    int rc = answer_all(&sides[0], &c, text, len, &ans[0]);
+    if (rc == 0) rc = answer_all(&sides[1], &c, text, len, &ans[1]);
+    if (rc == 0) {
         clef_parity_report rep;
         clef_err err;
         clef_err_clear(&err);
-        if (clef_parity_run(a, b, text, len, &rep, &err) != 0) {
+        if (clef_parity_compare(&ans[0], &ans[1], &rep, &err) != 0) {
             fprintf(stderr, "clef parity: %s\n", err.message);
             rc = err.status == 400 ? 2 : 1;
+        } else if (as_json) {
+            clef_buf out = {0};
+            clef_parity_render(&rep, &out);
+            printf("%s\n", out.data);
+            clef_buf_free(&out);
         } else {
-            if (as_json) {
-                clef_buf out = {0};
-                clef_parity_render(&rep, &out);
-                printf("%s\n", out.data);
-                clef_buf_free(&out);
-            } else {
-                print_report(models[0], models[1], &rep);
-            }
-            rc = 0;
+            print_report(sides[0].label, sides[1].label, &rep);
         }
         clef_parity_report_free(&rep);
     }
-    clef_engine_close(a);
-    clef_engine_close(b);
+    clef_parity_answers_free(&ans[0]);
+    clef_parity_answers_free(&ans[1]);
     free(text);
     return rc;
 }
