@@ -188,6 +188,50 @@ typedef struct clef_backend_ops {
      * (normalise, then dot). */
     int (*cosine)(clef_backend *be, const float *a, const int32_t *a_rows, const float *b, int64_t n, int64_t dim,
                   float eps, float *out, clef_err *err);
+
+    /* ---- media tower ops (model/towers.h: vision and audio towers) ---- */
+    /* y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), n floats: torch's
+     * gelu(approximate="tanh") in f32 (the vision blocks' MLP activation),
+     * with the cube and the inner sum rounded one step at a time (no FMA).
+     * Elementwise, so trivially row-independent; y may equal x. */
+    int (*gelu_tanh)(clef_backend *be, const float *x, float *y, int64_t n, clef_err *err);
+    /* Vision 2-D (axial) RoPE, in place, on rows r < N of x (row r at
+     * x + r * stride floats), `heads` consecutive heads of d floats per row
+     * (d % 4 == 0; the q and k blocks of a fused qkv row are 2 * heads heads
+     * when they are adjacent).  pos: backend int32 [N, 2] = (patch row y,
+     * patch column x) at full resolution; inv_freq: backend f32 [d/4].  With
+     * q = d/4, frequency i < d/2 has angle a_i = (float)y * inv_freq[i] for
+     * i < q and (float)x * inv_freq[i - q] otherwise (products in f32; the
+     * table duplicated to d as rotate-half), and each pair (i, i + d/2) of
+     * every head becomes
+     *   v_i' = v_i cos a_i - v_{i+d/2} sin a_i,
+     *   v_{i+d/2}' = v_{i+d/2} cos a_i + v_i sin a_i
+     * (products and the sum rounded one at a time).  cos/sin in f32 (CPU:
+     * libm cosf/sinf; a device may differ by its f32 cos/sin error, a few
+     * ulp).  Each row depends on its own position only. */
+    int (*rope_2d)(clef_backend *be, float *x, int64_t N, int64_t stride, int64_t heads, int64_t d,
+                   const int32_t *pos, const float *inv_freq, clef_err *err);
+    /* Weighted gather of 4 rows (bilinear sampling of the vision position
+     * table): for r < N, with i_k = idx[4r + k] and w_k = w[4r + k],
+     *   out[r, :] = ((table[i_0] w_0 + table[i_1] w_1) + table[i_2] w_2) + table[i_3] w_3,
+     * every product and sum rounded in this order (no FMA), so it is bitwise
+     * the same on every backend.  table: backend f32 [rows, dim]; idx:
+     * backend int32 [N, 4], each in [0, rows) (checked by the caller); w:
+     * backend f32 [N, 4]; out: backend f32 [N, dim], not overlapping table. */
+    int (*mix_rows)(clef_backend *be, const float *table, int64_t dim, const int32_t *idx, const float *w, int64_t N,
+                    float *out, clef_err *err);
+    /* Columns of a 3x3, stride-2, padding-1 convolution over B images:
+     * in [B, Fi, Ti, Ci] (channels last) -> cols [B, Fo, To, Ci * 9] with
+     * Fo = ceil(Fi / 2), To = ceil(Ti / 2) and
+     *   cols[b, fo, to, ci * 9 + ky * 3 + kx] = in[b, 2 fo - 1 + ky, 2 to - 1 + kx, ci]
+     * (0 outside the image): the Conv2d kernel [C_out, Ci, 3, 3] viewed as
+     * [C_out, Ci * 9] then multiplies the cols rows with `matmul`.  A pure
+     * copy (bitwise on every backend); in and cols must not overlap. */
+    int (*im2col_3x3s2)(clef_backend *be, const float *in, int64_t B, int64_t Fi, int64_t Ti, int64_t Ci, float *cols,
+                        clef_err *err);
+    /* Batched transpose y[b, c, r] = x[b, r, c] for b < B, r < R, c < C (a
+     * pure copy; x and y must not overlap). */
+    int (*transpose)(clef_backend *be, const float *x, int64_t B, int64_t R, int64_t C, float *y, clef_err *err);
 } clef_backend_ops;
 
 struct clef_backend {

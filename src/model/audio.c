@@ -4,9 +4,13 @@
  * chunk, windowed bidirectional attention per clip, ln_post, proj1, GELU,
  * proj2.
  *
- * The convolutions run as im2col on the host followed by the backend's
- * matmul with the Conv2d kernel viewed as [C_out, C_in*9]; one chunk at a
- * time bounds the im2col memory (the reference convolves all chunks padded
+ * Every step runs through the backend's op table: the convolutions as
+ * im2col_3x3s2 + matmul with the Conv2d kernel viewed as [C_out, C_in*9],
+ * the flattening for conv_out as a transpose, the sinusoid (a buffer made
+ * when the tower is bound) and the choice of each chunk's valid rows as one
+ * add per chunk.  The chunks are uploaded once, zero-padded to the longest,
+ * and convolved in groups that bound the im2col memory (a chunk's result
+ * does not depend on its group: the reference convolves all chunks padded
  * to the same length, which is what each chunk sees here too).
  */
 #include <math.h>
@@ -23,78 +27,6 @@ static int64_t conv_len(int64_t x) { return (x + 1) / 2; } /* ceil(x/2): 3x3, st
 /* Audio tokens of m frames (media/melspec.h's f(m), for any n_window). */
 static int64_t after_cnn(int64_t m, int64_t chunk) {
     return (m / chunk) * conv_len(conv_len(conv_len(chunk))) + conv_len(conv_len(conv_len(m % chunk)));
-}
-
-/* Columns of a 3x3/stride-2/pad-1 convolution: in [Fi][Ti][Ci] (host) ->
- * cols [(Fo*To), Ci*9] with index ci*9 + ky*3 + kx (the kernel's layout). */
-static void im2col(const float *in, int64_t Fi, int64_t Ti, int64_t Ci, float *cols) {
-    int64_t Fo = conv_len(Fi), To = conv_len(Ti);
-    for (int64_t fo = 0; fo < Fo; fo++)
-        for (int64_t to = 0; to < To; to++) {
-            float *row = cols + (fo * To + to) * Ci * 9;
-            for (int ky = 0; ky < 3; ky++)
-                for (int kx = 0; kx < 3; kx++) {
-                    int64_t fi = 2 * fo - 1 + ky, ti = 2 * to - 1 + kx;
-                    int inside = fi >= 0 && fi < Fi && ti >= 0 && ti < Ti;
-                    for (int64_t ci = 0; ci < Ci; ci++)
-                        row[ci * 9 + ky * 3 + kx] = inside ? in[(fi * Ti + ti) * Ci + ci] : 0.0f;
-                }
-        }
-}
-
-/* SinusoidsPositionEmbedding row t (f32 as torch builds it). */
-static void sinusoid_row(int64_t t, int64_t C, float *out) {
-    double inc = log(10000.0) / (double)(C / 2 - 1);
-    for (int64_t i = 0; i < C / 2; i++) {
-        float inv = expf((float)(-inc) * (float)i);
-        float a = (float)t * inv;
-        out[i] = sinf(a);
-        out[C / 2 + i] = cosf(a);
-    }
-}
-
-/* Convolutions, conv_out and sinusoid of one chunk padded to T frames:
- * chunk [mel][T] host -> rows [c3(T), d_model] host. */
-static int chunk_embed(clef_towers *t, const float *chunk, int64_t T, float *rows, clef_err *err) {
-    const clef_audio_config *c = &t->ac;
-    const clef_backend_ops *op = t->be->ops;
-    int64_t C = c->downsample_hidden_size, M = c->d_model;
-    int64_t F[4] = {c->num_mel_bins, 0, 0, 0}, Ts[4] = {T, 0, 0, 0}, Ci[3] = {1, C, C};
-    for (int i = 1; i < 4; i++) F[i] = conv_len(F[i - 1]), Ts[i] = conv_len(Ts[i - 1]);
-    size_t big = (size_t)(F[1] * Ts[1] * C * 9 > F[1] * Ts[1] * C ? F[1] * Ts[1] * C * 9 : F[1] * Ts[1] * C);
-    float *act = clef_xmalloc(sizeof(float) * (size_t)(F[0] * Ts[0] * (C > 1 ? C : 1)));
-    float *cols = clef_xmalloc(sizeof(float) * big);
-    size_t out_n = (size_t)(F[1] * Ts[1] * C > Ts[3] * M ? F[1] * Ts[1] * C : Ts[3] * M);
-    float *dcols = tw_alloc(t, big, err), *dout = dcols ? tw_alloc(t, out_n, err) : NULL;
-    int rc = dout ? 0 : -1;
-    memcpy(act, chunk, sizeof(float) * (size_t)(F[0] * T)); /* [mel][T][1] */
-    for (int l = 0; l < 3 && rc == 0; l++) {
-        int64_t n = F[l + 1] * Ts[l + 1];
-        im2col(act, F[l], Ts[l], Ci[l], cols);
-        rc = tw_upload(t, dcols, cols, (size_t)(n * Ci[l] * 9), err) ||
-             tw_linear_fwd(t, &t->conv[l], dcols, n, dout, err) || op->gelu(t->be, dout, dout, n * C, err) ||
-             tw_download(t, act, dout, (size_t)(n * C), err);
-    }
-    /* conv_out input per time step: feature c*F3 + f of act[f][t][c] */
-    int64_t F3 = F[3], T3 = Ts[3];
-    for (int64_t tt = 0; rc == 0 && tt < T3; tt++)
-        for (int64_t ch = 0; ch < C; ch++)
-            for (int64_t f = 0; f < F3; f++) cols[(tt * C + ch) * F3 + f] = act[(f * T3 + tt) * C + ch];
-    if (rc == 0)
-        rc = tw_upload(t, dcols, cols, (size_t)(T3 * C * F3), err) ||
-             op->matmul(t->be, dcols, T3, &t->conv_out, NULL, dout, err) ||
-             tw_download(t, rows, dout, (size_t)(T3 * M), err);
-    float *pe = clef_xmalloc(sizeof(float) * (size_t)M);
-    for (int64_t tt = 0; rc == 0 && tt < T3; tt++) {
-        sinusoid_row(tt, M, pe);
-        for (int64_t k = 0; k < M; k++) rows[tt * M + k] += pe[k];
-    }
-    free(pe);
-    tw_free(t, dcols);
-    tw_free(t, dout);
-    free(act);
-    free(cols);
-    return rc ? -1 : 0;
 }
 
 /* One pre-LN encoder layer over x [N, M] with attention segments `ad`. */
@@ -125,6 +57,57 @@ static int64_t *chunk_lengths(const int32_t *lens, size_t n_clips, int64_t chunk
     return cl;
 }
 
+/* Scratch budget (floats) of one group of chunks: im2col columns + conv activations. */
+#define AUDIO_GROUP_FLOATS ((int64_t)64 << 20)
+
+/* Convolutions, conv_out and sinusoid of all chunks, each padded to T frames:
+ * dchunks backend [n_chunks][mel][T] -> x backend rows [N, d_model], the
+ * first c(c(c(cl[k]))) rows of chunk k in chunk order. */
+static int chunks_embed(clef_towers *t, const float *dchunks, int64_t n_chunks, int64_t T, const int64_t *cl, float *x,
+                        clef_err *err) {
+    const clef_audio_config *c = &t->ac;
+    const clef_backend_ops *op = t->be->ops;
+    int64_t C = c->downsample_hidden_size, M = c->d_model;
+    int64_t F[4] = {c->num_mel_bins, 0, 0, 0}, Ts[4] = {T, 0, 0, 0}, Ci[3] = {1, C, C};
+    for (int i = 1; i < 4; i++) F[i] = conv_len(F[i - 1]), Ts[i] = conv_len(Ts[i - 1]);
+    /* per chunk: the largest im2col / conv_out input, the largest conv output */
+    int64_t cols1 = Ts[3] * C * F[3], act1 = 1;
+    for (int l = 0; l < 3; l++) {
+        int64_t n = F[l + 1] * Ts[l + 1];
+        if (n * Ci[l] * 9 > cols1) cols1 = n * Ci[l] * 9;
+        if (n * C > act1) act1 = n * C;
+    }
+    if (Ts[3] * M > act1) act1 = Ts[3] * M;
+    int64_t G = AUDIO_GROUP_FLOATS / (cols1 + act1);
+    if (G < 1) G = 1;
+    if (G > n_chunks) G = n_chunks;
+    float *cols = tw_alloc(t, (size_t)(G * cols1), err), *act = cols ? tw_alloc(t, (size_t)(G * act1), err) : NULL;
+    int rc = act ? 0 : -1;
+    int64_t at = 0;
+    for (int64_t g0 = 0; g0 < n_chunks && rc == 0; g0 += G) {
+        int64_t B = n_chunks - g0 < G ? n_chunks - g0 : G;
+        const float *in = dchunks + g0 * F[0] * T; /* [B][mel][T][1] */
+        for (int l = 0; l < 3 && rc == 0; l++) {
+            int64_t n = B * F[l + 1] * Ts[l + 1];
+            rc = op->im2col_3x3s2(t->be, in, B, F[l], Ts[l], Ci[l], cols, err) ||
+                 tw_linear_fwd(t, &t->conv[l], cols, n, act, err) || op->gelu(t->be, act, act, n * C, err);
+            in = act; /* [B][F][T][C] */
+        }
+        /* conv_out input per time step: feature ch*F3 + f of act[b][f][tt][ch] */
+        if (rc == 0)
+            rc = op->transpose(t->be, act, B, F[3], Ts[3] * C, cols, err) ||
+                 op->matmul(t->be, cols, B * Ts[3], &t->conv_out, NULL, act, err);
+        for (int64_t b = 0; b < B && rc == 0; b++) {
+            int64_t keep = conv_len(conv_len(conv_len(cl[g0 + b])));
+            rc = op->add(t->be, act + b * Ts[3] * M, t->sinusoid, x + at * M, keep, M, M, err);
+            at += keep;
+        }
+    }
+    tw_free(t, cols);
+    tw_free(t, act);
+    return rc ? -1 : 0;
+}
+
 int clef_audio_forward(clef_towers *t, const float *features, size_t n_clips, size_t n_frames,
                        const int32_t *feature_lens, float *out, clef_err *err) {
     if (!t->has_audio) return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "the checkpoint has no audio tower");
@@ -139,26 +122,16 @@ int clef_audio_forward(clef_towers *t, const float *features, size_t n_clips, si
         if (cl[k] > T) T = cl[k];
         N += conv_len(conv_len(conv_len(cl[k])));
     }
-    /* 1-6: per chunk embedding, valid rows concatenated in batch order */
-    float *x_host = clef_xmalloc(sizeof(float) * (size_t)(N * M));
-    float *chunk_buf = clef_xmalloc(sizeof(float) * (size_t)(mel * T));
-    float *rows = clef_xmalloc(sizeof(float) * (size_t)(conv_len(conv_len(conv_len(T))) * M));
-    int rc = 0;
-    int64_t k = 0, at = 0;
-    for (size_t i = 0; i < n_clips && rc == 0; i++) {
+    /* 1-2: the chunks zero-padded to T frames, [n_chunks][mel][T], one upload */
+    float *chunk_host = clef_xcalloc((size_t)(n_chunks * mel * T), sizeof(float));
+    int64_t k = 0;
+    for (size_t i = 0; i < n_clips; i++) {
         const float *clip = features + i * (size_t)mel * n_frames;
-        for (int64_t s = 0; s < feature_lens[i] && rc == 0; s += chunk, k++) {
-            memset(chunk_buf, 0, sizeof(float) * (size_t)(mel * T));
+        for (int64_t s = 0; s < feature_lens[i]; s += chunk, k++)
             for (int64_t f = 0; f < mel; f++)
-                memcpy(chunk_buf + f * T, clip + (size_t)f * n_frames + (size_t)s, sizeof(float) * (size_t)cl[k]);
-            rc = chunk_embed(t, chunk_buf, T, rows, err);
-            int64_t keep = conv_len(conv_len(conv_len(cl[k])));
-            memcpy(x_host + at * M, rows, sizeof(float) * (size_t)(keep * M));
-            at += keep;
-        }
+                memcpy(chunk_host + (k * mel + f) * T, clip + (size_t)f * n_frames + (size_t)s,
+                       sizeof(float) * (size_t)cl[k]);
     }
-    free(chunk_buf);
-    free(rows);
     /* 7: attention windows per clip */
     int64_t window = conv_len(conv_len(conv_len(T))) * (c->n_window_infer / chunk), n_win = 0;
     int64_t *off = clef_xmalloc(sizeof(int64_t) * (size_t)(N + 2));
@@ -170,13 +143,16 @@ int clef_audio_forward(clef_towers *t, const float *features, size_t n_clips, si
     int64_t H = c->encoder_attention_heads, d = M / H, Fd = c->encoder_ffn_dim;
     clef_attn_desc ad = {n_win, off, off, H, H, d, M, M, M, M, 1.0f / sqrtf((float)d), 0};
     /* 8-9: layers, ln_post, proj1, GELU, proj2 */
-    float *x = NULL, *a = NULL, *q = NULL, *kk = NULL, *v = NULL, *att = NULL, *f1 = NULL, *o = NULL;
-    if (rc == 0 && off[n_win] != N) rc = clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "audio tower: window mismatch");
-    if (rc == 0 && (x = tw_alloc(t, (size_t)(N * M), err)) && (a = tw_alloc(t, (size_t)(N * M), err)) &&
-        (q = tw_alloc(t, (size_t)(N * M), err)) && (kk = tw_alloc(t, (size_t)(N * M), err)) &&
-        (v = tw_alloc(t, (size_t)(N * M), err)) && (att = tw_alloc(t, (size_t)(N * M), err)) &&
-        (f1 = tw_alloc(t, (size_t)(N * Fd), err)) && (o = tw_alloc(t, (size_t)(N * c->output_dim), err))) {
-        rc = tw_upload(t, x, x_host, (size_t)(N * M), err);
+    float *x = NULL, *a = NULL, *q = NULL, *kk = NULL, *v = NULL, *att = NULL, *f1 = NULL, *o = NULL, *dch = NULL;
+    int rc = off[n_win] != N ? clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "audio tower: window mismatch") : 0;
+    if (rc == 0 && (dch = tw_alloc(t, (size_t)(n_chunks * mel * T), err)) && (x = tw_alloc(t, (size_t)(N * M), err)) &&
+        (a = tw_alloc(t, (size_t)(N * M), err)) && (q = tw_alloc(t, (size_t)(N * M), err)) &&
+        (kk = tw_alloc(t, (size_t)(N * M), err)) && (v = tw_alloc(t, (size_t)(N * M), err)) &&
+        (att = tw_alloc(t, (size_t)(N * M), err)) && (f1 = tw_alloc(t, (size_t)(N * Fd), err)) &&
+        (o = tw_alloc(t, (size_t)(N * c->output_dim), err))) {
+        /* 3-6 */
+        rc = tw_upload(t, dch, chunk_host, (size_t)(n_chunks * mel * T), err) ||
+             chunks_embed(t, dch, n_chunks, T, cl, x, err);
         for (int64_t l = 0; rc == 0 && l < c->encoder_layers; l++)
             rc = audio_layer_fwd(t, &t->layers[l], x, N, &ad, a, q, kk, v, att, f1, err);
         if (rc == 0)
@@ -187,9 +163,9 @@ int clef_audio_forward(clef_towers *t, const float *features, size_t n_clips, si
     } else if (rc == 0) {
         rc = -1;
     }
-    float *dev[] = {x, a, q, kk, v, att, f1, o};
+    float *dev[] = {x, a, q, kk, v, att, f1, o, dch};
     for (size_t i = 0; i < sizeof dev / sizeof *dev; i++) tw_free(t, dev[i]);
-    free(x_host);
+    free(chunk_host);
     free(off);
     free(cl);
     return rc ? -1 : 0;

@@ -95,18 +95,25 @@ static int audio_config(const json_value *ac, clef_audio_config *c, clef_err *er
     return 0;
 }
 
+/* The tower configs from the checkpoint's config.json: its text when the
+ * checkpoint carries it (in-memory synthetic or converted checkpoints), else
+ * <dir>/config.json. */
 static int load_configs(clef_towers *t, clef_err *err) {
-    if (!t->ck->dir) /* an in-memory (synthetic) checkpoint has no config.json to read */
-        return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "the checkpoint has no directory to read the tower configs from");
-    char path[4096];
-    snprintf(path, sizeof path, "%s/config.json", t->ck->dir);
-    FILE *f = fopen(path, "rb");
-    if (!f) return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "%s: cannot open", path);
     clef_buf b = {0};
-    char chunk[65536];
-    size_t got;
-    while ((got = fread(chunk, 1, sizeof chunk, f)) > 0) clef_buf_append(&b, chunk, got);
-    fclose(f);
+    if (t->ck->config_json) {
+        clef_buf_append(&b, t->ck->config_json, t->ck->config_json_len);
+    } else if (t->ck->dir) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/config.json", t->ck->dir);
+        FILE *f = fopen(path, "rb");
+        if (!f) return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "%s: cannot open", path);
+        char chunk[65536];
+        size_t got;
+        while ((got = fread(chunk, 1, sizeof chunk, f)) > 0) clef_buf_append(&b, chunk, got);
+        fclose(f);
+    } else { /* a synthetic checkpoint drawn without towers */
+        return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "the checkpoint has no config.json to read the tower configs from");
+    }
     json_value *root = json_parse(b.data ? b.data : "", b.len, err);
     clef_buf_free(&b);
     if (!root) return -1;
@@ -134,13 +141,26 @@ static void *own(clef_towers *t, void *p) {
 }
 
 /* Matrix `name` with `ndim` dims `shape`, bound as [rows, cols] (a conv
- * kernel is its flattened row-major matrix). */
+ * kernel is its flattened row-major matrix).  A matrix whose row length is
+ * not a multiple of 8 (the audio conv2d1 kernel, [C, 9]) is widened to f32
+ * first: exact, and the CPU's products do not change (it multiplies f32
+ * rows either way), while a device's bf16 GEMM needs rows of 8 values. */
 static int bind_mat(clef_towers *t, const char *name, int ndim, const int64_t *shape, clef_weight *w, clef_err *err) {
     const st_tensor *st = clef_checkpoint_require(t->ck, name, PLAIN_DTYPES, ndim, shape, err);
     if (!st) return -1;
     int64_t cols = 1;
     for (int i = 1; i < ndim; i++) cols *= shape[i];
-    if (t->be->ops->weight_init(t->be, w, st->dtype, shape[0], cols, st->data, err) != 0) return -1;
+    clef_dtype dt = st->dtype;
+    const void *data = st->data;
+    if (cols % 8 && dt != CLEF_DT_F32) {
+        size_t n = (size_t)(shape[0] * cols);
+        float *f = clef_xmalloc((n ? n : 1) * sizeof *f);
+        clef_to_f32(st->dtype, st->data, f, n);
+        t->host_f32 = clef_xrealloc(t->host_f32, (t->n_host_f32 + 1) * sizeof *t->host_f32);
+        t->host_f32[t->n_host_f32++] = f;
+        dt = CLEF_DT_F32, data = f;
+    }
+    if (t->be->ops->weight_init(t->be, w, dt, shape[0], cols, data, err) != 0) return -1;
     if (t->n_weights == t->cap_weights) {
         t->cap_weights = t->cap_weights ? 2 * t->cap_weights : 128;
         t->weights = clef_xrealloc(t->weights, t->cap_weights * sizeof *t->weights);
@@ -149,16 +169,21 @@ static int bind_mat(clef_towers *t, const char *name, int ndim, const int64_t *s
     return 0;
 }
 
+/* n floats of host data copied to new backend memory owned by the towers. */
+static int upload_owned(clef_towers *t, const char *what, const float *host, size_t n, float **out, clef_err *err) {
+    *out = t->be->ops->alloc(t->be, (n ? n : 1) * sizeof(float));
+    if (!*out) return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "cannot allocate backend memory for %s", what);
+    own(t, *out);
+    return t->be->ops->upload(t->be, *out, host, n * sizeof(float), err);
+}
+
 static int bind_vec(clef_towers *t, const char *name, int64_t n, float **out, clef_err *err) {
     const st_tensor *st = clef_checkpoint_require(t->ck, name, PLAIN_DTYPES, 1, &n, err);
     if (!st) return -1;
     float *tmp = clef_xmalloc((size_t)n * sizeof *tmp);
     clef_to_f32(st->dtype, st->data, tmp, (size_t)n);
-    *out = t->be->ops->alloc(t->be, (size_t)n * sizeof(float));
-    int rc = *out ? t->be->ops->upload(t->be, *out, tmp, (size_t)n * sizeof(float), err)
-                  : clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "cannot allocate backend memory for %s", name);
+    int rc = upload_owned(t, name, tmp, (size_t)n, out, err);
     free(tmp);
-    if (*out) own(t, *out);
     return rc;
 }
 
@@ -211,8 +236,19 @@ static int bind_vision(clef_towers *t, clef_err *err) {
     int64_t tshape[2] = {c->num_position_embeddings, D};
     const st_tensor *pe = clef_checkpoint_require(t->ck, "thinker.visual.pos_embed.weight", PLAIN_DTYPES, 2, tshape, err);
     if (!pe) return -1;
-    t->pos_table = clef_xmalloc(sizeof(float) * (size_t)(c->num_position_embeddings * D));
-    clef_to_f32(pe->dtype, pe->data, t->pos_table, (size_t)(c->num_position_embeddings * D));
+    size_t n_pe = (size_t)(c->num_position_embeddings * D);
+    float *table = clef_xmalloc(sizeof(float) * n_pe);
+    clef_to_f32(pe->dtype, pe->data, table, n_pe);
+    int rc = upload_owned(t, "thinker.visual.pos_embed.weight", table, n_pe, &t->pos_table, err);
+    free(table);
+    if (rc) return -1;
+    /* the rotary embedding's inv_freq buffer, f32 as torch builds it */
+    int64_t d = D / c->num_heads, q = d / 4;
+    float *inv = clef_xmalloc(sizeof(float) * (size_t)q);
+    for (int64_t j = 0; j < q; j++) inv[j] = 1.0f / powf((float)c->rope_theta, (float)(2 * j) / (float)(d / 2));
+    rc = upload_owned(t, "the vision RoPE frequencies", inv, (size_t)q, &t->rope_inv, err);
+    free(inv);
+    if (rc) return -1;
     t->blocks = clef_xcalloc((size_t)c->depth, sizeof *t->blocks);
     for (int64_t l = 0; l < c->depth; l++) {
         vision_block *b = &t->blocks[l];
@@ -246,6 +282,21 @@ static int bind_audio(clef_towers *t, clef_err *err) {
     }
     int64_t oshape[2] = {M, C * f3};
     if (bind_mat(t, "thinker.audio_tower.conv_out.weight", 2, oshape, &t->conv_out, err)) return -1;
+    /* SinusoidsPositionEmbedding rows 0 .. c(c(c(chunk)))-1 (f32 as torch
+     * builds the buffer); t restarts in every chunk, so these are all used */
+    int64_t c1 = (2 * c->n_window + 1) / 2, c2 = (c1 + 1) / 2, rows = (c2 + 1) / 2;
+    float *pe = clef_xmalloc(sizeof(float) * (size_t)(rows * M));
+    double inc = log(10000.0) / (double)(M / 2 - 1);
+    for (int64_t tt = 0; tt < rows; tt++)
+        for (int64_t i = 0; i < M / 2; i++) {
+            float inv = expf((float)(-inc) * (float)i);
+            float a = (float)tt * inv;
+            pe[tt * M + i] = sinf(a);
+            pe[tt * M + M / 2 + i] = cosf(a);
+        }
+    int rc = upload_owned(t, "the audio sinusoid", pe, (size_t)(rows * M), &t->sinusoid, err);
+    free(pe);
+    if (rc) return -1;
     t->layers = clef_xcalloc((size_t)c->encoder_layers, sizeof *t->layers);
     for (int64_t l = 0; l < c->encoder_layers; l++) {
         audio_layer *a = &t->layers[l];
@@ -285,7 +336,8 @@ void clef_towers_free(clef_towers *t) {
     free(t->weights);
     for (size_t i = 0; i < t->n_owned; i++) t->be->ops->free(t->be, t->owned[i]);
     free(t->owned);
-    free(t->pos_table);
+    for (size_t i = 0; i < t->n_host_f32; i++) free(t->host_f32[i]);
+    free(t->host_f32);
     free(t->blocks);
     free(t->ds);
     free(t->layers);

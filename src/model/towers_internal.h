@@ -41,12 +41,14 @@ struct clef_towers {
     clef_audio_config ac;
     /* vision */
     tw_linear patch;        /* [D, 3*2*16*16] (Conv3d flattened in (C, t, y, x) order) */
-    float *pos_table;       /* host [num_position_embeddings, D] f32 */
+    float *pos_table;       /* backend [num_position_embeddings, D] f32 */
+    float *rope_inv;        /* backend [d/4] f32: 1/theta^(2j/(d/2)) (the rotary embedding's inv_freq) */
     vision_block *blocks;   /* [depth] */
     vision_merger merger;
     vision_merger *ds;      /* [n_deepstack] */
     /* audio */
     tw_linear conv[3];      /* [C, in*9] (Conv2d flattened in (c_in, ky, kx) order) */
+    float *sinusoid;        /* backend [c(c(c(2*n_window))), d_model] f32: the positional sinusoid rows */
     clef_weight conv_out;   /* [d_model, C * (mel/8)] */
     audio_layer *layers;    /* [encoder_layers] */
     tw_norm ln_post;
@@ -56,6 +58,8 @@ struct clef_towers {
     size_t n_owned, cap_owned;
     clef_weight **weights;
     size_t n_weights, cap_weights;
+    float **host_f32;       /* f32 copies of narrow matrices bound as F32 (see bind_mat), freed last */
+    size_t n_host_f32;
 };
 
 /* Backend scratch of `n` floats (NULL + 422 err when it cannot be had). */
@@ -63,8 +67,8 @@ float *tw_alloc(clef_towers *t, size_t n, clef_err *err);
 void tw_free(clef_towers *t, void *p);
 /* y[T, out] = x[T, in] . W^T + b */
 int tw_linear_fwd(clef_towers *t, const tw_linear *l, const float *x, int64_t T, float *y, clef_err *err);
-/* Host round trip for the few steps the op table has no op for (2-D RoPE,
- * tanh GELU, convolution patches): backend -> host copy and back. */
+/* Host <-> backend copies of a call's inputs (pixels, log-mel chunks) and
+ * outputs (merger / projection rows); every step between runs on the backend. */
 int tw_download(clef_towers *t, float *host, const float *dev, size_t n, clef_err *err);
 int tw_upload(clef_towers *t, float *dev, const float *host, size_t n, clef_err *err);
 

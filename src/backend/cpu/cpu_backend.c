@@ -120,6 +120,11 @@ static const clef_backend_ops cpu_ops = {
     .span_mean = cpu_span_mean,
     .pair_features = cpu_pair_features,
     .cosine = cpu_cosine,
+    .gelu_tanh = cpu_gelu_tanh,
+    .rope_2d = cpu_rope_2d,
+    .mix_rows = cpu_mix_rows,
+    .im2col_3x3s2 = cpu_im2col_3x3s2,
+    .transpose = cpu_transpose,
 };
 
 clef_backend *clef_backend_cpu_create(int n_threads, clef_err *err) {

@@ -91,4 +91,14 @@ int cpu_pair_features(clef_backend *be, const float *F, const int32_t *f_rows, c
 int cpu_cosine(clef_backend *be, const float *a, const int32_t *a_rows, const float *b, int64_t n, int64_t dim,
                float eps, float *out, clef_err *err);
 
+/* media tower ops (cpu_tower.c; contracts in backend.h) */
+int cpu_gelu_tanh(clef_backend *be, const float *x, float *y, int64_t n, clef_err *err);
+int cpu_rope_2d(clef_backend *be, float *x, int64_t N, int64_t stride, int64_t heads, int64_t d, const int32_t *pos,
+                const float *inv_freq, clef_err *err);
+int cpu_mix_rows(clef_backend *be, const float *table, int64_t dim, const int32_t *idx, const float *w, int64_t N,
+                 float *out, clef_err *err);
+int cpu_im2col_3x3s2(clef_backend *be, const float *in, int64_t B, int64_t Fi, int64_t Ti, int64_t Ci, float *cols,
+                     clef_err *err);
+int cpu_transpose(clef_backend *be, const float *x, int64_t B, int64_t R, int64_t C, float *y, clef_err *err);
+
 #endif
