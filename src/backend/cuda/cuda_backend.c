@@ -1044,6 +1044,45 @@ static int cu_cosine(clef_backend *be, const float *a, const int32_t *a_rows, co
     return op_end(c, cu_check(ck_cosine(a, d, b, n, dim, eps, out, c->st), "cosine", err));
 }
 
+/* ---- media tower ops (kernels in cuda_tower.cu) ------------------------- */
+
+static int cu_gelu_tanh(clef_backend *be, const float *x, float *y, int64_t n, clef_err *err) {
+    cuda_ctx *c = cu_of(be);
+    op_begin(c, "gelu_tanh", 0);
+    return op_end(c, cu_check(ck_gelu_tanh(x, y, n, c->st), "gelu_tanh", err));
+}
+
+static int cu_rope_2d(clef_backend *be, float *x, int64_t N, int64_t stride, int64_t heads, int64_t d,
+                      const int32_t *pos, const float *inv_freq, clef_err *err) {
+    cuda_ctx *c = cu_of(be);
+    if (d <= 0 || d % 4 || heads < 0 || N < 0)
+        return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CUDA rope_2d: head size %lld (a multiple of 4)", (long long)d);
+    op_begin(c, "rope_2d", 0);
+    return op_end(c, cu_check(ck_rope_2d(x, N, stride, heads, d, pos, inv_freq, c->st), "rope_2d", err));
+}
+
+static int cu_mix_rows(clef_backend *be, const float *table, int64_t dim, const int32_t *idx, const float *w,
+                       int64_t N, float *out, clef_err *err) {
+    cuda_ctx *c = cu_of(be);
+    op_begin(c, "mix_rows", 0);
+    return op_end(c, cu_check(ck_mix_rows(table, dim, idx, w, N, out, c->st), "mix_rows", err));
+}
+
+static int cu_im2col_3x3s2(clef_backend *be, const float *in, int64_t B, int64_t Fi, int64_t Ti, int64_t Ci,
+                           float *cols, clef_err *err) {
+    cuda_ctx *c = cu_of(be);
+    op_begin(c, "im2col_3x3s2", 0);
+    return op_end(c, cu_check(ck_im2col_3x3s2(in, B, Fi, Ti, Ci, cols, c->st), "im2col_3x3s2", err));
+}
+
+static int cu_transpose(clef_backend *be, const float *x, int64_t B, int64_t R, int64_t C, float *y, clef_err *err) {
+    cuda_ctx *c = cu_of(be);
+    if (B > 65535)
+        return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CUDA transpose: %lld matrices (at most 65535)", (long long)B);
+    op_begin(c, "transpose", 0);
+    return op_end(c, cu_check(ck_transpose(x, B, R, C, y, c->st), "transpose", err));
+}
+
 /* ---- lifetime ------------------------------------------------------------ */
 
 static void cu_destroy(clef_backend *be) {
@@ -1109,6 +1148,11 @@ static const clef_backend_ops cuda_ops = {
     .span_mean = cu_span_mean,
     .pair_features = cu_pair_features,
     .cosine = cu_cosine,
+    .gelu_tanh = cu_gelu_tanh,
+    .rope_2d = cu_rope_2d,
+    .mix_rows = cu_mix_rows,
+    .im2col_3x3s2 = cu_im2col_3x3s2,
+    .transpose = cu_transpose,
 };
 
 int clef_backend_is_cuda(const clef_backend *be) { return be && be->ops == &cuda_ops; }

@@ -146,6 +146,20 @@ cudaError_t ck_pair_features(const float *F, const int32_t *f_rows, const float 
 cudaError_t ck_cosine(const float *a, const int32_t *a_rows, const float *b, int64_t n, int64_t dim, float eps,
                       float *out, cudaStream_t st);
 
+/* ---- media tower ops (cuda_tower.cu; contracts in backend.h) ------------- */
+
+cudaError_t ck_gelu_tanh(const float *x, float *y, int64_t n, cudaStream_t st);
+/* pos int32 [N][2] (y, x); inv_freq [d/4]. */
+cudaError_t ck_rope_2d(float *x, int64_t N, int64_t stride, int64_t heads, int64_t d, const int32_t *pos,
+                       const float *inv_freq, cudaStream_t st);
+/* idx int32 [N][4], w [N][4]. */
+cudaError_t ck_mix_rows(const float *table, int64_t dim, const int32_t *idx, const float *w, int64_t N, float *out,
+                        cudaStream_t st);
+cudaError_t ck_im2col_3x3s2(const float *in, int64_t B, int64_t Fi, int64_t Ti, int64_t Ci, float *cols,
+                            cudaStream_t st);
+/* B <= 65535. */
+cudaError_t ck_transpose(const float *x, int64_t B, int64_t R, int64_t C, float *y, cudaStream_t st);
+
 #ifdef __cplusplus
 }
 #endif
