@@ -67,7 +67,10 @@ static int print_quantization(const clef_checkpoint *ck) {
     if (qc.format != CLEF_QF_NONE) printf(" (quant_method %s%s)", qc.method, qc.stacked ? ", experts stacked per layer" : "");
     if (qc.format == CLEF_QF_FP8_BLOCK) printf(", blocks %lldx%lld", (long long)qc.block[0], (long long)qc.block[1]);
     if (qc.format == CLEF_QF_INT4_AUTOROUND) printf(", group %lld%s", (long long)qc.group_size, qc.sym ? ", symmetric" : "");
-    if (qc.w4a4) printf(", W4A4 config (activations computed unquantized)");
+    /* SPEC §10.3 (a) names W4A4 (input_activations + input_global_scale) but defines no activation
+     * quantization, so clef runs such a checkpoint as W4A16 and says so */
+    if (qc.w4a4)
+        printf(", W4A4 config: activations are not quantized (run as W4A16; input_global_scale is not used)");
     printf("\n");
     size_t linear = 0;
     for (int t = 0; t < CLEF_QT_COUNT; t++) {

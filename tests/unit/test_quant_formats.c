@@ -844,7 +844,7 @@ static void test_quantize_refusals(void **state) {
     char *tiny = tu_fixture("tiny-clef-omni");
     o = (clef_quantize_options){.model_dir = tiny, .out_dir = tmpl, .format = CLEF_QF_FP8_BLOCK, .stacked = 1};
     assert_int_equal(clef_quantize_checkpoint(&o, NULL, &err), -1);
-    assert_non_null(strstr(err.message, "stacked layout is written for --format nvfp4"));
+    assert_non_null(strstr(err.message, "--layout stacked is not defined for fp8-block"));
     o = (clef_quantize_options){.model_dir = tiny, .out_dir = tiny, .format = CLEF_QF_FP8_BLOCK};
     assert_int_equal(clef_quantize_checkpoint(&o, NULL, &err), -1);
     assert_non_null(strstr(err.message, "--out must differ from --model"));
