@@ -16,7 +16,7 @@
 
 static void devcheck_usage(FILE *f) {
     fprintf(f,
-            "usage: clef devcheck (--model DIR | --synthetic tiny|small|full [--seed N] [--tokenizer F])\n"
+            "usage: clef devcheck (--model DIR | --synthetic tiny|small|full [--seed N] [--quant F] [--tokenizer F])\n"
             "                     --requests FILE.jsonl [--device cuda[:N]] [--batches 1,8,64] [--threads N]\n"
             "                     [--min-agreement 0.995] [--max-mean-tv 0.005]\n"
             "                     [--reference ANSWERS.jsonl | --save-reference ANSWERS.jsonl]\n"
@@ -28,19 +28,22 @@ static void devcheck_usage(FILE *f) {
             "  batch size is bitwise identical; 1 otherwise.\n"
             "  --save-reference F  only answer the requests on the CPU and save the answers to F\n"
             "  --reference F       use answers saved by --save-reference instead of running the CPU\n"
+            "  --quant F           with --synthetic: experts quantized in memory to F (int4, fp8-block,\n"
+            "                      nvfp4, nvfp4-modelopt) for both backends\n"
             "  --cpu-batch N       CPU records packed per forward (default 16; bitwise the answers alone)\n"
             "                      (same weights and requests; the CPU side is slow on big presets)\n");
 }
 
 typedef struct dc_args {
     const char *model, *synthetic, *tokenizer, *requests, *device, *batches, *reference, *save_reference;
+    const char *quant;    /* --quant: synthetic experts quantized in memory, or NULL */
     size_t seed, threads, cpu_batch;
     double min_agree, max_tv;
 } dc_args;
 
 static clef_engine *open_engine(const dc_args *a, const char *device) {
     clef_engine_options opt = {.model_dir = a->model, .synthetic = a->synthetic, .seed = a->seed,
-                               .tokenizer = a->tokenizer, .device = device, .truncate_state = 1,
+                               .synthetic_quant = a->quant, .tokenizer = a->tokenizer, .device = device, .truncate_state = 1,
                                .n_threads = (int)a->threads, .verbose = 1};
     clef_err err;
     clef_err_clear(&err);
@@ -324,6 +327,7 @@ int cli_devcheck(int argc, char **argv) {
         const char *num = NULL;
         if ((r = arg_str(argc, argv, &i, "--model", &a.model)) ||
             (r = arg_str(argc, argv, &i, "--synthetic", &a.synthetic)) ||
+            (r = arg_str(argc, argv, &i, "--quant", &a.quant)) ||
             (r = arg_str(argc, argv, &i, "--tokenizer", &a.tokenizer)) ||
             (r = arg_str(argc, argv, &i, "--requests", &a.requests)) ||
             (r = arg_str(argc, argv, &i, "--device", &a.device)) ||
@@ -345,7 +349,7 @@ int cli_devcheck(int argc, char **argv) {
             return help ? 0 : 2;
         }
     }
-    if (!a.model == !a.synthetic || !a.requests) {
+    if (!a.model == !a.synthetic || !a.requests || (a.quant && !a.synthetic)) {
         devcheck_usage(stderr);
         return 2;
     }
