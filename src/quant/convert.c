@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
+#include <omp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -144,11 +145,9 @@ typedef struct conv {
     size_t bytes_in, bytes_out, copied, quantized;
     double matrix_rel_sum;
     double t0;
-    /* scratch, grown on demand */
-    float *fa, *fb, *fdq;
-    size_t fa_n, fb_n, fdq_n;
-    uint8_t *qb[3];
-    size_t qb_n[3];
+    /* expert matrices in flight (write_experts) */
+    struct slot *slots;
+    size_t n_slots;
     /* synthetic source (o->synthetic): the generator's plan; gen[s][i] draws shards[s].tensors[i],
        whose data pointers are NULL */
     clef_synth_plan gen_plan;
@@ -523,15 +522,41 @@ static int copy_tensor(conv *cv, sink *w, const st_tensor *t, size_t shard, clef
     return 0;
 }
 
+/* The scratch of one expert matrix in flight: write_shard quantizes a batch
+ * of matrices in parallel (one slot each, OpenMP), then writes them and
+ * accumulates their statistics in order, so the output and quant_stats.json
+ * do not depend on the thread count. */
+typedef struct slot {
+    const expert_mat *m;
+    float *fa, *fb, *fdq;
+    size_t fa_n, fb_n, fdq_n;
+    uint16_t *u16;
+    size_t u16_n;
+    uint8_t *qb[3];   /* the companions' bytes */
+    size_t qb_n[3];
+    float global;     /* NVFP4 global scale / scale_2 */
+    double e2, n2;    /* Σ(W − deq)², ΣW² */
+} slot;
+
+static void slot_free(slot *sl) {
+    free(sl->fa);
+    free(sl->fb);
+    free(sl->fdq);
+    free(sl->u16);
+    for (int k = 0; k < 3; k++) free(sl->qb[k]);
+    memset(sl, 0, sizeof *sl);
+}
+
 /* Source matrix (tensor `t` of shard `shard`) as f32 in `*buf`: converted
- * from the map (whose pages are then dropped), or drawn by the generator. */
-static float *load_f32(conv *cv, const st_tensor *t, size_t shard, float **buf, size_t *cap) {
+ * from the map (whose pages are then dropped), or drawn by the generator.
+ * Thread-safe (scratch from `sl`). */
+static float *load_f32(const conv *cv, const st_tensor *t, size_t shard, float **buf, size_t *cap, slot *sl) {
     *buf = grow(*buf, cap, t->numel * sizeof(float));
     const clef_synth_tensor *g = gen_of(cv, t, shard);
     if (g) {
-        cv->u16 = grow(cv->u16, &cv->u16_n, t->numel * 2);
-        clef_synth_fill(g, 0, t->numel, cv->u16);
-        clef_to_f32(CLEF_DT_BF16, cv->u16, *buf, t->numel);
+        sl->u16 = grow(sl->u16, &sl->u16_n, t->numel * 2);
+        clef_synth_fill(g, 0, t->numel, sl->u16);
+        clef_to_f32(CLEF_DT_BF16, sl->u16, *buf, t->numel);
         return *buf;
     }
     clef_to_f32(t->dtype, t->data, *buf, t->numel);
@@ -539,61 +564,70 @@ static float *load_f32(conv *cv, const st_tensor *t, size_t shard, float **buf, 
     return *buf;
 }
 
-/* Quantize w [rows, cols] into cv->qb[0..2] (the companions' bytes) and
+/* Quantize w [rows, cols] into sl->qb[0..2] (the companions' bytes) and
  * describe the result as a clef_qweight for the error measurement. */
-static void quantize_into(conv *cv, const float *w, int64_t rows, int64_t cols, float global, clef_qweight *qw) {
+static void quantize_into(const conv *cv, slot *sl, const float *w, int64_t rows, int64_t cols, float global,
+                          clef_qweight *qw) {
     int64_t g = group_for(cv, cols);
     companion c[3];
     int nc = companions_of(cv->f, rows, cols, g, cv->br, cv->bc, c);
-    for (int k = 0; k < nc; k++) cv->qb[k] = grow(cv->qb[k], &cv->qb_n[k], c[k].bytes);
+    for (int k = 0; k < nc; k++) sl->qb[k] = grow(sl->qb[k], &sl->qb_n[k], c[k].bytes);
     memset(qw, 0, sizeof *qw);
     qw->rows = rows;
     qw->cols = cols;
-    qw->data = cv->qb[0];
+    qw->data = sl->qb[0];
     switch (cv->f) {
     case CLEF_QF_NVFP4_CT:
     case CLEF_QF_NVFP4_MODELOPT: {
         int ct = cv->f == CLEF_QF_NVFP4_CT;
-        clef_quantize_nvfp4(w, rows, cols, global, ct, cv->qb[0], cv->qb[1]);
-        memcpy(cv->qb[2], &global, 4);
+        clef_quantize_nvfp4(w, rows, cols, global, ct, sl->qb[0], sl->qb[1]);
+        memcpy(sl->qb[2], &global, 4);
         qw->dtype = CLEF_DT_U8;
-        qw->quant = (clef_wquant){.type = CLEF_QT_NVFP4, .scale = cv->qb[1], .group = 16, .global = global, .global_div = ct};
+        qw->quant = (clef_wquant){.type = CLEF_QT_NVFP4, .scale = sl->qb[1], .group = 16, .global = global, .global_div = ct};
         break;
     }
     case CLEF_QF_FP8_BLOCK:
-        clef_quantize_fp8_block(w, rows, cols, cv->br, cv->bc, cv->qb[0], (float *)(void *)cv->qb[1]);
+        clef_quantize_fp8_block(w, rows, cols, cv->br, cv->bc, sl->qb[0], (float *)(void *)sl->qb[1]);
         qw->dtype = CLEF_DT_F8_E4M3;
-        qw->quant = (clef_wquant){.type = CLEF_QT_FP8_BLOCK, .scale = cv->qb[1], .block_r = cv->br, .block_c = cv->bc};
+        qw->quant = (clef_wquant){.type = CLEF_QT_FP8_BLOCK, .scale = sl->qb[1], .block_r = cv->br, .block_c = cv->bc};
         break;
     case CLEF_QF_INT4_AUTOROUND:
-        clef_quantize_int4(w, rows, cols, g, (uint32_t *)(void *)cv->qb[0], (uint32_t *)(void *)cv->qb[1],
-                           (uint16_t *)(void *)cv->qb[2]);
+        clef_quantize_int4(w, rows, cols, g, (uint32_t *)(void *)sl->qb[0], (uint32_t *)(void *)sl->qb[1],
+                           (uint16_t *)(void *)sl->qb[2]);
         qw->dtype = CLEF_DT_I32;
-        qw->quant = (clef_wquant){.type = CLEF_QT_INT4_GPTQ, .scale = cv->qb[2], .group = g};
+        qw->quant = (clef_wquant){.type = CLEF_QT_INT4_GPTQ, .scale = sl->qb[2], .group = g};
         break;
     default: break;
     }
 }
 
-/* Relative L2 error of what was written, measured through the reader's own
- * dequantization. */
-static void measure(conv *cv, const expert_mat *m, const float *w, const clef_qweight *qw) {
+/* Squared error of what will be written, measured through the reader's own
+ * dequantization, into sl->e2 / sl->n2. */
+static void measure(slot *sl, const float *w, const clef_qweight *qw) {
     const int64_t R = qw->rows, C = qw->cols, B = 64;
-    cv->fdq = grow(cv->fdq, &cv->fdq_n, (size_t)(B * C) * sizeof(float));
+    sl->fdq = grow(sl->fdq, &sl->fdq_n, (size_t)(B * C) * sizeof(float));
     double e2 = 0, n2 = 0;
     for (int64_t r0 = 0; r0 < R; r0 += B) {
         int64_t r1 = r0 + B < R ? r0 + B : R;
-        clef_qweight_rows_f32(qw, r0, r1, cv->fdq);
+        clef_qweight_rows_f32(qw, r0, r1, sl->fdq);
         for (int64_t i = 0; i < (r1 - r0) * C; i++) {
-            double x = w[r0 * C + i], d = x - (double)cv->fdq[i];
+            double x = w[r0 * C + i], d = x - (double)sl->fdq[i];
             e2 += d * d;
             n2 += x * x;
         }
     }
+    sl->e2 = e2;
+    sl->n2 = n2;
+}
+
+/* Add a written matrix's error to the statistics (in order); a progress
+ * line when its layer is complete. */
+static void record(conv *cv, const slot *sl) {
+    const expert_mat *m = sl->m;
     layer_stats *ls = &cv->stats[m->layer];
-    double rel = n2 > 0 ? sqrt(e2 / n2) : 0.0;
-    ls->err2 += e2;
-    ls->norm2 += n2;
+    double rel = sl->n2 > 0 ? sqrt(sl->e2 / sl->n2) : 0.0;
+    ls->err2 += sl->e2;
+    ls->norm2 += sl->n2;
     ls->matrix_rel_sum += rel;
     ls->matrices++;
     cv->matrix_rel_sum += rel;
@@ -604,32 +638,43 @@ static void measure(conv *cv, const expert_mat *m, const float *w, const clef_qw
                 "(%.1f s, peak RSS %.0f MiB)\n", (long long)m->layer + 1, (long long)cv->n_layers, ls->matrices,
                 100.0 * sqrt(ls->err2 / (ls->norm2 > 0 ? ls->norm2 : 1)), clef_now() - cv->t0,
                 (double)clef_peak_rss_bytes() / (1024.0 * 1024.0));
+        fflush(stderr);
     }
 }
 
 /* The global scale expert matrix `m` is quantized with (gate and up share
  * one, from the amax over both). */
-static float global_for(conv *cv, const expert_mat *m, float amax_self) {
+static float global_for(const conv *cv, slot *sl, const expert_mat *m, float amax_self) {
     float amax = amax_self;
     if (m->proj != 2) {
         const expert_mat *o = find_mat(cv, m->layer, m->expert, 1 - m->proj);
         if (o) {
-            load_f32(cv, o->t, o->shard, &cv->fb, &cv->fb_n); /* re-touched source pages are dropped again */
-            float a2 = clef_amax(cv->fb, o->t->numel);
+            load_f32(cv, o->t, o->shard, &sl->fb, &sl->fb_n, sl); /* re-touched source pages are dropped again */
+            float a2 = clef_amax(sl->fb, o->t->numel);
             if (a2 > amax) amax = a2;
         }
     }
     return cv->f == CLEF_QF_NVFP4_CT ? clef_nvfp4_global_scale(amax) : clef_nvfp4_scale_2(amax);
 }
 
-/* Per-expert layout: quantize one matrix and write its companions. */
-static int write_expert(conv *cv, sink *w, const expert_mat *m, clef_err *err) {
+/* Draw/convert, quantize and measure expert matrix `m` into `sl`.
+ * Thread-safe: reads only shared state. */
+static void quantize_expert(const conv *cv, slot *sl, const expert_mat *m) {
     const int64_t R = m->t->shape[0], C = m->t->shape[1];
-    const float *x = load_f32(cv, m->t, m->shard, &cv->fa, &cv->fa_n);
-    float global = 0;
-    if (cv->f == CLEF_QF_NVFP4_CT || cv->f == CLEF_QF_NVFP4_MODELOPT) global = global_for(cv, m, clef_amax(x, m->t->numel));
+    sl->m = m;
+    const float *x = load_f32(cv, m->t, m->shard, &sl->fa, &sl->fa_n, sl);
+    sl->global = 0;
+    if (cv->f == CLEF_QF_NVFP4_CT || cv->f == CLEF_QF_NVFP4_MODELOPT)
+        sl->global = global_for(cv, sl, m, clef_amax(x, m->t->numel));
     clef_qweight qw;
-    quantize_into(cv, x, R, C, global, &qw);
+    quantize_into(cv, sl, x, R, C, sl->global, &qw);
+    measure(sl, x, &qw);
+}
+
+/* Per-expert layout: write a quantized matrix's companions. */
+static int put_expert(conv *cv, sink *w, const slot *sl, clef_err *err) {
+    const expert_mat *m = sl->m;
+    const int64_t R = m->t->shape[0], C = m->t->shape[1];
     companion c[3];
     int nc = companions_of(cv->f, R, C, group_for(cv, C), cv->br, cv->bc, c);
     char *module = module_of(m->t);
@@ -637,39 +682,52 @@ static int write_expert(conv *cv, sink *w, const expert_mat *m, clef_err *err) {
     for (int k = 0; k < nc && rc == 0; k++) {
         clef_buf n = {0};
         clef_buf_printf(&n, "%s.%s", module, c[k].suffix);
-        rc = sink_put(w, n.data, 0, cv->qb[k], c[k].bytes, err);
+        rc = sink_put(w, n.data, 0, sl->qb[k], c[k].bytes, err);
         cv->bytes_out += c[k].bytes;
         clef_buf_free(&n);
     }
     free(module);
-    if (rc == 0) measure(cv, m, x, &qw);
+    if (rc == 0) record(cv, sl);
     return rc;
 }
 
 /* Stacked layout: expert e's slice of the layer's gate_up (gate rows, then
  * up rows) or down tensors. */
-static int write_stacked_slice(conv *cv, sink *w, const expert_mat *m, int64_t row_in_expert, const char *what,
-                               clef_err *err) {
+static int put_stacked(conv *cv, sink *w, const slot *sl, clef_err *err) {
+    const expert_mat *m = sl->m;
     const int64_t R = m->t->shape[0], C = m->t->shape[1], per = m->proj == 2 ? R : 2 * R;
-    const float *x = load_f32(cv, m->t, m->shard, &cv->fa, &cv->fa_n);
-    float global = global_for(cv, m, clef_amax(x, m->t->numel));
-    clef_qweight qw;
-    quantize_into(cv, x, R, C, global, &qw);
+    const int64_t row_in_expert = m->proj == 1 ? R : 0;
+    const char *what = m->proj == 2 ? "down_proj" : "gate_up_proj";
     char *pre = experts_prefix(m->t);
     clef_buf n = {0};
     size_t row0 = (size_t)(m->expert * per + row_in_expert);
     clef_buf_printf(&n, "%s.%s.weight_packed", pre, what);
-    int rc = sink_put(w, n.data, row0 * (size_t)(C / 2), cv->qb[0], (size_t)(R * C / 2), err);
+    int rc = sink_put(w, n.data, row0 * (size_t)(C / 2), sl->qb[0], (size_t)(R * C / 2), err);
     n.len = 0;
     clef_buf_printf(&n, "%s.%s.weight_scale", pre, what);
-    if (rc == 0) rc = sink_put(w, n.data, row0 * (size_t)(C / 16), cv->qb[1], (size_t)(R * C / 16), err);
+    if (rc == 0) rc = sink_put(w, n.data, row0 * (size_t)(C / 16), sl->qb[1], (size_t)(R * C / 16), err);
     n.len = 0;
     clef_buf_printf(&n, "%s.%s.weight_global_scale", pre, what);
-    if (rc == 0 && m->proj != 1) rc = sink_put(w, n.data, 4 * (size_t)m->expert, &global, 4, err);
+    if (rc == 0 && m->proj != 1) rc = sink_put(w, n.data, 4 * (size_t)m->expert, &sl->global, 4, err);
     cv->bytes_out += (size_t)(R * C / 2 + R * C / 16) + (m->proj != 1 ? 4 : 0);
     clef_buf_free(&n);
     free(pre);
-    if (rc == 0) measure(cv, m, x, &qw);
+    if (rc == 0) record(cv, sl);
+    return rc;
+}
+
+/* Quantize and write the expert matrices indexed by todo[0..n) (in order),
+ * a batch of cv->n_slots at a time in parallel. */
+static int write_experts(conv *cv, sink *w, const size_t *todo, size_t n, clef_err *err) {
+    int rc = 0;
+    for (size_t b = 0; rc == 0 && b < n; b += cv->n_slots) {
+        long nb = (long)(n - b < cv->n_slots ? n - b : cv->n_slots);
+        const conv *ccv = cv;
+#pragma omp parallel for schedule(dynamic, 1)
+        for (long j = 0; j < nb; j++) quantize_expert(ccv, &cv->slots[j], &ccv->ex[todo[b + (size_t)j]]);
+        for (long j = 0; rc == 0 && j < nb; j++)
+            rc = cv->o->stacked ? put_stacked(cv, w, &cv->slots[j], err) : put_expert(cv, w, &cv->slots[j], err);
+    }
     return rc;
 }
 
@@ -696,17 +754,14 @@ static int write_shard(conv *cv, size_t s, clef_err *err) {
     }
     /* experts in (layer, expert, proj) order; stacked slices go wherever the
      * layer's expert 0 put the stacked tensor */
-    for (size_t i = 0; rc == 0 && i < cv->n_ex; i++) {
+    size_t *todo = clef_xcalloc(cv->n_ex + 1, sizeof *todo), n_todo = 0;
+    for (size_t i = 0; i < cv->n_ex; i++) {
         const expert_mat *m = &cv->ex[i];
-        if (!cv->o->stacked) {
-            if (m->shard == s) rc = write_expert(cv, w, m, err);
-            continue;
-        }
-        const expert_mat *m0 = find_mat(cv, m->layer, 0, m->proj == 2 ? 2 : 0);
-        if (m0->shard != s) continue;
-        if (m->proj == 2) rc = write_stacked_slice(cv, w, m, 0, "down_proj", err);
-        else rc = write_stacked_slice(cv, w, m, m->proj == 1 ? m->t->shape[0] : 0, "gate_up_proj", err);
+        size_t home = cv->o->stacked ? find_mat(cv, m->layer, 0, m->proj == 2 ? 2 : 0)->shard : m->shard;
+        if (home == s) todo[n_todo++] = i;
     }
+    if (rc == 0) rc = write_experts(cv, w, todo, n_todo, err);
+    free(todo);
     if (sk.w) {
         if (rc == 0) rc = st_writer_finish(sk.w, err);
         else st_writer_abort(sk.w);
@@ -1149,10 +1204,8 @@ static void conv_free(conv *cv) {
     free(cv->stats);
     json_free(cv->weight_map);
     json_free(cv->overrides);
-    free(cv->fa);
-    free(cv->fb);
-    free(cv->fdq);
-    for (int k = 0; k < 3; k++) free(cv->qb[k]);
+    for (size_t i = 0; cv->slots && i < cv->n_slots; i++) slot_free(&cv->slots[i]);
+    free(cv->slots);
 }
 
 int clef_quantize_checkpoint(const clef_quantize_options *o, clef_quantize_report *rep_out, clef_err *err) {
@@ -1166,6 +1219,11 @@ int clef_quantize_checkpoint(const clef_quantize_options *o, clef_quantize_repor
     if (rc == 0 && o->stacked) rc = check_stacked(&cv, err);
     if (rc == 0 && cv.f == CLEF_QF_INT4_AUTOROUND) int4_keep_bf16(&cv);
     if (rc == 0 && o->memory) cv.mem = clef_xcalloc(cv.n_shards, sizeof *cv.mem);
+    /* two matrices in flight per thread (at most 64: ~17 MB of scratch each for the real shapes) */
+    cv.n_slots = (size_t)(2 * omp_get_max_threads());
+    if (cv.n_slots > 64) cv.n_slots = 64;
+    if (cv.n_slots < 1) cv.n_slots = 1;
+    cv.slots = clef_xcalloc(cv.n_slots, sizeof *cv.slots);
     for (size_t s = 0; rc == 0 && s < cv.n_shards; s++) rc = write_shard(&cv, s, err);
     if (rc == 0) rc = write_configs(&cv, err);
     if (rc == 0) rc = write_index(&cv, err);
