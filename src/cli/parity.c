@@ -7,6 +7,7 @@
 #include "cli/args.h"
 #include "cli/cli.h"
 #include "engine/parity.h"
+#include "json/json.h"
 #include "util/timer.h"
 
 static void parity_usage(FILE *f) {
@@ -23,8 +24,12 @@ static void parity_usage(FILE *f) {
             "  --synthetic P   both models are synthetic preset P (tiny, small, full) drawn in memory for\n"
             "                  --seed N (default 1); --quant-a / --quant-b F quantize that side's experts in\n"
             "                  memory to F (int4, fp8-block, nvfp4, nvfp4-modelopt; bitwise what `clef\n"
-            "                  quantize` writes); a side without --quant-x is BF16.  E.g. BF16 vs INT4:\n"
-            "                  --synthetic full --quant-b int4.  Tokenizer --tokenizer F (default\n"
+            "                  quantize` writes); a side without --quant-x (or with bf16) is BF16.  E.g. BF16 vs INT4:\n"
+            "                  --synthetic full --quant-b int4.  --quant-b may list several formats\n"
+            "                  (int4,fp8-block,nvfp4): A answers once, then each B in turn is loaded,\n"
+            "                  answers, is compared with A and freed (one report each; with --json one\n"
+            "                  JSON object per line, with \"a\" and \"b\" naming the models).\n"
+            "                  Tokenizer --tokenizer F (default\n"
             "                  " CLI_DEFAULT_TOKENIZER ")\n"
             "  --device D      cpu, cuda, cuda:N for both models (default: automatic)\n"
             "  --json prints the report as one JSON object.  Exit status 1 if a model cannot be loaded.\n");
@@ -136,41 +141,76 @@ int cli_parity(int argc, char **argv) {
         parity_usage(stderr);
         return 2;
     }
-    parity_side sides[2];
-    for (int k = 0; k < 2; k++) {
-        sides[k] = (parity_side){.dir = models[k], .quant = quant[k]};
-        if (synth)
-            snprintf(sides[k].label, sizeof sides[k].label, "synthetic:%s:%s seed %zu", c.synthetic,
-                     quant[k] ? quant[k] : "bf16", c.seed);
-        else
-            snprintf(sides[k].label, sizeof sides[k].label, "%s", models[k]);
+    /* B: one side, or one per format of a --quant-b list */
+    char bq[256] = "";
+    const char *bquants[8] = {quant[1]};
+    size_t n_b = 1;
+    if (quant[1] && strchr(quant[1], ',')) {
+        snprintf(bq, sizeof bq, "%s", quant[1]);
+        n_b = 0;
+        for (char *save = NULL, *tok = strtok_r(bq, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+            if (n_b == sizeof bquants / sizeof *bquants) {
+                fprintf(stderr, "clef parity: --quant-b lists at most 8 formats\n");
+                return 2;
+            }
+            bquants[n_b++] = tok;
+        }
     }
+    parity_side a = {.dir = models[0], .quant = quant[0] && strcmp(quant[0], "bf16") ? quant[0] : NULL};
+    if (synth)
+        snprintf(a.label, sizeof a.label, "synthetic:%s:%s seed %zu", c.synthetic, quant[0] ? quant[0] : "bf16",
+                 c.seed);
+    else
+        snprintf(a.label, sizeof a.label, "%s", models[0]);
     size_t len = 0;
     char *text = read_all(requests, &len);
     if (!text) return 2;
-    clef_parity_answers ans[2];
-    memset(ans, 0, sizeof ans);
-    int rc = answer_all(&sides[0], &c, text, len, &ans[0]);
-    if (rc == 0) rc = answer_all(&sides[1], &c, text, len, &ans[1]);
-    if (rc == 0) {
+    clef_parity_answers ans_a;
+    memset(&ans_a, 0, sizeof ans_a);
+    int rc = answer_all(&a, &c, text, len, &ans_a);
+    for (size_t k = 0; rc == 0 && k < n_b; k++) {
+        parity_side b = {.dir = models[1], .quant = bquants[k] && strcmp(bquants[k], "bf16") ? bquants[k] : NULL};
+        if (synth)
+            snprintf(b.label, sizeof b.label, "synthetic:%s:%s seed %zu", c.synthetic,
+                     bquants[k] ? bquants[k] : "bf16", c.seed);
+        else
+            snprintf(b.label, sizeof b.label, "%s", models[1]);
+        clef_parity_answers ans_b;
+        memset(&ans_b, 0, sizeof ans_b);
+        rc = answer_all(&b, &c, text, len, &ans_b);
         clef_parity_report rep;
         clef_err err;
         clef_err_clear(&err);
-        if (clef_parity_compare(&ans[0], &ans[1], &rep, &err) != 0) {
+        if (rc != 0) {
+            memset(&rep, 0, sizeof rep);
+        } else if (clef_parity_compare(&ans_a, &ans_b, &rep, &err) != 0) {
             fprintf(stderr, "clef parity: %s\n", err.message);
             rc = err.status == 400 ? 2 : 1;
         } else if (as_json) {
             clef_buf out = {0};
             clef_parity_render(&rep, &out);
-            printf("%s\n", out.data);
+            if (n_b > 1) { /* name the pair: {"a":..,"b":.., <the report's members>} */
+                clef_buf named = {0};
+                clef_buf_puts(&named, "{\"a\":");
+                json_render_string(a.label, strlen(a.label), &named);
+                clef_buf_puts(&named, ",\"b\":");
+                json_render_string(b.label, strlen(b.label), &named);
+                clef_buf_printf(&named, ",%s", out.data + 1);
+                printf("%s\n", named.data);
+                clef_buf_free(&named);
+            } else {
+                printf("%s\n", out.data);
+            }
             clef_buf_free(&out);
         } else {
-            print_report(sides[0].label, sides[1].label, &rep);
+            if (k) printf("\n");
+            print_report(a.label, b.label, &rep);
         }
+        fflush(stdout);
         clef_parity_report_free(&rep);
+        clef_parity_answers_free(&ans_b);
     }
-    clef_parity_answers_free(&ans[0]);
-    clef_parity_answers_free(&ans[1]);
+    clef_parity_answers_free(&ans_a);
     free(text);
     return rc;
 }

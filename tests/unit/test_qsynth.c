@@ -341,6 +341,28 @@ static void test_parity_synthetic(void **state) {
     assert_float_equal(json_get(r, "mean_tv")->num, diff.mean_tv, 1e-12);
     json_free(r);
     clef_buf_free(&out);
+    /* a --quant-b list: A answers once, one JSON line per B naming the pair */
+    snprintf(cmd, sizeof cmd,
+             "%s parity --synthetic tiny --seed %d --quant-b int4,bf16 --device cpu --threads 2 --tokenizer %s "
+             "--requests %s --json 2>/dev/null",
+             CLEF_BINARY, SEED, tokenizer, rp);
+    p = popen(cmd, "r");
+    assert_non_null(p);
+    char line[1 << 16];
+    int n_lines = 0;
+    while (fgets(line, sizeof line, p)) {
+        r = json_parse(line, strlen(line), &err);
+        if (!r) fail_msg("line %d: %s", n_lines, line);
+        assert_string_equal(json_get(r, "a")->str, "synthetic:tiny:bf16 seed 7");
+        assert_string_equal(json_get(r, "b")->str, n_lines ? "synthetic:tiny:bf16 seed 7" : "synthetic:tiny:int4 seed 7");
+        double tv = json_get(r, "mean_tv")->num;
+        if (n_lines) assert_true(tv == 0.0);
+        else assert_float_equal(tv, diff.mean_tv, 1e-12);
+        json_free(r);
+        n_lines++;
+    }
+    assert_int_equal(pclose(p), 0);
+    assert_int_equal(n_lines, 2);
     free(rp);
     clef_parity_report_free(&same);
     clef_parity_report_free(&diff);
