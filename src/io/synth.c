@@ -24,10 +24,12 @@ static const clef_synth_preset PRESETS[] = {
      .head_width = 64, .head_heads = 4, .head_ff = 128, .head_routing_layers = 2, .head_layers = 4},
     {.name = "small", .vocab = 152064, .hidden = 2048, .layers = 4, .heads = 32, .kv_heads = 4, .head_dim = 128,
      .experts = 128, .experts_per_tok = 8, .moe_inter = 768, .inter = 768, .mrope_section = {24, 20, 20},
-     .head_width = 1024, .head_heads = 16, .head_ff = 4096, .head_routing_layers = 2, .head_layers = 4},
+     .head_width = 1024, .head_heads = 16, .head_ff = 4096, .head_routing_layers = 2, .head_layers = 4,
+     .vision_depth = 4, .vision_deepstack = {1, 2, 3}, .audio_layers = 4},
     {.name = "full", .vocab = 152064, .hidden = 2048, .layers = 48, .heads = 32, .kv_heads = 4, .head_dim = 128,
      .experts = 128, .experts_per_tok = 8, .moe_inter = 768, .inter = 768, .mrope_section = {24, 20, 20},
-     .head_width = 1024, .head_heads = 16, .head_ff = 4096, .head_routing_layers = 2, .head_layers = 4},
+     .head_width = 1024, .head_heads = 16, .head_ff = 4096, .head_routing_layers = 2, .head_layers = 4,
+     .vision_depth = 27, .vision_deepstack = {8, 16, 24}, .audio_layers = 32},
 };
 
 const clef_synth_preset *clef_synth_preset_find(const char *name, clef_err *err) {
@@ -89,12 +91,71 @@ static void text_config_json(const clef_synth_preset *p, clef_buf *b) {
                     (long long)p->mrope_section[2], (long long)p->vocab);
 }
 
+/* The real Qwen3-Omni-30B-A3B tower widths (thinker_config.vision_config /
+ * audio_config of the release); the depths come from the preset. */
+#define TW_V_HIDDEN 1152
+#define TW_V_HEADS 16
+#define TW_V_INTER 4304
+#define TW_V_POS 2304
+#define TW_A_DMODEL 1280
+#define TW_A_HEADS 20
+#define TW_A_FFN 5120
+#define TW_A_CONV 480
+#define TW_A_MEL 128
+#define TW_OUT 2048
+
+static int has_towers(const clef_synth_preset *p) { return p->vision_depth > 0 && p->audio_layers > 0; }
+
+/* ",\n    \"audio_config\": {...},\n    \"vision_config\": {...}" (nothing
+ * without towers). */
+static void towers_config_json(const clef_synth_preset *p, clef_buf *b) {
+    if (!has_towers(p)) return;
+    clef_buf_printf(b,
+                    ",\n"
+                    "    \"audio_config\": {\n"
+                    "      \"activation_function\": \"gelu\",\n"
+                    "      \"conv_chunksize\": 500,\n"
+                    "      \"d_model\": %d,\n"
+                    "      \"downsample_hidden_size\": %d,\n"
+                    "      \"encoder_attention_heads\": %d,\n"
+                    "      \"encoder_ffn_dim\": %d,\n"
+                    "      \"encoder_layers\": %lld,\n"
+                    "      \"max_source_positions\": 1500,\n"
+                    "      \"model_type\": \"qwen3_omni_moe_audio_encoder\",\n"
+                    "      \"n_window\": 50,\n"
+                    "      \"n_window_infer\": 800,\n"
+                    "      \"num_mel_bins\": %d,\n"
+                    "      \"output_dim\": %d,\n"
+                    "      \"scale_embedding\": false\n"
+                    "    },\n"
+                    "    \"vision_config\": {\n"
+                    "      \"deepstack_visual_indexes\": [%lld, %lld, %lld],\n"
+                    "      \"depth\": %lld,\n"
+                    "      \"hidden_act\": \"gelu_pytorch_tanh\",\n"
+                    "      \"hidden_size\": %d,\n"
+                    "      \"in_channels\": 3,\n"
+                    "      \"intermediate_size\": %d,\n"
+                    "      \"model_type\": \"qwen3_omni_moe_vision_encoder\",\n"
+                    "      \"num_heads\": %d,\n"
+                    "      \"num_position_embeddings\": %d,\n"
+                    "      \"out_hidden_size\": %d,\n"
+                    "      \"patch_size\": 16,\n"
+                    "      \"rope_parameters\": {\"rope_theta\": 10000.0, \"rope_type\": \"axial\"},\n"
+                    "      \"spatial_merge_size\": 2,\n"
+                    "      \"temporal_patch_size\": 2\n"
+                    "    }",
+                    TW_A_DMODEL, TW_A_CONV, TW_A_HEADS, TW_A_FFN, (long long)p->audio_layers, TW_A_MEL, TW_OUT,
+                    (long long)p->vision_deepstack[0], (long long)p->vision_deepstack[1],
+                    (long long)p->vision_deepstack[2], (long long)p->vision_depth, TW_V_HIDDEN, TW_V_INTER, TW_V_HEADS,
+                    TW_V_POS, TW_OUT);
+}
+
 void clef_synth_config_json(const clef_synth_preset *p, uint64_t seed, clef_buf *out) {
     clef_buf_printf(out,
                     "{\n"
                     "  \"architectures\": [\"Qwen3OmniMoeForConditionalGeneration\"],\n"
                     "  \"assistant_token_id\": 77091,\n"
-                    "  \"clef_synthetic\": {\"preset\": \"%s\", \"seed\": %llu, \"towers\": false},\n"
+                    "  \"clef_synthetic\": {\"preset\": \"%s\", \"seed\": %llu, \"towers\": %s},\n"
                     "  \"enable_audio_output\": false,\n"
                     "  \"im_end_token_id\": 151645,\n"
                     "  \"im_start_token_id\": 151644,\n"
@@ -109,8 +170,10 @@ void clef_synth_config_json(const clef_synth_preset *p, uint64_t seed, clef_buf 
                     "    \"model_type\": \"qwen3_omni_moe_thinker\",\n"
                     "    \"position_id_per_seconds\": 13,\n"
                     "    \"text_config\": ",
-                    p->name, (unsigned long long)seed, TOK_AUDIO_START, TOK_AUDIO, TOK_IMAGE);
+                    p->name, (unsigned long long)seed, has_towers(p) ? "true" : "false", TOK_AUDIO_START, TOK_AUDIO,
+                    TOK_IMAGE);
     text_config_json(p, out);
+    towers_config_json(p, out);
     clef_buf_printf(out,
                     ",\n"
                     "    \"tie_word_embeddings\": false,\n"
@@ -223,13 +286,16 @@ static void init_for(clef_synth_tensor *t) {
          * picks the same experts. */
         t->mean = QK_NORM_MEAN;
         t->std = 0.1 * QK_NORM_MEAN;
-    } else if (t->ndim == 1 && strstr(module, "norm")) {
+    } else if (t->ndim == 1 && (strstr(module, "norm") || !strncmp(module, "ln_", 3))) {
         t->mean = 1.0;
         t->std = 0.1;
     } else if (strstr(name, "embed_tokens") || strstr(name, "lm_head") || strstr(name, "type_embedding")) {
         t->std = 1.0;
-    } else {
-        t->std = 1.0 / sqrt((double)t->shape[t->ndim - 1]);
+    } else { /* fan-in: every dim after the first ([out, in] matrices, [out, in, k...] conv kernels) */
+        double fan_in = 1.0;
+        for (int d = 1; d < t->ndim; d++) fan_in *= (double)t->shape[d];
+        if (t->ndim == 1) fan_in = (double)t->shape[0];
+        t->std = 1.0 / sqrt(fan_in);
     }
 }
 
@@ -238,10 +304,8 @@ typedef struct plan_builder {
     size_t cap;
 } plan_builder;
 
-static clef_synth_tensor *add_tensor(plan_builder *b, int ndim, int64_t d0, int64_t d1, int expert, const char *fmt,
-                                     ...) __attribute__((format(printf, 6, 7)));
-static clef_synth_tensor *add_tensor(plan_builder *b, int ndim, int64_t d0, int64_t d1, int expert, const char *fmt,
-                                     ...) {
+static clef_synth_tensor *add_tensor_v(plan_builder *b, int ndim, const int64_t *shape, int expert, const char *fmt,
+                                       va_list ap) {
     clef_synth_plan *p = b->plan;
     if (p->n == b->cap) {
         b->cap = b->cap ? 2 * b->cap : 256;
@@ -250,18 +314,37 @@ static clef_synth_tensor *add_tensor(plan_builder *b, int ndim, int64_t d0, int6
     clef_synth_tensor *t = &p->t[p->n++];
     memset(t, 0, sizeof *t);
     char name[256];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(name, sizeof name, fmt, ap);
-    va_end(ap);
     t->name = clef_xstrndup(name, strlen(name));
     t->ndim = ndim;
-    t->shape[0] = d0;
-    t->shape[1] = d1;
-    t->numel = ndim == 0 ? 1 : ndim == 1 ? (size_t)d0 : (size_t)d0 * (size_t)d1;
+    t->numel = 1;
+    for (int d = 0; d < ndim; d++) t->shape[d] = shape[d], t->numel *= (size_t)shape[d];
     t->expert = expert;
     t->key = tensor_key(p->seed, t->name);
     init_for(t);
+    return t;
+}
+
+static clef_synth_tensor *add_tensor(plan_builder *b, int ndim, int64_t d0, int64_t d1, int expert, const char *fmt,
+                                     ...) __attribute__((format(printf, 6, 7)));
+static clef_synth_tensor *add_tensor(plan_builder *b, int ndim, int64_t d0, int64_t d1, int expert, const char *fmt,
+                                     ...) {
+    const int64_t shape[2] = {d0, d1};
+    va_list ap;
+    va_start(ap, fmt);
+    clef_synth_tensor *t = add_tensor_v(b, ndim, shape, expert, fmt, ap);
+    va_end(ap);
+    return t;
+}
+
+/* A tensor of up to 5 dims (tower conv kernels). */
+static clef_synth_tensor *add_tensor_nd(plan_builder *b, int ndim, const int64_t *shape, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static clef_synth_tensor *add_tensor_nd(plan_builder *b, int ndim, const int64_t *shape, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    clef_synth_tensor *t = add_tensor_v(b, ndim, shape, 0, fmt, ap);
+    va_end(ap);
     return t;
 }
 
@@ -368,6 +451,88 @@ static void add_head(plan_builder *b, const clef_synth_preset *p) {
     for (size_t i = start; i < b->plan->n; i++) b->plan->t[i].shard = -1;
 }
 
+/* Linear "<prefix>.weight" [out, in] + "<prefix>.bias" [out]. */
+static void add_linear(plan_builder *b, int64_t out, int64_t in, const char *prefix) {
+    add_tensor(b, 2, out, in, 0, "%s.weight", prefix);
+    add_tensor(b, 1, out, 0, 0, "%s.bias", prefix);
+}
+
+/* The media towers' tensors (model/towers.c binds exactly these names and
+ * shapes), sorted by name. */
+static void add_towers(plan_builder *b, const clef_synth_preset *p) {
+    if (!has_towers(p)) return;
+    size_t start = b->plan->n;
+    const int64_t D = TW_V_HIDDEN, D4 = 4 * D, M = TW_A_DMODEL, C = TW_A_CONV;
+    char pre[160];
+    const int64_t patch[5] = {D, 3, 2, 16, 16};
+    add_tensor_nd(b, 5, patch, "thinker.visual.patch_embed.proj.weight");
+    add_tensor(b, 1, D, 0, 0, "thinker.visual.patch_embed.proj.bias");
+    add_tensor(b, 2, TW_V_POS, D, 0, "thinker.visual.pos_embed.weight");
+    for (long long l = 0; l < p->vision_depth; l++) {
+        snprintf(pre, sizeof pre, "thinker.visual.blocks.%lld.norm1", l);
+        add_ln(b, D, pre);
+        snprintf(pre, sizeof pre, "thinker.visual.blocks.%lld.norm2", l);
+        add_ln(b, D, pre);
+        snprintf(pre, sizeof pre, "thinker.visual.blocks.%lld.attn.qkv", l);
+        add_linear(b, 3 * D, D, pre);
+        snprintf(pre, sizeof pre, "thinker.visual.blocks.%lld.attn.proj", l);
+        add_linear(b, D, D, pre);
+        snprintf(pre, sizeof pre, "thinker.visual.blocks.%lld.mlp.linear_fc1", l);
+        add_linear(b, TW_V_INTER, D, pre);
+        snprintf(pre, sizeof pre, "thinker.visual.blocks.%lld.mlp.linear_fc2", l);
+        add_linear(b, D, TW_V_INTER, pre);
+    }
+    for (int k = -1; k < 3; k++) { /* the main merger (LN over D), then the deepstack mergers (LN over 4D) */
+        char mg[64];
+        if (k < 0)
+            snprintf(mg, sizeof mg, "thinker.visual.merger");
+        else
+            snprintf(mg, sizeof mg, "thinker.visual.merger_list.%d", k);
+        snprintf(pre, sizeof pre, "%s.ln_q", mg);
+        add_ln(b, k < 0 ? D : D4, pre);
+        snprintf(pre, sizeof pre, "%s.mlp.0", mg);
+        add_linear(b, D4, D4, pre);
+        snprintf(pre, sizeof pre, "%s.mlp.2", mg);
+        add_linear(b, TW_OUT, D4, pre);
+    }
+    for (int i = 0; i < 3; i++) {
+        const int64_t k[4] = {C, i == 0 ? 1 : C, 3, 3};
+        add_tensor_nd(b, 4, k, "thinker.audio_tower.conv2d%d.weight", i + 1);
+        add_tensor(b, 1, C, 0, 0, "thinker.audio_tower.conv2d%d.bias", i + 1);
+    }
+    add_tensor(b, 2, M, C * (TW_A_MEL / 8), 0, "thinker.audio_tower.conv_out.weight");
+    for (long long l = 0; l < p->audio_layers; l++) {
+        static const char *const proj[] = {"q_proj", "k_proj", "v_proj", "out_proj"};
+        snprintf(pre, sizeof pre, "thinker.audio_tower.layers.%lld.self_attn_layer_norm", l);
+        add_ln(b, M, pre);
+        snprintf(pre, sizeof pre, "thinker.audio_tower.layers.%lld.final_layer_norm", l);
+        add_ln(b, M, pre);
+        for (int j = 0; j < 4; j++) {
+            snprintf(pre, sizeof pre, "thinker.audio_tower.layers.%lld.self_attn.%s", l, proj[j]);
+            add_linear(b, M, M, pre);
+        }
+        snprintf(pre, sizeof pre, "thinker.audio_tower.layers.%lld.fc1", l);
+        add_linear(b, TW_A_FFN, M, pre);
+        snprintf(pre, sizeof pre, "thinker.audio_tower.layers.%lld.fc2", l);
+        add_linear(b, M, TW_A_FFN, pre);
+    }
+    add_ln(b, M, "thinker.audio_tower.ln_post");
+    add_linear(b, M, M, "thinker.audio_tower.proj1");
+    add_linear(b, TW_OUT, M, "thinker.audio_tower.proj2");
+    qsort(b->plan->t + start, b->plan->n - start, sizeof *b->plan->t, by_name);
+}
+
+void clef_synth_towers_plan_make(const clef_synth_preset *p, uint64_t seed, clef_synth_plan *plan) {
+    memset(plan, 0, sizeof *plan);
+    plan->preset = p;
+    plan->seed = seed;
+    plan_builder b = {.plan = plan};
+    add_towers(&b, p);
+    plan->n_shards = 1;
+    plan->shard_bytes = clef_xcalloc(1, sizeof *plan->shard_bytes);
+    for (size_t i = 0; i < plan->n; i++) plan->shard_bytes[0] += plan->t[i].numel * 2;
+}
+
 /* Greedy shards over the thinker tensors in plan order; the experts start a
  * new shard (as in the release and the tiny fixture). */
 static void assign_shards(clef_synth_plan *p, size_t n_thinker, size_t max_bytes) {
@@ -457,8 +622,7 @@ static int write_file(const clef_synth_plan *p, size_t lo, size_t hi, const char
     st_wtensor *decl = clef_xcalloc(hi - lo + 1, sizeof *decl);
     for (size_t i = lo; i < hi; i++) {
         decl[i - lo] = (st_wtensor){.name = p->t[i].name, .dtype = CLEF_DT_BF16, .ndim = p->t[i].ndim};
-        decl[i - lo].shape[0] = p->t[i].shape[0];
-        decl[i - lo].shape[1] = p->t[i].shape[1];
+        for (int d = 0; d < p->t[i].ndim; d++) decl[i - lo].shape[d] = p->t[i].shape[d];
     }
     st_writer *w = st_writer_create(path, decl, hi - lo, meta, err);
     free(decl);
@@ -481,18 +645,27 @@ static int ptr_by_name(const void *a, const void *b) {
     return strcmp((*(const clef_synth_tensor *const *)a)->name, (*(const clef_synth_tensor *const *)b)->name);
 }
 
-/* {"metadata":{"total_size":N},"weight_map":{name: shard, ...}} sorted by name. */
-static int write_index(const clef_synth_plan *p, const char *dir, clef_err *err) {
+#define TOWERS_SHARD "model-towers.safetensors"
+
+/* {"metadata":{"total_size":N},"weight_map":{name: shard, ...}} sorted by
+ * name; the tower tensors (plan `tw`) map to TOWERS_SHARD. */
+static int write_index(const clef_synth_plan *p, const clef_synth_plan *tw, const char *dir, clef_err *err) {
     size_t n_thinker = 0, total = 0;
     while (n_thinker < p->n && p->t[n_thinker].shard >= 0) total += p->t[n_thinker++].numel * 2;
-    const clef_synth_tensor **sorted = clef_xcalloc(n_thinker + 1, sizeof *sorted);
+    const clef_synth_tensor **sorted = clef_xcalloc(n_thinker + tw->n + 1, sizeof *sorted);
     for (size_t i = 0; i < n_thinker; i++) sorted[i] = &p->t[i];
+    for (size_t i = 0; i < tw->n; i++) sorted[n_thinker + i] = &tw->t[i], total += tw->t[i].numel * 2;
+    n_thinker += tw->n;
     qsort(sorted, n_thinker, sizeof *sorted, ptr_by_name);
     clef_buf b = {0};
     clef_buf_printf(&b, "{\n  \"metadata\": {\n    \"total_size\": %zu\n  },\n  \"weight_map\": {\n", total);
     char shard[64];
     for (size_t i = 0; i < n_thinker; i++) {
-        clef_synth_shard_name(sorted[i]->shard, p->n_shards, shard, sizeof shard);
+        int is_tower = sorted[i] >= tw->t && sorted[i] < tw->t + tw->n;
+        if (is_tower)
+            snprintf(shard, sizeof shard, "%s", TOWERS_SHARD);
+        else
+            clef_synth_shard_name(sorted[i]->shard, p->n_shards, shard, sizeof shard);
         clef_buf_puts(&b, "    ");
         json_render_string(sorted[i]->name, strlen(sorted[i]->name), &b);
         clef_buf_printf(&b, ": \"%s\"%s\n", shard, i + 1 < n_thinker ? "," : "");
@@ -523,14 +696,15 @@ static void progress_line(FILE *f, const char *what, size_t bytes, double t0) {
 }
 
 /* config.json, joint_head_config.json, tokenizer.json, the index. */
-static int write_small_files(const clef_synth_options *opt, const clef_synth_plan *plan, clef_err *err) {
+static int write_small_files(const clef_synth_options *opt, const clef_synth_plan *plan, const clef_synth_plan *tw,
+                             clef_err *err) {
     clef_buf cfg = {0}, head = {0};
     clef_synth_config_json(plan->preset, plan->seed, &cfg);
     clef_synth_head_config_json(plan->preset, &head);
     int rc = write_text(opt->out_dir, "config.json", cfg.data, cfg.len, err);
     if (rc == 0) rc = write_text(opt->out_dir, "joint_head_config.json", head.data, head.len, err);
     if (rc == 0) rc = copy_tokenizer(opt->tokenizer, opt->out_dir, err);
-    if (rc == 0) rc = write_index(plan, opt->out_dir, err);
+    if (rc == 0) rc = write_index(plan, tw, opt->out_dir, err);
     clef_buf_free(&cfg);
     clef_buf_free(&head);
     return rc;
@@ -542,10 +716,11 @@ int clef_synth_write(const clef_synth_options *opt, clef_err *err) {
     if (!opt->out_dir || !opt->tokenizer)
         return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "clef synth needs an output directory and a tokenizer");
     if (mkdir(opt->out_dir, 0755) != 0 && errno != EEXIST) return io_fail(err, opt->out_dir, "cannot create");
-    clef_synth_plan plan;
+    clef_synth_plan plan, tw;
     clef_synth_plan_make(pr, opt->seed, opt->max_shard_bytes, &plan);
+    clef_synth_towers_plan_make(pr, opt->seed, &tw);
     double t_all = clef_now();
-    int rc = write_small_files(opt, &plan, err);
+    int rc = write_small_files(opt, &plan, &tw, err);
     uint16_t *piece = rc == 0 ? clef_xmalloc(PIECE_ELEMS * sizeof *piece) : NULL;
     static const char *const pt_meta[] = {"format", "pt", NULL};
     clef_buf path = {0};
@@ -567,15 +742,23 @@ int clef_synth_write(const clef_synth_options *opt, clef_err *err) {
             if (s >= 0) total += plan.shard_bytes[s];
         }
     }
+    if (rc == 0 && tw.n) { /* the media towers in a shard of their own */
+        path.len = 0;
+        clef_buf_printf(&path, "%s/%s", opt->out_dir, TOWERS_SHARD);
+        double t0 = clef_now();
+        rc = write_file(&tw, 0, tw.n, path.data, pt_meta, piece, err);
+        if (rc == 0) progress_line(opt->progress, TOWERS_SHARD, tw.shard_bytes[0], t0), total += tw.shard_bytes[0];
+    }
     if (rc == 0) {
         char what[160];
         snprintf(what, sizeof what, "preset %s seed %llu, %d shards + head, %zu tensors", pr->name,
-                 (unsigned long long)opt->seed, plan.n_shards, plan.n);
+                 (unsigned long long)opt->seed, plan.n_shards + (tw.n > 0), plan.n + tw.n);
         progress_line(opt->progress, what, total, t_all);
     }
     clef_buf_free(&path);
     free(piece);
     clef_synth_plan_free(&plan);
+    clef_synth_plan_free(&tw);
     return rc;
 }
 
@@ -633,45 +816,75 @@ static int synth_config(const clef_synth_preset *pr, uint64_t seed, clef_config 
     return rc;
 }
 
-int clef_synth_checkpoint(const char *preset, uint64_t seed, FILE *progress, clef_checkpoint *ck, clef_err *err) {
+/* The in-memory checkpoint: thinker shards, the towers' shard (if the preset
+ * has towers), the head last (as clef_checkpoint_open orders them); with
+ * `towers_only` just the towers' shard.  A preset with towers also keeps its
+ * config.json text in ck->config_json (model/towers.c reads the tower
+ * configs from it). */
+static int synth_checkpoint(const char *preset, uint64_t seed, FILE *progress, int towers_only, clef_checkpoint *ck,
+                            clef_err *err) {
     memset(ck, 0, sizeof *ck);
     const clef_synth_preset *pr = clef_synth_preset_find(preset, err);
     if (!pr || synth_config(pr, seed, &ck->config, err) != 0) return -1;
+    if (towers_only && !has_towers(pr))
+        return clef_fail(err, 500, CLEF_E_INTERNAL, "synthetic", "synthetic preset '%s' has no media towers", pr->name);
+    if (has_towers(pr)) {
+        clef_buf c = {0};
+        clef_synth_config_json(pr, seed, &c);
+        ck->config_json = clef_xstrndup(c.data, c.len);
+        ck->config_json_len = c.len;
+        clef_buf_free(&c);
+    }
     double t0 = clef_now();
-    clef_synth_plan plan;
+    clef_synth_plan plan, tw;
     clef_synth_plan_make(pr, seed, 0, &plan);
-    ck->shards = clef_xcalloc((size_t)plan.n_shards + 1, sizeof *ck->shards);
+    clef_synth_towers_plan_make(pr, seed, &tw);
+    ck->shards = clef_xcalloc((size_t)plan.n_shards + 2, sizeof *ck->shards);
     int rc = 0;
-    size_t total = plan.head_bytes;
-    for (int s = 0; rc == 0 && s <= plan.n_shards; s++) { /* the head last, as clef_checkpoint_open */
-        int id = s < plan.n_shards ? s : -1;
+    size_t total = 0;
+    /* s < n_shards: thinker shard s; n_shards: the towers; n_shards + 1: the head */
+    for (int s = towers_only ? plan.n_shards : 0; rc == 0 && s <= plan.n_shards + 1; s++) {
+        if (s == plan.n_shards && tw.n == 0) continue;
+        if (s == plan.n_shards + 1 && towers_only) break;
         char path[128], name[64];
-        if (id < 0)
+        if (s == plan.n_shards + 1)
             snprintf(name, sizeof name, "joint_head.safetensors");
+        else if (s == plan.n_shards)
+            snprintf(name, sizeof name, "%s", TOWERS_SHARD);
         else
-            clef_synth_shard_name(id, plan.n_shards, name, sizeof name);
+            clef_synth_shard_name(s, plan.n_shards, name, sizeof name);
         snprintf(path, sizeof path, "synthetic-%s/%s", pr->name, name);
-        size_t lo, hi;
-        shard_range(&plan, id, &lo, &hi);
-        rc = build_mem_shard(&plan, lo, hi, path, &ck->shards[ck->n_shards], err);
+        size_t lo = 0, hi = tw.n;
+        if (s != plan.n_shards) shard_range(&plan, s < plan.n_shards ? s : -1, &lo, &hi);
+        rc = build_mem_shard(s == plan.n_shards ? &tw : &plan, lo, hi, path, &ck->shards[ck->n_shards], err);
         if (rc == 0) {
             ck->n_shards++;
-            if (id >= 0) total += plan.shard_bytes[id];
+            total += s < plan.n_shards ? plan.shard_bytes[s] : s == plan.n_shards ? tw.shard_bytes[0] : plan.head_bytes;
         }
     }
     if (rc == 0) {
-        ck->catalog = clef_xcalloc(plan.n + 1, sizeof *ck->catalog);
+        ck->catalog = clef_xcalloc(plan.n + tw.n + 1, sizeof *ck->catalog);
         for (size_t s = 0; s < ck->n_shards; s++)
             for (size_t i = 0; i < ck->shards[s].n; i++) ck->catalog[ck->n_tensors++] = &ck->shards[s].tensors[i];
         qsort(ck->catalog, ck->n_tensors, sizeof *ck->catalog, catalog_by_name);
         char what[160];
-        snprintf(what, sizeof what, "synthetic %s seed %llu in memory, %zu tensors", pr->name,
-                 (unsigned long long)seed, plan.n);
+        snprintf(what, sizeof what, "synthetic %s%s seed %llu in memory, %zu tensors", pr->name,
+                 towers_only ? " (towers only)" : "", (unsigned long long)seed, ck->n_tensors);
         progress_line(progress, what, total, t0);
     }
     clef_synth_plan_free(&plan);
+    clef_synth_plan_free(&tw);
     if (rc != 0) clef_checkpoint_close(ck);
     return rc;
+}
+
+int clef_synth_checkpoint(const char *preset, uint64_t seed, FILE *progress, clef_checkpoint *ck, clef_err *err) {
+    return synth_checkpoint(preset, seed, progress, 0, ck, err);
+}
+
+int clef_synth_towers_checkpoint(const char *preset, uint64_t seed, FILE *progress, clef_checkpoint *ck,
+                                 clef_err *err) {
+    return synth_checkpoint(preset, seed, progress, 1, ck, err);
 }
 
 int clef_checkpoint_synthetic(const char *preset, uint64_t seed, clef_checkpoint *ck, clef_err *err) {

@@ -11,10 +11,15 @@
  *          experts of 768, top-8, [24,20,20]; head W 1024, 16 heads, F 4096
  *          (≈ 6.2 GB)
  *   full   the real shapes: as small with 48 layers (≈ 61 GB)
+ * small and full also carry the media towers at the real widths (full: the
+ * real depths, vision 27 blocks with deepstack at 8/16/24 and audio 32
+ * layers, ≈ 2.4 GB; small: 4 blocks with deepstack at 1/2/3 and 4 audio
+ * layers), in their own shard model-towers.safetensors; tiny has none.
+ * clef_synth_towers_checkpoint draws the towers alone (to time them without
+ * the thinker's experts).
  * All presets use the real vocabulary (152064) so the real tokenizer's ids
  * are valid.  Only the thinker's text decoder (+ lm_head) and the joint head
- * are drawn: a synthetic checkpoint has no vision/audio towers (its
- * config.json has no vision_config/audio_config) and no talker.
+ * are drawn, plus the towers above; never a talker.
  *
  * Weights (bf16).  Element i of tensor `name` is a function of (seed, name,
  * i) alone — a splitmix64 hash of a per-tensor key plus the counter, turned
@@ -26,7 +31,12 @@
  *   embed_tokens, lm_head, type_embedding   N(0, 1)
  *   every other matrix [out,in]             N(0, 1/in)   (router included:
  *                                           logits ~N(0,1), routing spread)
- *   norm weights (RMSNorm/LayerNorm)        1 + N(0, 0.1²)
+ *   norm weights (RMSNorm/LayerNorm, the    1 + N(0, 0.1²)
+ *   towers' ln_q / ln_post too)
+ *   tower conv kernels [out, in, k...]      N(0, 1/fan_in), fan_in = in·k...
+ *                                           (likewise every matrix: the
+ *                                           product of the dims after the
+ *                                           first)
  *   q_norm, k_norm weights                  3 + N(0, 0.3²): attention scores of
  *                                           std ~9, so attention is sharp.  With
  *                                           weights ~1 attention averages over the
@@ -64,6 +74,13 @@ typedef struct clef_synth_preset {
     int64_t experts, experts_per_tok, moe_inter, inter;
     int64_t mrope_section[3];
     int64_t head_width, head_heads, head_ff, head_routing_layers, head_layers;
+    /* Media towers (thinker.visual.*, thinker.audio_tower.*) at the real
+     * Qwen3-Omni-30B-A3B widths (vision hidden 1152, 16 heads, MLP 4304,
+     * out 2048, position table 48x48; audio d_model 1280, 20 heads, FFN
+     * 5120, 480 conv channels, out 2048, n_window 50 / 800): these depths,
+     * 0 = no towers (the preset's config.json then has no vision_config /
+     * audio_config). */
+    int64_t vision_depth, vision_deepstack[3], audio_layers;
 } clef_synth_preset;
 
 /* Preset by name ("tiny", "small", "full"), or NULL with err (500, message
@@ -80,8 +97,8 @@ void clef_synth_head_config_json(const clef_synth_preset *p, clef_buf *out);
 /* One tensor to draw. */
 typedef struct clef_synth_tensor {
     char *name;          /* owned by the plan; thinker names carry "thinker.", head names are bare */
-    int ndim;            /* 0..2 */
-    int64_t shape[2];
+    int ndim;            /* 0..5 (tower conv kernels are 4-d and 5-d) */
+    int64_t shape[5];
     size_t numel;
     double mean, std;    /* value = bf16(mean + std * z), z ~ unit-variance Irwin–Hall(4) */
     uint64_t key;        /* per-tensor stream key from (seed, name) */
@@ -101,6 +118,11 @@ typedef struct clef_synth_plan {
     size_t *shard_bytes;   /* [n_shards] tensor data bytes per shard */
     size_t head_bytes;     /* joint head data bytes */
 } clef_synth_plan;
+
+/* The media tower tensors of preset `p` (none when it has no towers), sorted
+ * by name, all in thinker shard 0 of their own plan (n_shards 1; head_bytes
+ * 0).  Free with clef_synth_plan_free. */
+void clef_synth_towers_plan_make(const clef_synth_preset *p, uint64_t seed, clef_synth_plan *plan);
 
 /* Build the plan of preset `p` for `seed`; shards hold at most
  * `max_shard_bytes` of data (0 = CLEF_SYNTH_SHARD_BYTES).  Free with
@@ -139,5 +161,14 @@ int clef_synth_write(const clef_synth_options *opt, clef_err *err);
 /* clef_checkpoint_synthetic (io/checkpoint.h) with a progress line (bytes,
  * seconds, GB/s) on `progress` when not NULL. */
 int clef_synth_checkpoint(const char *preset, uint64_t seed, FILE *progress, clef_checkpoint *ck, clef_err *err);
+
+/* Only the media towers of `preset` in memory (one shard,
+ * "synthetic-<preset>/model-towers.safetensors"), bitwise the tower tensors
+ * of clef_synth_checkpoint, with the preset's config (ck->config and
+ * ck->config_json, so model/towers.h binds them).  Errors (500): unknown
+ * preset, a preset without towers, memory that cannot be mapped.  Release
+ * with clef_checkpoint_close. */
+int clef_synth_towers_checkpoint(const char *preset, uint64_t seed, FILE *progress, clef_checkpoint *ck,
+                                 clef_err *err);
 
 #endif
