@@ -11,15 +11,20 @@
 #include "backend/cuda/cuda.h"
 #include "cli/args.h"
 #include "cli/cli.h"
+#include "backend/device.h"
 #include "engine/engine.h"
+#include "io/synth.h"
+#include "media/media.h"
+#include "media/melspec.h"
 #include "model/model.h"
+#include "model/towers.h"
 #include "util/timer.h"
 
 static void bench_usage(FILE *f) {
     fprintf(f,
             "usage: clef bench (--model DIR | --synthetic tiny|small|full [--seed N] [--tokenizer PATH])\n"
             "                  [--tokens N] [--batch N] [--runs BxT,...] [--iters N] [--threads N]\n"
-            "                  [--device D] [--profile]\n"
+            "                  [--device D] [--profile] [--image-mp X] [--audio-s S] [--towers-only]\n"
             "  Builds --batch triage-style requests whose states are cut so each record is --tokens\n"
             "  tokens (default 300), packs them into one forward (the engine's batch path), runs it\n"
             "  once to warm up and --iters times (default 5), and prints one \"key value\" line per\n"
@@ -31,6 +36,11 @@ static void bench_usage(FILE *f) {
             "                  a table of where the time goes (\"profile BxT\" block)\n"
             "  --synthetic P   random weights of preset P drawn in memory (no files; full needs ~61 GB)\n"
             "  --seed N        seed of the synthetic weights (default 1)\n"
+            "  --image-mp X    also time the vision tower on one image of about X megapixels (a square\n"
+            "                  of side a multiple of 32: 1 -> 1024x1024, 4096 patches, 1024 tokens; random\n"
+            "                  pixels) and --audio-s S the audio tower on S seconds of a tone (log-mel of\n"
+            "                  media/melspec.h): \"towers\" block, p50 over --iters after a warm-up\n"
+            "  --towers-only   with --synthetic: draw and time only the media towers (no thinker)\n"
             "  --quant F       with --synthetic: experts quantized in memory to F (int4, fp8-block, nvfp4,\n"
             "                  nvfp4-modelopt), as `clef quantize` would write them (full int4 ~18 GB)\n"
             "  --tokenizer F   tokenizer.json (default %s with --synthetic,\n"
@@ -90,9 +100,9 @@ typedef struct bench_run {
 } bench_run;
 
 typedef struct bench_args {
-    const char *model, *synthetic, *tokenizer, *device, *runs_spec, *quant;
+    const char *model, *synthetic, *tokenizer, *device, *runs_spec, *quant, *image_mp, *audio_s;
     size_t seed, tokens, batch, iters, threads;
-    int profile;
+    int profile, towers_only;
     size_t n_runs;
     bench_run runs[MAX_RUNS];
 } bench_args;
@@ -131,6 +141,8 @@ static int parse_args(int argc, char **argv, bench_args *a) {
             (r = arg_str(argc, argv, &i, "--tokenizer", &a->tokenizer)) ||
             (r = arg_str(argc, argv, &i, "--device", &a->device)) ||
             (r = arg_str(argc, argv, &i, "--runs", &a->runs_spec)) ||
+            (r = arg_str(argc, argv, &i, "--image-mp", &a->image_mp)) ||
+            (r = arg_str(argc, argv, &i, "--audio-s", &a->audio_s)) ||
             (r = arg_size(argc, argv, &i, "--seed", &a->seed)) ||
             (r = arg_size(argc, argv, &i, "--tokens", &a->tokens)) ||
             (r = arg_size(argc, argv, &i, "--batch", &a->batch)) ||
@@ -139,6 +151,8 @@ static int parse_args(int argc, char **argv, bench_args *a) {
             if (r < 0) return 2;
         } else if (!strcmp(argv[i], "--profile")) {
             a->profile = 1;
+        } else if (!strcmp(argv[i], "--towers-only")) {
+            a->towers_only = 1;
         } else {
             int help = !strcmp(argv[i], "--help") || !strcmp(argv[i], "-h");
             if (!help) fprintf(stderr, "clef bench: unknown argument %s\n", argv[i]);
@@ -157,7 +171,146 @@ static int parse_args(int argc, char **argv, bench_args *a) {
         a->runs[0] = (bench_run){.batch = a->batch, .tokens = a->tokens};
     }
     if (a->synthetic && !a->tokenizer) a->tokenizer = CLI_DEFAULT_TOKENIZER;
+    if ((a->towers_only && (!a->synthetic || (!a->image_mp && !a->audio_s))) ||
+        (a->image_mp && !(strtod(a->image_mp, NULL) > 0 && strtod(a->image_mp, NULL) <= 64)) ||
+        (a->audio_s && !(strtod(a->audio_s, NULL) >= 0.1 && strtod(a->audio_s, NULL) <= 3600))) {
+        fprintf(stderr, "clef bench: --towers-only needs --synthetic and --image-mp or --audio-s; --image-mp in "
+                        "(0, 64], --audio-s in [0.1, 3600]\n");
+        return 2;
+    }
     return 0;
+}
+
+/* ---- media towers ---------------------------------------------------------- */
+
+static uint64_t bench_rng = 0x9E3779B97F4A7C15ULL;
+
+static float bench_frand(void) { /* xorshift64: uniform in [-1, 1) */
+    bench_rng ^= bench_rng << 13, bench_rng ^= bench_rng >> 7, bench_rng ^= bench_rng << 17;
+    return (float)((double)(bench_rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+/* ms[0..n) sorted; prints "<key>_ms_p50/min/max". */
+static void print_ms(const char *key, double *ms, size_t n) {
+    qsort(ms, n, sizeof *ms, cmp_double);
+    printf("%s_ms_p50 %.3f\n%s_ms_min %.3f\n%s_ms_max %.3f\n", key, percentile(ms, n, 50), key, ms[0], key,
+           ms[n - 1]);
+}
+
+/* One square image of about `mp` megapixels (side a multiple of 32, as the
+ * processor's 2x2 merge of 16-pixel patches needs) as patch rows of random
+ * normalised pixels, through the vision tower (main merger + deepstack). */
+static int bench_vision(clef_towers *t, double mp, size_t iters, double *ms) {
+    int64_t side = (int64_t)llround(sqrt(mp * 1e6) / 32.0) * 32;
+    if (side < 32) side = 32;
+    const clef_vision_config *vc = clef_towers_vision_config(t);
+    if (!vc) return fprintf(stderr, "clef bench: the checkpoint has no vision tower\n"), 1;
+    clef_grid g = {1, (int32_t)(side / 16), (int32_t)(side / 16)};
+    size_t rows = (size_t)g.h * (size_t)g.w, O = (size_t)vc->out_hidden_size, nds = (size_t)vc->n_deepstack;
+    float *px = malloc(sizeof(float) * rows * CLEF_PATCH_DIM), *out = malloc(sizeof(float) * rows / 4 * O);
+    float *ds = malloc(sizeof(float) * (nds ? nds : 1) * rows / 4 * O);
+    for (size_t i = 0; i < rows * CLEF_PATCH_DIM; i++) px[i] = bench_frand();
+    int rc = 0;
+    for (size_t it = 0; it <= iters && rc == 0; it++) {
+        clef_err err;
+        clef_err_clear(&err);
+        double t0 = clef_now();
+        if (clef_vision_forward(t, px, rows, &g, 1, out, ds, &err) != 0) {
+            fprintf(stderr, "clef bench: vision tower: %s\n", err.message);
+            rc = 1;
+        }
+        if (it > 0) ms[it - 1] = (clef_now() - t0) * 1e3;
+    }
+    if (rc == 0) {
+        printf("tower_image_px %lldx%lld\ntower_image_patches %zu\ntower_image_tokens %zu\n", (long long)side,
+               (long long)side, rows, rows / 4);
+        print_ms("tower_image", ms, iters);
+    }
+    free(px), free(out), free(ds);
+    return rc;
+}
+
+/* `seconds` of a 440 Hz tone with a slow sweep, as log-mel features,
+ * through the audio tower. */
+static int bench_audio(clef_towers *t, double seconds, size_t iters, double *ms) {
+    const clef_audio_config *ac = clef_towers_audio_config(t);
+    if (!ac) return fprintf(stderr, "clef bench: the checkpoint has no audio tower\n"), 1;
+    size_t len = (size_t)llround(seconds * 16000.0), frames = len / 160;
+    float *clip = malloc(sizeof(float) * len), *feat = malloc(sizeof(float) * CLEF_MEL_BINS * frames);
+    for (size_t i = 0; i < len; i++) {
+        double s = (double)i / 16000.0;
+        clip[i] = (float)(0.4 * sin(2 * M_PI * (440.0 + 20.0 * s) * s)) + 0.01f * bench_frand();
+    }
+    const float *clips[1] = {clip};
+    int rc = clef_log_mel(clips, &len, 1, len, feat) != 0;
+    int32_t m = clef_audio_frames(len, len);
+    size_t rows = (size_t)clef_audio_tokens(m);
+    float *out = malloc(sizeof(float) * (rows ? rows : 1) * (size_t)ac->output_dim);
+    for (size_t it = 0; it <= iters && rc == 0; it++) {
+        clef_err err;
+        clef_err_clear(&err);
+        double t0 = clef_now();
+        if (clef_audio_forward(t, feat, 1, frames, &m, out, &err) != 0) {
+            fprintf(stderr, "clef bench: audio tower: %s\n", err.message);
+            rc = 1;
+        }
+        if (it > 0) ms[it - 1] = (clef_now() - t0) * 1e3;
+    }
+    if (rc == 0) {
+        printf("tower_audio_s %.2f\ntower_audio_frames %d\ntower_audio_tokens %zu\n", seconds, m, rows);
+        print_ms("tower_audio", ms, iters);
+    }
+    free(clip), free(feat), free(out);
+    return rc;
+}
+
+/* The "towers" block: the media towers bound on `be` from `ck`, timed. */
+static int bench_towers(const bench_args *a, const clef_checkpoint *ck, clef_backend *be) {
+    clef_err err;
+    clef_err_clear(&err);
+    double t0 = clef_now();
+    clef_towers *t = clef_towers_create(ck, be, &err);
+    if (!t) return fprintf(stderr, "clef bench: media towers: %s\n", err.message), 1;
+    printf("towers\ntowers_bind_s %.3f\n", clef_now() - t0);
+    const clef_vision_config *vc = clef_towers_vision_config(t);
+    const clef_audio_config *ac = clef_towers_audio_config(t);
+    if (vc) printf("vision_depth %lld\nvision_hidden %lld\n", (long long)vc->depth, (long long)vc->hidden_size);
+    if (ac) printf("audio_layers %lld\naudio_d_model %lld\n", (long long)ac->encoder_layers, (long long)ac->d_model);
+    double *ms = calloc(a->iters, sizeof *ms);
+    int rc = a->image_mp ? bench_vision(t, strtod(a->image_mp, NULL), a->iters, ms) : 0;
+    if (rc == 0 && a->audio_s) rc = bench_audio(t, strtod(a->audio_s, NULL), a->iters, ms);
+    if (rc == 0 && clef_backend_is_cuda(be)) printf("gpu_peak_mib %.0f\n", (double)clef_cuda_peak_bytes(be) / 1048576.0);
+    fflush(stdout);
+    free(ms);
+    clef_towers_free(t);
+    return rc;
+}
+
+/* --towers-only: the preset's towers drawn alone, on the chosen backend. */
+static int bench_towers_only(const bench_args *a) {
+    clef_err err;
+    clef_err_clear(&err);
+    clef_checkpoint ck;
+    double t0 = clef_now();
+    if (clef_synth_towers_checkpoint(a->synthetic, a->seed, stderr, &ck, &err) != 0)
+        return fprintf(stderr, "clef bench: %s\n", err.message), 1;
+    clef_backend *be = clef_backend_open(a->device, (int)a->threads, &err);
+    if (!be) {
+        clef_checkpoint_close(&ck);
+        return fprintf(stderr, "clef bench: %s\n", err.message), 1;
+    }
+    printf("model synthetic:%s (towers only)\nseed %zu\ndevice %s\n", a->synthetic, a->seed, be->ops->name);
+    char detail[256];
+    clef_cuda_describe(be, detail, sizeof detail);
+    if (*detail) printf("device_detail %s\n", detail);
+    printf("load_s %.3f\n", clef_now() - t0);
+    int rc = bench_towers(a, &ck, be);
+    be->ops->destroy(be);
+    clef_checkpoint_close(&ck);
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    printf("peak_rss_mib %.0f\n", (double)ru.ru_maxrss / 1024.0);
+    return rc;
 }
 
 /* Parse and encode the run's request variants into jobs; returns the mean
@@ -260,6 +413,7 @@ int cli_bench(int argc, char **argv) {
     bench_args a;
     int prc = parse_args(argc, argv, &a);
     if (prc) return prc < 0 ? 0 : prc;
+    if (a.towers_only) return bench_towers_only(&a);
     size_t max_tokens = 0;
     for (size_t i = 0; i < a.n_runs; i++) max_tokens = a.runs[i].tokens > max_tokens ? a.runs[i].tokens : max_tokens;
     clef_engine_options opt = {.model_dir = a.model, .synthetic = a.synthetic, .seed = a.seed,
@@ -283,6 +437,8 @@ int cli_bench(int argc, char **argv) {
     printf("load_s %.3f\n", clef_engine_load_seconds(e));
     int rc = 0;
     for (size_t i = 0; i < a.n_runs && rc == 0; i++) rc = bench_one(e, &a.runs[i], a.iters, a.profile);
+    if (rc == 0 && (a.image_mp || a.audio_s))
+        rc = bench_towers(&a, clef_engine_checkpoint(e), clef_model_backend(clef_engine_model(e)));
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     printf("peak_rss_mib %.0f\n", (double)ru.ru_maxrss / 1024.0);
