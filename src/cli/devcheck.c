@@ -20,6 +20,7 @@ static void devcheck_usage(FILE *f) {
             "                     --requests FILE.jsonl [--device cuda[:N]] [--batches 1,8,64] [--threads N]\n"
             "                     [--min-agreement 0.995] [--max-mean-tv 0.005]\n"
             "                     [--reference ANSWERS.jsonl | --save-reference ANSWERS.jsonl]\n"
+            "                     [--numerics precise|fast]\n"
             "  Answers every request with the CPU backend (f32 reference) and with --device (default cuda),\n"
             "  reports top-1 agreement and mean/max total-variation distance over all questions, then\n"
             "  runs the first max(--batches) answerable requests on the device alone and packed into\n"
@@ -31,12 +32,15 @@ static void devcheck_usage(FILE *f) {
             "  --quant F           with --synthetic: experts quantized in memory to F (int4, fp8-block,\n"
             "                      nvfp4, nvfp4-modelopt) for both backends\n"
             "  --cpu-batch N       CPU records packed per forward (default 16; bitwise the answers alone)\n"
-            "                      (same weights and requests; the CPU side is slow on big presets)\n");
+            "                      (same weights and requests; the CPU side is slow on big presets)\n"
+            "  --numerics M        CUDA numerics, precise (default) or fast: sets CLEF_CUDA_NUMERICS\n"
+            "                      (src/backend/cuda/cuda.h)\n");
 }
 
 typedef struct dc_args {
     const char *model, *synthetic, *tokenizer, *requests, *device, *batches, *reference, *save_reference;
     const char *quant;    /* --quant: synthetic experts quantized in memory, or NULL */
+    const char *numerics; /* "precise" / "fast" or NULL (environment) */
     size_t seed, threads, cpu_batch;
     double min_agree, max_tv;
 } dc_args;
@@ -334,6 +338,7 @@ int cli_devcheck(int argc, char **argv) {
             (r = arg_str(argc, argv, &i, "--batches", &a.batches)) ||
             (r = arg_str(argc, argv, &i, "--reference", &a.reference)) ||
             (r = arg_str(argc, argv, &i, "--save-reference", &a.save_reference)) ||
+            (r = arg_str(argc, argv, &i, "--numerics", &a.numerics)) ||
             (r = arg_size(argc, argv, &i, "--seed", &a.seed)) ||
             (r = arg_size(argc, argv, &i, "--threads", &a.threads)) ||
             (r = arg_size(argc, argv, &i, "--cpu-batch", &a.cpu_batch))) {
@@ -352,6 +357,14 @@ int cli_devcheck(int argc, char **argv) {
     if (!a.model == !a.synthetic || !a.requests || (a.quant && !a.synthetic)) {
         devcheck_usage(stderr);
         return 2;
+    }
+    if (a.numerics) {
+        if (strcmp(a.numerics, "precise") != 0 && strcmp(a.numerics, "fast") != 0) {
+            fprintf(stderr, "clef devcheck: --numerics must be precise or fast\n");
+            return 2;
+        }
+        setenv("CLEF_CUDA_NUMERICS", a.numerics, 1); /* read when the CUDA backend is created */
+        unsetenv("CLEF_CUDA_PRECISE");                /* which would win over it */
     }
     if (a.synthetic && !a.tokenizer) a.tokenizer = CLI_DEFAULT_TOKENIZER;
     if (!a.cpu_batch) a.cpu_batch = 1;

@@ -16,8 +16,18 @@
  *     f32.  1e-2 leaves ~3x margin and still fails on any indexing bug
  *     (which gives errors of order 1).
  *   tensor-core attention (bf16 Q, K, V and probabilities)      1e-2 (same argument)
- *   precise mode (split bf16 activations, f32 attention)        1e-5
- *     x = hi + lo to 2^-17 relative, weights are exactly bf16.
+ *   precise mode (the default: split bf16 activations)          1e-5
+ *     x = hi + lo to 2^-17 relative, weights are exactly bf16 (observed
+ *     ~1e-6 .. 6e-6: the CPU's f32 sums differ in order only).
+ *   precise tensor-core attention (hi.hi + hi.lo + lo.hi)       3e-5
+ *     each factor of Q K^T and P V is hi + lo to 2^-17 and the dropped
+ *     lo.lo term is <= 2^-16 of a product, so a score or an output term is
+ *     off by a few 1e-6 relative; the softmax (exp2 of scaled scores) adds
+ *     f32 ulps.  3e-5 is ~300x below the bf16 kernel's error, so any
+ *     missing term (hi.lo alone is ~2^-9) fails it.
+ * The precise mode is checked with both dense paths: cuBLASLt on the
+ * stacked [hi; lo] rows (gemm = 2 forces cuBLASLt where an algorithm
+ * exists) and the split custom kernel.
  * Every GPU output is poisoned with NaN before the op, so an element the
  * op forgot to write fails the check. */
 #include <math.h>
@@ -32,6 +42,8 @@
 #define TOL_F32 1e-6
 #define TOL_BF16 1e-2
 #define TOL_PRECISE 1e-5
+#define TOL_PRECISE_ATTN 3e-5
+#define N_GPU 4
 
 static uint64_t rng_state = 0x2545f4914f6cdd1dull;
 
@@ -58,12 +70,13 @@ static uint16_t *rand_bf16(size_t n, float scale) {
  * them, and the precise mode; plus the CPU reference. */
 typedef struct fx {
     clef_backend *cpu;
-    clef_backend *gpu[3];
-    const char *name[3];
-    double tol_mm[3]; /* products */
+    clef_backend *gpu[N_GPU];
+    const char *name[N_GPU];
+    double tol_mm[N_GPU]; /* products */
 } fx;
 
-enum { G_LT, G_CUSTOM, G_PRECISE };
+/* fast cuBLASLt, fast custom kernel, precise with cuBLASLt, precise with the custom kernel */
+enum { G_LT, G_CUSTOM, G_PRECISE, G_PRECISE_CUSTOM };
 
 static void ok(int rc, const clef_err *err) {
     if (rc != 0) fail_msg("op failed: %d %s", err->status, err->message);
@@ -78,12 +91,13 @@ static int setup(void **state) {
     clef_err err;
     clef_err_clear(&err);
     f->cpu = clef_backend_cpu_create(2, &err);
-    const clef_cuda_options o[3] = {{.device = 0, .precise = 0, .gemm = 0, .profile = 0},
-                                    {.device = 0, .precise = 0, .gemm = 1, .profile = 0},
-                                    {.device = 0, .precise = 1, .gemm = 1, .profile = 0}};
-    const char *names[3] = {"cublaslt", "custom", "precise"};
-    const double tols[3] = {TOL_BF16, TOL_BF16, TOL_PRECISE};
-    for (int i = 0; i < 3; i++) {
+    const clef_cuda_options o[N_GPU] = {{.device = 0, .precise = 0, .gemm = 2, .profile = 0},
+                                        {.device = 0, .precise = 0, .gemm = 1, .profile = 0},
+                                        {.device = 0, .precise = 1, .gemm = 2, .profile = 0},
+                                        {.device = 0, .precise = 1, .gemm = 1, .profile = 0}};
+    const char *names[N_GPU] = {"cublaslt", "custom", "precise", "prec-cust"};
+    const double tols[N_GPU] = {TOL_BF16, TOL_BF16, TOL_PRECISE, TOL_PRECISE};
+    for (int i = 0; i < N_GPU; i++) {
         f->gpu[i] = clef_cuda_backend_create_ex(&o[i], &err);
         if (!f->gpu[i]) {
             fprintf(stderr, "cuda backend: %s\n", err.message);
@@ -102,7 +116,7 @@ static int setup(void **state) {
 static int teardown(void **state) {
     fx *f = *state;
     if (!f) return 0;
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < N_GPU; i++)
         if (f->gpu[i]) f->gpu[i]->ops->destroy(f->gpu[i]);
     f->cpu->ops->destroy(f->cpu);
     free(f);
@@ -175,7 +189,7 @@ static void matmul_case(fx *f, int64_t T, int64_t K, int64_t N, int with_bias) {
     char what[64];
     snprintf(what, sizeof what, "matmul T=%lld K=%lld N=%lld%s", (long long)T, (long long)K, (long long)N,
              b ? "+b" : "");
-    for (int gi = 0; gi < 3; gi++) {
+    for (int gi = 0; gi < N_GPU; gi++) {
         clef_backend *g = f->gpu[gi];
         clef_weight w;
         ok(g->ops->weight_init(g, &w, CLEF_DT_BF16, N, K, wh, &err), &err);
@@ -213,6 +227,7 @@ static void test_matmul(void **state) {
     matmul_case(f, 300, 264, 200, 1);   /* K not a multiple of 64, N not of 128, bias */
     matmul_case(f, 1500, 2048, 512, 0); /* big tiles for the batch, small ones for the slices */
     matmul_case(f, 33, 64, 1, 1);       /* one output column (the head's scorer) */
+    matmul_case(f, 8300, 64, 128, 1);   /* precise cuBLASLt: two calls of <= 8192 rows; row 8299 alone */
 }
 
 static void test_matmul_f32_weight(void **state) {
@@ -405,18 +420,18 @@ static void attention_case(fx *f, const char *what, int64_t n_seg, const int64_t
                         .scale = 1.0f / sqrtf((float)D), .causal = causal};
     float *ref = malloc((size_t)(nq * os) * 4);
     ok(f->cpu->ops->attention(f->cpu, q, k, v, ref, &a, &err), &err);
-    for (int gi = 0; gi < 3; gi++) {
-        if (gi == G_CUSTOM) continue; /* attention does not depend on the GEMM choice */
+    for (int gi = 0; gi < N_GPU; gi++) {
+        if (gi == G_CUSTOM || gi == G_PRECISE_CUSTOM) continue; /* attention does not depend on the GEMM choice */
         clef_backend *g = f->gpu[gi];
         const size_t kvn = (size_t)(kvrows * ks * (strided ? 1 : 2));
         float *dq = dput(g, q, (size_t)(nq * qs) * 4), *dkv = dput(g, kv, kvn * 4), *dout = dnan(g, (size_t)(nq * os));
         const float *dk = dkv + (k - kv), *dv = dkv + (v - kv);
         ok(g->ops->attention(g, dq, dk, dv, dout, &a, &err), &err);
         float *o = dget(g, dout, (size_t)(nq * os));
-        const int tc = gi != G_PRECISE && (D == 64 || D == 128);
+        const int tc = D == 64 || D == 128;
         char w2[96];
-        snprintf(w2, sizeof w2, "%s%s", what, tc ? " [tc]" : " [f32]");
-        check(w2, f->name[gi], o, ref, (size_t)(nq * os), tc ? TOL_BF16 : TOL_PRECISE);
+        snprintf(w2, sizeof w2, "%s%s", what, !tc ? " [f32]" : gi == G_PRECISE ? " [tc split]" : " [tc]");
+        check(w2, f->name[gi], o, ref, (size_t)(nq * os), !tc ? TOL_PRECISE : gi == G_PRECISE ? TOL_PRECISE_ATTN : TOL_BF16);
         for (int64_t s = 0; s < n_seg; s++) {
             const int64_t ql = qoff[s + 1] - qoff[s], kl = kvoff[s + 1] - kvoff[s];
             if (!ql) continue;
@@ -502,8 +517,8 @@ static void test_moe(void **state) {
     ok(f->cpu->ops->router_topk(f->cpu, logits, TB, E, k, 1, idx, rw, &err), &err);
     float *ref = malloc((size_t)(T * H) * 4);
     ok(f->cpu->ops->moe(f->cpu, x, T, idx, rw, k, &mc, ref, &err), &err);
-    for (int gi = 0; gi < 3; gi++) {
-        if (gi == G_CUSTOM) continue; /* the experts always use the custom kernel */
+    for (int gi = 0; gi < N_GPU; gi++) {
+        if (gi == G_CUSTOM || gi == G_PRECISE_CUSTOM) continue; /* the experts always use the custom kernel */
         clef_backend *g = f->gpu[gi];
         clef_weight wg[3][16];
         for (int j = 0; j < 3; j++)

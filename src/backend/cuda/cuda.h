@@ -2,19 +2,30 @@
  * GPU (built for Hopper, sm_90), BF16 weights resident on the device, f32
  * activations between ops.
  *
- * Numerics (tests/unit/test_cuda_ops.c states and checks the tolerances):
- *   - Weight products (matmul, the grouped expert GEMMs) round the f32
- *     activation rows to bf16 and multiply them with the bf16 weights on the
- *     tensor cores with f32 accumulation (relative error ~2^-9 per input, so
- *     ~3e-3 relative L2 on a product).  With CLEF_CUDA_PRECISE=1 in the
- *     environment (or `precise` below) each activation row is split into
- *     hi = bf16(x) and lo = bf16(x - hi) and both are multiplied (x = hi + lo
- *     to ~2^-17): products then match f32 to ~1e-6, at twice the work.
- *     CLEF_CUDA_PRECISE may also name parts: a comma list of "dense" (the
- *     matmul op), "experts" (the moe op), "attention" (f32 kernel).
- *   - Attention runs on the tensor cores (bf16 Q, K, V, P; f32 scores,
- *     softmax and accumulation) for head_dim 64 and 128; other head sizes and
- *     the precise mode use an f32 kernel.
+ * Numerics (tests/unit/test_cuda_ops.c states and checks the tolerances).
+ * Two modes; precise is the default.
+ *   - precise (default; CLEF_CUDA_NUMERICS=precise, CLEF_CUDA_PRECISE=1):
+ *     every f32 activation row going into a weight product is split into
+ *     hi = bf16(x) and lo = bf16(x - hi) (x = hi + lo to ~2^-17) and both
+ *     halves are multiplied with the bf16 weights on the tensor cores with
+ *     f32 accumulation, so products match f32 to ~1e-6 relative.  The
+ *     custom GEMM loads each weight tile once and feeds it to the hi and the
+ *     lo MMA; dense products through cuBLASLt run the [hi; lo] rows as 2T
+ *     stacked rows in one call and add the halves (ck_split_sum).  Attention
+ *     (head_dim 64/128) runs on the tensor cores with Q, K, V and the
+ *     probabilities split the same way: hi.hi + hi.lo + lo.hi per product
+ *     (~1e-6 relative).  On the `small` preset this mode meets the parity
+ *     bar against the CPU f32 path (docs/BENCHMARKS.md).
+ *   - fast (CLEF_CUDA_NUMERICS=fast or CLEF_CUDA_PRECISE=0; opt-in):
+ *     activations rounded to bf16 (relative error ~2^-9 per input, ~3e-3
+ *     relative L2 on a product), single-MMA attention with bf16 Q, K, V, P.
+ *     Faster (one MMA per product instead of two or three), but answers
+ *     drift: ~86% top-1 agreement, mean TV ~0.014 on `small`.
+ *   CLEF_CUDA_PRECISE may also name parts: a comma list of "dense" (the
+ *   matmul op), "experts" (the moe op), "attention"; the others are fast.
+ *   CLEF_CUDA_PRECISE wins over CLEF_CUDA_NUMERICS; an unknown value of
+ *   either makes clef_cuda_backend_create fail (500).
+ *   - Other head sizes use an f32 attention kernel in both modes.
  *   - Everything else (norms, RoPE, router softmax/top-k, SwiGLU, combine,
  *     head row ops) is f32 as on the CPU.
  * Determinism (backend.h): every output element has one fixed reduction
@@ -45,8 +56,11 @@ int clef_cuda_device_count(void);
 /* Options of clef_cuda_backend_create_ex. */
 typedef struct clef_cuda_options {
     int device;  /* CUDA device ordinal */
-    int precise; /* 1 = split-bf16 activations and f32 attention (see above); -1 = from CLEF_CUDA_PRECISE */
-    int gemm;    /* dense products: 0 = cuBLASLt, 1 = custom kernel; -1 = from CLEF_CUDA_GEMM ("cublaslt"/"custom") */
+    int precise; /* 1 = precise numerics (split-bf16, the default), 0 = fast (bf16); -1 = from the environment:
+                    CLEF_CUDA_PRECISE, else CLEF_CUDA_NUMERICS, else precise (see above) */
+    int gemm;    /* dense products: 0 = per shape the faster of cuBLASLt and the custom kernel, 1 = custom kernel,
+                    2 = cuBLASLt wherever it has a batch-invariant algorithm (tests);
+                    -1 = from CLEF_CUDA_GEMM ("cublaslt" = 0 / "custom" = 1) */
     int profile; /* 1 = time every op with CUDA events (clef_cuda_profile_dump); -1 = from CLEF_CUDA_PROFILE */
 } clef_cuda_options;
 

@@ -8,9 +8,12 @@
  * the segment's first row, so a record's result does not depend on where it
  * sits in the packed batch.
  *
- * attn_f32_kernel handles any head_dim in f32 (the head's single-head
- * summary attention of width W, small test models, the precise mode): one
- * warp per (query row, head), keys in order.
+ * With split = 2 (the precise mode) the same kernel takes Q, K, V as
+ * hi + lo bf16 pairs and runs three MMAs per product (see attn_tc_kernel).
+ *
+ * attn_f32_kernel handles any other head_dim in f32 (the head's single-head
+ * summary attention of width W, small test models): one warp per (query
+ * row, head), keys in order.
  */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -54,9 +57,14 @@ __global__ void rope_kernel(float *x, int64_t T, int64_t heads, int64_t D, const
 
 constexpr int FA_BM = 64, FA_BN = 64, FA_THREADS = 128;
 
-template <int D> constexpr int fa_smem_bytes() { return 5 * FA_BM * (D + 8) * 2; } /* Q, 2 x (K, V) */
+/* Q, 2 x (K, V); each of them twice (hi, lo) when split */
+template <int D, int SPLIT> constexpr int fa_smem_bytes() { return SPLIT * 5 * FA_BM * (D + 8) * 2; }
 
-template <int D, bool CAUSAL>
+/* SPLIT = 2: Q, K, V rows are [hi | lo] bf16 pairs (x = hi + lo to 2^-17)
+ * and P is split the same way in registers; S = Qh.Kh + Qh.Kl + Ql.Kh and
+ * O += Ph.Vh + Ph.Vl + Pl.Vh (the lo.lo term, ~2^-16 relative, is dropped),
+ * three MMAs per fragment in that fixed order, f32 accumulation. */
+template <int D, bool CAUSAL, int SPLIT>
 __global__ void __launch_bounds__(FA_THREADS) attn_tc_kernel(const bf16 *__restrict__ Q, const bf16 *__restrict__ K,
                                                              const bf16 *__restrict__ V, float *__restrict__ out,
                                                              int64_t o_stride, const int32_t *__restrict__ tiles,
@@ -65,27 +73,37 @@ __global__ void __launch_bounds__(FA_THREADS) attn_tc_kernel(const bf16 *__restr
                                                              float scale_log2) {
     constexpr int P = D + 8, CH = D / 8, KD = D / 16;
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    bf16 *Qs = reinterpret_cast<bf16 *>(smem_raw), *Kb = Qs + FA_BM * P, *Vb = Kb + 2 * FA_BN * P;
+    /* Qs [SPLIT][BM][P]; Kb, Vb [2 buffers][SPLIT][BN][P] */
+    bf16 *Qs = reinterpret_cast<bf16 *>(smem_raw), *Kb = Qs + SPLIT * FA_BM * P, *Vb = Kb + 2 * SPLIT * FA_BN * P;
+    constexpr int TP = FA_BN * P; /* one tile */
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tig = lane & 3;
     const int s = tiles[2 * blockIdx.x], i0 = tiles[2 * blockIdx.x + 1], h = blockIdx.y;
     const int64_t q0 = q_off[s], ql = q_off[s + 1] - q0, kv0 = kv_off[s], kl = kv_off[s + 1] - kv0;
     const int hk = h / (nh / nkv);
+    const int64_t qrs = (int64_t)SPLIT * nh * D, krs = (int64_t)SPLIT * nkv * D; /* row strides */
 
     for (int c = tid; c < FA_BM * CH; c += FA_THREADS) {
         const int r = c / CH, col = (c % CH) * 8;
         const bool ok = i0 + r < ql;
-        cp_async16(Qs + r * P + col, ok ? Q + ((q0 + i0 + r) * nh + h) * D + col : Q, ok);
+        const int64_t off = (q0 + i0 + r) * qrs + (int64_t)h * D + col;
+        cp_async16(Qs + r * P + col, ok ? Q + off : Q, ok);
+        if (SPLIT == 2) cp_async16(Qs + TP + r * P + col, ok ? Q + off + (int64_t)nh * D : Q, ok);
     }
     cp_async_commit();
     /* K/V tile j into buffer j & 1; rows past the segment are zeros (P = 0 there, 0 * 0 stays finite) */
     auto load_kv = [&](int64_t j0, int buf) {
-        bf16 *Ks = Kb + buf * FA_BN * P, *Vs = Vb + buf * FA_BN * P;
+        bf16 *Ks = Kb + buf * SPLIT * TP, *Vs = Vb + buf * SPLIT * TP;
         for (int c = tid; c < FA_BN * CH; c += FA_THREADS) {
             const int r = c / CH, col = (c % CH) * 8;
             const bool ok = j0 + r < kl;
-            const int64_t off = ((kv0 + j0 + r) * nkv + hk) * D + col;
+            const int64_t off = (kv0 + j0 + r) * krs + (int64_t)hk * D + col;
             cp_async16(Ks + r * P + col, ok ? K + off : K, ok);
             cp_async16(Vs + r * P + col, ok ? V + off : V, ok);
+            if (SPLIT == 2) {
+                const int64_t lo = (int64_t)nkv * D;
+                cp_async16(Ks + TP + r * P + col, ok ? K + off + lo : K, ok);
+                cp_async16(Vs + TP + r * P + col, ok ? V + off + lo : V, ok);
+            }
         }
         cp_async_commit();
     };
@@ -95,7 +113,7 @@ __global__ void __launch_bounds__(FA_THREADS) attn_tc_kernel(const bf16 *__restr
     float o[D / 8][4];
 #pragma unroll
     for (int i = 0; i < D / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
-    uint32_t qf[KD][4];
+    uint32_t qf[KD][4]; /* Q (hi) fragments, kept in registers; the lo half is re-read from Qs per tile */
     const int r0 = warp * 16 + g; /* this thread's rows r0 and r0 + 8 of the tile */
 
     if (n_keys > 0) load_kv(0, 0);
@@ -109,7 +127,7 @@ __global__ void __launch_bounds__(FA_THREADS) attn_tc_kernel(const bf16 *__restr
             cp_async_wait<0>();
         }
         __syncthreads();
-        const bf16 *Ks = Kb + buf * FA_BN * P, *Vs = Vb + buf * FA_BN * P;
+        const bf16 *Ks = Kb + buf * SPLIT * TP, *Vs = Vb + buf * SPLIT * TP;
         if (j0 == 0) {
 #pragma unroll
             for (int kk = 0; kk < KD; kk++)
@@ -120,15 +138,27 @@ __global__ void __launch_bounds__(FA_THREADS) attn_tc_kernel(const bf16 *__restr
 #pragma unroll
         for (int i = 0; i < 8; i++) sa[i][0] = sa[i][1] = sa[i][2] = sa[i][3] = 0.0f;
 #pragma unroll
-        for (int kk = 0; kk < KD; kk++)
+        for (int kk = 0; kk < KD; kk++) {
+            uint32_t ql[4] = {0u, 0u, 0u, 0u};
+            if (SPLIT == 2)
+                ldsm_x4(ql[0], ql[1], ql[2], ql[3], Qs + TP + (warp * 16 + (lane & 15)) * P + kk * 16 + (lane >> 4) * 8);
 #pragma unroll
             for (int nj = 0; nj < 4; nj++) {
                 uint32_t b0, b1, b2, b3;
-                ldsm_x4(b0, b1, b2, b3,
-                        Ks + (nj * 16 + (lane & 7) + ((lane >> 4) << 3)) * P + kk * 16 + ((lane >> 3) & 1) * 8);
+                const int koff = (nj * 16 + (lane & 7) + ((lane >> 4) << 3)) * P + kk * 16 + ((lane >> 3) & 1) * 8;
+                ldsm_x4(b0, b1, b2, b3, Ks + koff);
                 mma16816(sa[2 * nj], qf[kk], b0, b1);
                 mma16816(sa[2 * nj + 1], qf[kk], b2, b3);
+                if (SPLIT == 2) {
+                    uint32_t c0, c1, c2, c3;
+                    ldsm_x4(c0, c1, c2, c3, Ks + TP + koff);
+                    mma16816(sa[2 * nj], qf[kk], c0, c1); /* Qh . Kl */
+                    mma16816(sa[2 * nj + 1], qf[kk], c2, c3);
+                    mma16816(sa[2 * nj], ql, b0, b1); /* Ql . Kh */
+                    mma16816(sa[2 * nj + 1], ql, b2, b3);
+                }
             }
+        }
         /* scale (log2 domain), mask, online softmax */
         float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -178,13 +208,30 @@ __global__ void __launch_bounds__(FA_THREADS) attn_tc_kernel(const bf16 *__restr
             const uint32_t pa[4] = {pack_bf16(sa[2 * kk][0], sa[2 * kk][1]), pack_bf16(sa[2 * kk][2], sa[2 * kk][3]),
                                     pack_bf16(sa[2 * kk + 1][0], sa[2 * kk + 1][1]),
                                     pack_bf16(sa[2 * kk + 1][2], sa[2 * kk + 1][3])};
+            uint32_t pl[4] = {0u, 0u, 0u, 0u};
+            if (SPLIT == 2) { /* p - bf16(p), element by element */
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    const float *src = sa[2 * kk + (u >> 1)] + (u & 1) * 2;
+                    const __nv_bfloat162 hb = *reinterpret_cast<const __nv_bfloat162 *>(&pa[u]);
+                    pl[u] = pack_bf16(src[0] - __low2float(hb), src[1] - __high2float(hb));
+                }
+            }
 #pragma unroll
             for (int dn = 0; dn < D / 16; dn++) {
                 uint32_t b0, b1, b2, b3;
-                ldsm_x4_t(b0, b1, b2, b3,
-                          Vs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * P + dn * 16 + (lane >> 4) * 8);
+                const int voff = (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * P + dn * 16 + (lane >> 4) * 8;
+                ldsm_x4_t(b0, b1, b2, b3, Vs + voff);
                 mma16816(o[2 * dn], pa, b0, b1);
                 mma16816(o[2 * dn + 1], pa, b2, b3);
+                if (SPLIT == 2) {
+                    uint32_t c0, c1, c2, c3;
+                    ldsm_x4_t(c0, c1, c2, c3, Vs + TP + voff);
+                    mma16816(o[2 * dn], pa, c0, c1); /* Ph . Vl */
+                    mma16816(o[2 * dn + 1], pa, c2, c3);
+                    mma16816(o[2 * dn], pl, b0, b1); /* Pl . Vh */
+                    mma16816(o[2 * dn + 1], pl, b2, b3);
+                }
             }
         }
     }
@@ -267,18 +314,29 @@ template <typename F> cudaError_t allow_smem(F *fn, int bytes, unsigned *done_ma
     return e;
 }
 
-template <int D, bool CAUSAL>
+template <int D, bool CAUSAL, int SPLIT>
 cudaError_t launch_tc(const bf16 *q, const bf16 *k, const bf16 *v, float *out, int64_t o_stride, const int32_t *tiles,
                       int64_t n_tiles, const int64_t *q_off, const int64_t *kv_off, int nh, int nkv, float scale_log2,
                       cudaStream_t st) {
     static unsigned done = 0;
-    constexpr int smem = fa_smem_bytes<D>();
-    cudaError_t e = allow_smem(attn_tc_kernel<D, CAUSAL>, smem, &done);
+    constexpr int smem = fa_smem_bytes<D, SPLIT>();
+    cudaError_t e = allow_smem(attn_tc_kernel<D, CAUSAL, SPLIT>, smem, &done);
     if (e != cudaSuccess) return e;
     dim3 grid((unsigned)n_tiles, (unsigned)nh);
-    attn_tc_kernel<D, CAUSAL><<<grid, FA_THREADS, smem, st>>>(q, k, v, out, o_stride, tiles, q_off, kv_off, nh, nkv,
-                                                             scale_log2);
+    attn_tc_kernel<D, CAUSAL, SPLIT><<<grid, FA_THREADS, smem, st>>>(q, k, v, out, o_stride, tiles, q_off, kv_off, nh,
+                                                                    nkv, scale_log2);
     return cudaGetLastError();
+}
+
+template <int D>
+cudaError_t launch_tc_d(const bf16 *q, const bf16 *k, const bf16 *v, float *out, int64_t o_stride,
+                        const int32_t *tiles, int64_t n_tiles, const int64_t *q_off, const int64_t *kv_off, int nh,
+                        int nkv, float sl2, int causal, int split, cudaStream_t st) {
+    if (split == 2)
+        return causal ? launch_tc<D, true, 2>(q, k, v, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, st)
+                      : launch_tc<D, false, 2>(q, k, v, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, st);
+    return causal ? launch_tc<D, true, 1>(q, k, v, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, st)
+                  : launch_tc<D, false, 1>(q, k, v, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, st);
 }
 
 } /* namespace */
@@ -295,18 +353,17 @@ cudaError_t ck_rope(float *x, int64_t T, int64_t heads, int64_t D, const int32_t
 
 cudaError_t ck_attn_tc(const uint16_t *q, const uint16_t *k, const uint16_t *v, float *out, int64_t o_stride,
                        const int32_t *tiles, int64_t n_tiles, const int64_t *q_off, const int64_t *kv_off, int nh,
-                       int nkv, int D, float scale, int causal, cudaStream_t st) {
+                       int nkv, int D, float scale, int causal, int split, cudaStream_t st) {
     if (n_tiles <= 0) return cudaSuccess;
+    if (split != 1 && split != 2) return cudaErrorInvalidValue;
     if (n_tiles > 0x7fffffffLL || nh > 65535) return cudaErrorInvalidConfiguration;
     const bf16 *Q = reinterpret_cast<const bf16 *>(q), *K = reinterpret_cast<const bf16 *>(k),
                *V = reinterpret_cast<const bf16 *>(v);
     const float sl2 = scale * 1.4426950408889634f;
     if (D == 128)
-        return causal ? launch_tc<128, true>(Q, K, V, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, st)
-                      : launch_tc<128, false>(Q, K, V, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, st);
+        return launch_tc_d<128>(Q, K, V, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, causal, split, st);
     if (D == 64)
-        return causal ? launch_tc<64, true>(Q, K, V, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, st)
-                      : launch_tc<64, false>(Q, K, V, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, st);
+        return launch_tc_d<64>(Q, K, V, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, causal, split, st);
     return cudaErrorInvalidValue;
 }
 

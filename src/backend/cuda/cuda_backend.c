@@ -28,6 +28,7 @@ enum cu_slot {
     SLOT_MOE_H, /* SwiGLU output of the experts, bf16 */
     SLOT_MOE_Y, /* expert outputs in permuted order, f32 */
     SLOT_ATT16, /* Q, K, V as bf16 */
+    SLOT_SPLIT_Y, /* precise dense products through cuBLASLt: the hi and lo halves' outputs, f32 */
     SLOT_COUNT
 };
 
@@ -35,7 +36,8 @@ enum cu_slot {
  * layouts used with it. */
 typedef struct lt_plan {
     int64_t N, K;
-    int ok; /* 0 = no batch-invariant algorithm: the custom kernel is used for this shape */
+    int split; /* 2: planned for split products (precise dense): 2M stacked rows, then ck_split_sum */
+    int ok; /* 0 = no batch-invariant algorithm or the custom kernel was faster: the custom kernel */
     cublasLtMatmulAlgo_t algo;
     cublasLtMatrixLayout_t a, b, d;
 } lt_plan;
@@ -72,6 +74,7 @@ typedef struct prof_ev {
 typedef struct cuda_ctx {
     int device;
     int precise, gemm_custom, profile;
+    int gemm_lt_only; /* options gemm = 2: never pick the custom kernel for a shape that has a cuBLASLt algorithm */
     /* which parts run precise (split-bf16 products, f32 attention): PRECISE_* bits */
     unsigned precise_parts;
     cudaStream_t st;
@@ -111,14 +114,28 @@ static const clef_backend_ops cuda_ops;
  * comma list of "dense", "experts", "attention"). */
 enum { PRECISE_DENSE = 1, PRECISE_EXPERTS = 2, PRECISE_ATTN = 4, PRECISE_ALL = 7 };
 
-static unsigned parse_precise(const char *v) {
-    if (!v || !*v || !strcmp(v, "0")) return 0;
-    if (!strcmp(v, "1") || !strcmp(v, "all")) return PRECISE_ALL;
-    unsigned m = 0;
-    if (strstr(v, "dense")) m |= PRECISE_DENSE;
-    if (strstr(v, "experts")) m |= PRECISE_EXPERTS;
-    if (strstr(v, "attention")) m |= PRECISE_ATTN;
-    return m;
+/* The precise parts from the environment (cuda.h): CLEF_CUDA_PRECISE when
+ * set ("0" = fast, "1"/"all", or a list of parts), else CLEF_CUDA_NUMERICS
+ * ("fast" = 0, "precise" = all), else the default: all parts precise.
+ * Returns -1 for a value it does not know. */
+static int parse_precise_env(void) {
+    const char *v = getenv("CLEF_CUDA_PRECISE");
+    if (v && *v) {
+        if (!strcmp(v, "0") || !strcmp(v, "none") || !strcmp(v, "fast")) return 0;
+        if (!strcmp(v, "1") || !strcmp(v, "all")) return PRECISE_ALL;
+        int m = 0;
+        if (strstr(v, "dense")) m |= PRECISE_DENSE;
+        if (strstr(v, "experts")) m |= PRECISE_EXPERTS;
+        if (strstr(v, "attention")) m |= PRECISE_ATTN;
+        return m ? m : -1;
+    }
+    v = getenv("CLEF_CUDA_NUMERICS");
+    if (v && *v) {
+        if (!strcmp(v, "fast")) return 0;
+        if (!strcmp(v, "precise")) return PRECISE_ALL;
+        return -1;
+    }
+    return PRECISE_ALL;
 }
 
 static inline cuda_ctx *cu_of(clef_backend *be) { return (cuda_ctx *)be->ctx; }
@@ -523,7 +540,7 @@ static int lt_candidates(cuda_ctx *c, lt_plan *p, cublasLtMatmulAlgo_t *out, int
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_cd, sizeof al_cd);
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_cd, sizeof al_cd);
     static const int64_t probe[] = {4096, 256};
-    static const int64_t ms[] = {1, 7, 64, 300, 4097, 65536};
+    static const int64_t ms[] = {1, 7, 64, 300, 4097, 65536}; /* split plans call with at most 16384 */
     int n = 0;
     for (size_t pi = 0; pi < sizeof probe / sizeof *probe; pi++) {
         cublasLtMatrixLayoutSetAttribute(p->b, CUBLASLT_MATRIX_LAYOUT_COLS, &probe[pi], sizeof probe[pi]);
@@ -565,7 +582,7 @@ static int lt_candidates(cuda_ctx *c, lt_plan *p, cublasLtMatmulAlgo_t *out, int
 /* Milliseconds of one product of M rows with candidate `i` (-1 = the custom
  * kernel): best of 3 after a warm-up, or a huge value if it fails. */
 static double time_candidate(cuda_ctx *c, lt_plan *p, const cublasLtMatmulAlgo_t *algo, const void *w,
-                             const uint16_t *a16, float *y, int64_t M) {
+                             const uint16_t *a16, float *y, float *y2, int64_t M) {
     cudaEvent_t e0, e1;
     if (cudaEventCreate(&e0) != cudaSuccess) return 1e30;
     if (cudaEventCreate(&e1) != cudaSuccess) {
@@ -573,8 +590,9 @@ static double time_candidate(cuda_ctx *c, lt_plan *p, const cublasLtMatmulAlgo_t
         return 1e30;
     }
     const float one = 1.0f, zero = 0.0f;
-    cublasLtMatrixLayoutSetAttribute(p->b, CUBLASLT_MATRIX_LAYOUT_COLS, &M, sizeof M);
-    cublasLtMatrixLayoutSetAttribute(p->d, CUBLASLT_MATRIX_LAYOUT_COLS, &M, sizeof M);
+    const int64_t MS = M * p->split; /* stacked [hi; lo] rows when split */
+    cublasLtMatrixLayoutSetAttribute(p->b, CUBLASLT_MATRIX_LAYOUT_COLS, &MS, sizeof MS);
+    cublasLtMatrixLayoutSetAttribute(p->d, CUBLASLT_MATRIX_LAYOUT_COLS, &MS, sizeof MS);
     double best = 1e30;
     for (int rep = 0; rep < 4; rep++) {
         cudaEventRecord(e0, c->st);
@@ -582,9 +600,10 @@ static double time_candidate(cuda_ctx *c, lt_plan *p, const cublasLtMatmulAlgo_t
         if (algo) {
             ok = cublasLtMatmul(c->lt, c->lt_desc, &one, w, p->a, a16, p->b, &zero, y, p->d, y, p->d, algo, c->lt_ws,
                                 c->lt_ws_bytes, c->st) == CUBLAS_STATUS_SUCCESS;
+            if (ok && p->split == 2) ok = ck_split_sum(y, M, p->N, NULL, y2, c->st) == cudaSuccess;
         } else {
-            ck_gemm_args g = {.mode = CK_GEMM_DENSE, .A = a16, .lda = p->K, .K = p->K, .split = 1, .N = p->N, .W = w,
-                              .M = M, .Y = y, .ldy = p->N, .big = M >= 1024};
+            ck_gemm_args g = {.mode = CK_GEMM_DENSE, .A = a16, .lda = p->K * p->split, .K = p->K, .split = p->split,
+                              .N = p->N, .W = w, .M = M, .Y = y, .ldy = p->N, .big = M >= 1024};
             ok = ck_gemm(&g, c->st) == cudaSuccess;
         }
         cudaEventRecord(e1, c->st);
@@ -608,9 +627,9 @@ static double time_candidate(cuda_ctx *c, lt_plan *p, const cublasLtMatmulAlgo_t
  * single-decision and the batched regime); the one with the smallest sum of
  * slowdowns against the best of each size wins (ties within 3%: the earlier,
  * i.e. the heuristic's order).  CLEF_CUDA_LT_LOG=1 prints the timings. */
-static lt_plan *lt_plan_for(cuda_ctx *c, int64_t N, int64_t K, const void *w, clef_err *err) {
+static lt_plan *lt_plan_for(cuda_ctx *c, int64_t N, int64_t K, int split, const void *w, clef_err *err) {
     for (size_t i = 0; i < c->n_plans; i++)
-        if (c->plans[i].N == N && c->plans[i].K == K) return &c->plans[i];
+        if (c->plans[i].N == N && c->plans[i].K == K && c->plans[i].split == split) return &c->plans[i];
     if (c->n_plans == c->cap_plans) {
         size_t cap = c->cap_plans ? 2 * c->cap_plans : 32;
         lt_plan *np = realloc(c->plans, cap * sizeof *np);
@@ -623,7 +642,7 @@ static lt_plan *lt_plan_for(cuda_ctx *c, int64_t N, int64_t K, const void *w, cl
     }
     lt_plan *p = &c->plans[c->n_plans];
     memset(p, 0, sizeof *p);
-    p->N = N, p->K = K;
+    p->N = N, p->K = K, p->split = split;
     if (lt_layout(&p->a, CUDA_R_16BF, K, N, K, err) || lt_layout(&p->b, CUDA_R_16BF, K, 4096, K, err) ||
         lt_layout(&p->d, CUDA_R_32F, N, 4096, N, err))
         return NULL;
@@ -634,20 +653,22 @@ static lt_plan *lt_plan_for(cuda_ctx *c, int64_t N, int64_t K, const void *w, cl
     /* scratch for the timings: 8192 rows of activations and outputs */
     const int64_t MB = 8192, MS = 300;
     void *buf = NULL;
-    const size_t a_bytes = ALIGN_UP((size_t)(MB * K) * 2, 256), y_bytes = (size_t)(MB * N) * sizeof(float);
-    if (nc == 0 || cudaMallocAsync(&buf, a_bytes + y_bytes, c->st) != cudaSuccess) {
+    const size_t a_bytes = ALIGN_UP((size_t)(MB * K * split) * 2, 256),
+                 y_bytes = ALIGN_UP((size_t)(MB * N * split) * sizeof(float), 256),
+                 y2_bytes = split == 2 ? (size_t)(MB * N) * sizeof(float) : 0;
+    if (nc == 0 || cudaMallocAsync(&buf, a_bytes + y_bytes + y2_bytes, c->st) != cudaSuccess) {
         cudaGetLastError();
         return p; /* no usable cuBLASLt algorithm: the custom kernel */
     }
     /* 0x3c3c: bf16 0.0115 everywhere (not zeros, which run faster than real data) */
     cudaMemsetAsync(buf, 0x3c, a_bytes, c->st);
     const uint16_t *a16 = buf;
-    float *y = (float *)((char *)buf + a_bytes);
+    float *y = (float *)((char *)buf + a_bytes), *y2 = (float *)((char *)buf + a_bytes + y_bytes);
     double t[MAXC + 1][2], best[2] = {1e30, 1e30};
     for (int i = 0; i <= nc; i++) { /* i == nc: the custom kernel */
         const cublasLtMatmulAlgo_t *al = i < nc ? &cand[i] : NULL;
-        t[i][0] = time_candidate(c, p, al, w, a16, y, MS);
-        t[i][1] = time_candidate(c, p, al, w, a16, y, MB);
+        t[i][0] = time_candidate(c, p, al, w, a16, y, y2, MS);
+        t[i][1] = time_candidate(c, p, al, w, a16, y, y2, MB);
         for (int j = 0; j < 2; j++)
             if (t[i][j] < best[j]) best[j] = t[i][j];
     }
@@ -655,6 +676,7 @@ static lt_plan *lt_plan_for(cuda_ctx *c, int64_t N, int64_t K, const void *w, cl
     int pick = -1;
     double pick_cost = 1e30;
     for (int i = 0; i <= nc; i++) {
+        if (i == nc && c->gemm_lt_only) break;
         const double cost = t[i][0] / best[0] + t[i][1] / best[1];
         if (cost < pick_cost * 0.97) {
             pick = i;
@@ -663,8 +685,9 @@ static lt_plan *lt_plan_for(cuda_ctx *c, int64_t N, int64_t K, const void *w, cl
     }
     if (getenv("CLEF_CUDA_LT_LOG")) {
         for (int i = 0; i <= nc; i++)
-            fprintf(stderr, "clef cuda: [%lld x %lld] %s %d: %.1f us at %lld rows, %.1f us at %lld rows%s\n",
-                    (long long)N, (long long)K, i < nc ? "cublaslt algo" : "custom kernel", i, 1e3 * t[i][0],
+            fprintf(stderr, "clef cuda: [%lld x %lld]%s %s %d: %.1f us at %lld rows, %.1f us at %lld rows%s\n",
+                    (long long)N, (long long)K, split == 2 ? " split" : "", i < nc ? "cublaslt algo" : "custom kernel",
+                    i, 1e3 * t[i][0],
                     (long long)MS, 1e3 * t[i][1], (long long)MB, i == pick ? "  <- chosen" : "");
     }
     if (pick >= 0 && pick < nc) {
@@ -674,15 +697,41 @@ static lt_plan *lt_plan_for(cuda_ctx *c, int64_t N, int64_t K, const void *w, cl
     return p;
 }
 
-/* y[T, N] = bf16(x) . W^T through the fixed cuBLASLt algorithm of W's shape. */
-static int lt_matmul(cuda_ctx *c, lt_plan *p, const uint16_t *a16, int64_t T, const clef_weight *w, float *y,
-                     clef_err *err) {
+/* Rows per cuBLASLt call of a split product (2x that many stacked rows). */
+#define SPLIT_LT_ROWS 8192
+
+/* y[T, N] = bf16(x) . W^T through the fixed cuBLASLt algorithm of W's shape.
+ * Split plans: a16 rows are [hi | lo], read as 2T rows of K (hi_0, lo_0,
+ * hi_1, ...) in one call per SPLIT_LT_ROWS rows into SLOT_SPLIT_Y, then
+ * y = hi + lo (+ bias) by ck_split_sum.  Each of the stacked rows is reduced
+ * by the same fixed non-split-K algorithm whatever its neighbours, so a
+ * row's result still depends on that row only.  Bias added here only for
+ * split plans. */
+static int lt_matmul(cuda_ctx *c, lt_plan *p, const uint16_t *a16, int64_t T, const clef_weight *w,
+                     const float *bias, float *y, clef_err *err) {
     const float one = 1.0f, zero = 0.0f;
-    cublasLtMatrixLayoutSetAttribute(p->b, CUBLASLT_MATRIX_LAYOUT_COLS, &T, sizeof T);
-    cublasLtMatrixLayoutSetAttribute(p->d, CUBLASLT_MATRIX_LAYOUT_COLS, &T, sizeof T);
-    return lt_check(cublasLtMatmul(c->lt, c->lt_desc, &one, w->data, p->a, a16, p->b, &zero, y, p->d, y, p->d,
-                                   &p->algo, c->lt_ws, c->lt_ws_bytes, c->st),
-                    "matmul", err);
+    if (p->split == 1) {
+        cublasLtMatrixLayoutSetAttribute(p->b, CUBLASLT_MATRIX_LAYOUT_COLS, &T, sizeof T);
+        cublasLtMatrixLayoutSetAttribute(p->d, CUBLASLT_MATRIX_LAYOUT_COLS, &T, sizeof T);
+        return lt_check(cublasLtMatmul(c->lt, c->lt_desc, &one, w->data, p->a, a16, p->b, &zero, y, p->d, y, p->d,
+                                       &p->algo, c->lt_ws, c->lt_ws_bytes, c->st),
+                        "matmul", err);
+    }
+    /* split: chunks of SPLIT_LT_ROWS rows bound the scratch (rows are independent: no value changes) */
+    const int64_t chunk = T < SPLIT_LT_ROWS ? T : SPLIT_LT_ROWS;
+    float *d = cu_slot(c, SLOT_SPLIT_Y, (size_t)(2 * chunk * p->N) * sizeof(float), err);
+    if (!d) return -1;
+    for (int64_t r0 = 0; r0 < T; r0 += chunk) {
+        const int64_t n = T - r0 < chunk ? T - r0 : chunk, rows = 2 * n;
+        cublasLtMatrixLayoutSetAttribute(p->b, CUBLASLT_MATRIX_LAYOUT_COLS, &rows, sizeof rows);
+        cublasLtMatrixLayoutSetAttribute(p->d, CUBLASLT_MATRIX_LAYOUT_COLS, &rows, sizeof rows);
+        if (lt_check(cublasLtMatmul(c->lt, c->lt_desc, &one, w->data, p->a, a16 + r0 * 2 * p->K, p->b, &zero, d, p->d,
+                                    d, p->d, &p->algo, c->lt_ws, c->lt_ws_bytes, c->st),
+                     "matmul", err) ||
+            cu_check(ck_split_sum(d, n, p->N, bias, y + r0 * p->N, c->st), "split sum", err))
+            return -1;
+    }
+    return 0;
 }
 
 static int weight_plain_bf16_ok(const clef_weight *w, const char *what, clef_err *err) {
@@ -715,13 +764,13 @@ static int cu_matmul(clef_backend *be, const float *x, int64_t T, const clef_wei
         const uint16_t *a16 = convert_rows(c, x, T, K, K, split, err);
         if (!a16) return op_end(c, -1);
         lt_plan *p = NULL;
-        if (!c->gemm_custom && split == 1 && !((uintptr_t)y & 15) && !(N % 4)) {
-            p = lt_plan_for(c, N, K, w->data, err);
+        if (!c->gemm_custom && !((uintptr_t)y & 15) && !(N % 4) && !(split == 2 && bias && ((uintptr_t)bias & 15))) {
+            p = lt_plan_for(c, N, K, split, w->data, err);
             if (!p) return op_end(c, -1);
         }
         if (p && p->ok) {
-            rc = lt_matmul(c, p, a16, T, w, y, err);
-            if (rc == 0 && bias) rc = cu_check(ck_add_bias(y, T, N, N, bias, c->st), "bias", err);
+            rc = lt_matmul(c, p, a16, T, w, bias, y, err);
+            if (rc == 0 && bias && split == 1) rc = cu_check(ck_add_bias(y, T, N, N, bias, c->st), "bias", err);
         } else {
             ck_gemm_args g = {.mode = CK_GEMM_DENSE, .A = a16, .lda = K * split, .K = K,
                               .split = split, .N = N, .W = w->data, .M = T, .bias = bias, .Y = y,
@@ -785,8 +834,9 @@ static int cu_attention(clef_backend *be, const float *q, const float *k, const 
     }
     const int64_t nq = ns ? a->q_off[ns] : 0, nk = ns ? a->kv_off[ns] : 0;
     if (nq == 0) return 0;
-    const int tc = !(c->precise_parts & PRECISE_ATTN) && (D == 64 || D == 128);
-    op_begin(c, tc ? "attention (tensor cores)" : "attention (f32)", 0);
+    const int tc = D == 64 || D == 128, split = c->precise_parts & PRECISE_ATTN ? 2 : 1;
+    op_begin(c, !tc ? "attention (f32)" : split == 2 ? "attention (tensor cores, split)" : "attention (tensor cores)",
+             0);
     const size_t off_bytes = (size_t)(ns + 1) * sizeof(int64_t);
     const size_t meta = 2 * off_bytes + (tc ? (size_t)n_tiles * 2 * sizeof(int32_t) : 0);
     char *h = cu_host(c, meta, err);
@@ -811,16 +861,18 @@ static int cu_attention(clef_backend *be, const float *q, const float *k, const 
     const int64_t *dq = (const int64_t *)d, *dk = (const int64_t *)(d + off_bytes);
     int rc;
     if (tc) {
-        const size_t qn = (size_t)(nq * nh * D), kn = (size_t)(nk * nkv * D);
+        const size_t qn = (size_t)(nq * nh * D) * split, kn = (size_t)(nk * nkv * D) * split;
         uint16_t *b16 = cu_slot(c, SLOT_ATT16, (qn + 2 * kn) * 2 + 64, err);
         if (!b16) return op_end(c, -1);
         uint16_t *q16 = b16, *k16 = q16 + qn, *v16 = k16 + kn;
-        rc = cu_check(ck_rows_to_bf16(q, nq, nh * D, a->q_stride, q16, 1, c->st), "attention q to bf16", err);
-        if (rc == 0) rc = cu_check(ck_rows_to_bf16(k, nk, nkv * D, a->k_stride, k16, 1, c->st), "attention k", err);
-        if (rc == 0) rc = cu_check(ck_rows_to_bf16(v, nk, nkv * D, a->v_stride, v16, 1, c->st), "attention v", err);
+        rc = cu_check(ck_rows_to_bf16(q, nq, nh * D, a->q_stride, q16, split, c->st), "attention q to bf16", err);
+        if (rc == 0)
+            rc = cu_check(ck_rows_to_bf16(k, nk, nkv * D, a->k_stride, k16, split, c->st), "attention k", err);
+        if (rc == 0)
+            rc = cu_check(ck_rows_to_bf16(v, nk, nkv * D, a->v_stride, v16, split, c->st), "attention v", err);
         if (rc == 0)
             rc = cu_check(ck_attn_tc(q16, k16, v16, out, a->o_stride, (const int32_t *)(d + 2 * off_bytes), n_tiles, dq,
-                                     dk, (int)nh, (int)nkv, (int)D, a->scale, a->causal, c->st),
+                                     dk, (int)nh, (int)nkv, (int)D, a->scale, a->causal, split, c->st),
                           "attention", err);
     } else {
         rc = cu_check(ck_attn_f32(q, k, v, out, a->q_stride, a->k_stride, a->v_stride, a->o_stride, dq, dk, ns, nq,
@@ -1218,10 +1270,20 @@ clef_backend *clef_cuda_backend_create_ex(const clef_cuda_options *opt, clef_err
         return NULL;
     }
     c->device = opt->device;
-    c->precise_parts = opt->precise >= 0 ? (opt->precise ? PRECISE_ALL : 0) : parse_precise(getenv("CLEF_CUDA_PRECISE"));
+    const int parts = opt->precise >= 0 ? (opt->precise ? PRECISE_ALL : 0) : parse_precise_env();
+    if (parts < 0) {
+        free(be);
+        free(c);
+        clef_fail(err, 500, CLEF_E_INTERNAL, "numerics",
+                  "CUDA numerics: CLEF_CUDA_NUMERICS must be fast or precise, CLEF_CUDA_PRECISE 0, 1, all or a "
+                  "list of dense, experts, attention");
+        return NULL;
+    }
+    c->precise_parts = (unsigned)parts;
     c->precise = c->precise_parts == PRECISE_ALL;
     if (opt->gemm >= 0) {
         c->gemm_custom = opt->gemm == 1;
+        c->gemm_lt_only = opt->gemm == 2;
     } else {
         const char *g = getenv("CLEF_CUDA_GEMM");
         c->gemm_custom = g && strcmp(g, "custom") == 0;
@@ -1248,7 +1310,7 @@ void clef_cuda_describe(clef_backend *be, char *buf, size_t cap) {
         return;
     }
     cuda_ctx *c = cu_of(be);
-    snprintf(buf, cap, "%s%s%s%s%s%s", c->desc, c->precise ? ", precise" : "",
+    snprintf(buf, cap, "%s%s%s%s%s%s", c->desc, c->precise ? ", precise" : !c->precise_parts ? ", fast (bf16)" : "",
              !c->precise && (c->precise_parts & PRECISE_DENSE) ? ", precise dense" : "",
              !c->precise && (c->precise_parts & PRECISE_EXPERTS) ? ", precise experts" : "",
              !c->precise && (c->precise_parts & PRECISE_ATTN) ? ", precise attention" : "",

@@ -48,24 +48,31 @@ constexpr int THREADS = 256; /* 8 warps: 2 along M, 4 along N */
 constexpr int WARPS_M = 2, WARPS_N = 4;
 
 /* Pipeline depth: 4 stages for the small-row tiles (weight streaming, more
- * bytes in flight), 3 for the big ones (two blocks per SM still fit). */
-template <int BM> __host__ __device__ constexpr int gemm_stages() { return BM == 64 ? 4 : 3; }
-
-template <int BM> constexpr int gemm_smem_bytes() {
-    return gemm_stages<BM>() * (BM + BN) * PITCH * 2 > BM * (BN + 4) * 4 ? gemm_stages<BM>() * (BM + BN) * PITCH * 2
-                                                                         : BM * (BN + 4) * 4;
+ * bytes in flight), 3 for the big ones (two blocks per SM still fit) and for
+ * the split kernels (their stages hold two activation tiles). */
+template <int BM, int SPLIT> __host__ __device__ constexpr int gemm_stages() {
+    return SPLIT == 2 ? 3 : BM == 64 ? 4 : 3;
 }
 
-template <int BM>
+template <int BM, int SPLIT> constexpr int gemm_smem_bytes() {
+    return gemm_stages<BM, SPLIT>() * (SPLIT * BM + BN) * PITCH * 2 > BM * (BN + 4) * 4
+               ? gemm_stages<BM, SPLIT>() * (SPLIT * BM + BN) * PITCH * 2
+               : BM * (BN + 4) * 4;
+}
+
+/* SPLIT = 2: every stage holds the hi and the lo activation tile of the same
+ * K range beside one weight tile; each weight fragment feeds two MMAs (hi,
+ * then lo, into the same accumulator), so W is read once and K walked once. */
+template <int BM, int SPLIT>
 __global__ void __launch_bounds__(THREADS, 2) gemm_kernel(const ck_gemm_args a) {
-    constexpr int STAGES = gemm_stages<BM>();
+    constexpr int STAGES = gemm_stages<BM, SPLIT>();
     constexpr int WTM = BM / WARPS_M, WTN = BN / WARPS_N; /* warp tile */
     constexpr int MI = WTM / 16, NI = WTN / 8;
     constexpr int A_CHUNKS = BM * (BK / 8) / THREADS; /* 16-byte chunks per thread per stage */
     constexpr int W_CHUNKS = BN * (BK / 8) / THREADS;
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    bf16 *As = reinterpret_cast<bf16 *>(smem_raw);            /* [STAGES][BM][PITCH] */
-    bf16 *Ws = As + STAGES * BM * PITCH;                      /* [STAGES][BN][PITCH] */
+    bf16 *As = reinterpret_cast<bf16 *>(smem_raw);            /* [STAGES][SPLIT][BM][PITCH] */
+    bf16 *Ws = As + STAGES * SPLIT * BM * PITCH;              /* [STAGES][BN][PITCH] */
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm = warp / WARPS_N, wn = warp % WARPS_N;
@@ -89,7 +96,7 @@ __global__ void __launch_bounds__(THREADS, 2) gemm_kernel(const ck_gemm_args a) 
         if (a.mode == CK_GEMM_GATEUP) w1 = reinterpret_cast<const bf16 *>(a.W1[e]);
     }
     const bf16 *A = reinterpret_cast<const bf16 *>(a.A);
-    const int64_t K = a.K, KA = a.K * a.split;
+    const int64_t K = a.K;
 
     /* Source rows of this thread's chunks (NULL = zero fill), fixed over K. */
     const bf16 *a_src[A_CHUNKS];
@@ -128,18 +135,18 @@ __global__ void __launch_bounds__(THREADS, 2) gemm_kernel(const ck_gemm_args a) 
 
     auto load_stage = [&](int kt, int stage) {
         const int64_t k0 = (int64_t)kt * BK;
-        bf16 *as = As + stage * BM * PITCH, *ws = Ws + stage * BN * PITCH;
+        bf16 *as = As + stage * SPLIT * BM * PITCH, *ws = Ws + stage * BN * PITCH;
 #pragma unroll
         for (int i = 0; i < A_CHUNKS; i++) {
             const int64_t kc = k0 + a_col[i];
-            const bool ok = a_src[i] && kc < KA;
+            const bool ok = a_src[i] && kc < K;
             cp_async16(as + a_dst[i], ok ? a_src[i] + kc : A, ok);
+            if (SPLIT == 2) cp_async16(as + BM * PITCH + a_dst[i], ok ? a_src[i] + K + kc : A, ok); /* lo half */
         }
 #pragma unroll
         for (int i = 0; i < W_CHUNKS; i++) {
-            int64_t kc = k0 + w_col[i];
-            const bool ok = w_src[i] && kc < KA;
-            if (kc >= K) kc -= K; /* split: the lo half reuses the weight columns */
+            const int64_t kc = k0 + w_col[i];
+            const bool ok = w_src[i] && kc < K;
             cp_async16(ws + w_dst[i], ok ? w_src[i] + kc : A, ok);
         }
     };
@@ -152,7 +159,7 @@ __global__ void __launch_bounds__(THREADS, 2) gemm_kernel(const ck_gemm_args a) 
 #pragma unroll
             for (int q = 0; q < 4; q++) acc[i][j][q] = 0.0f;
 
-    const int ktiles = (int)((KA + BK - 1) / BK);
+    const int ktiles = (int)((K + BK - 1) / BK);
 #pragma unroll
     for (int s = 0; s < STAGES - 1; s++) {
         if (s < ktiles) load_stage(s, s);
@@ -163,7 +170,7 @@ __global__ void __launch_bounds__(THREADS, 2) gemm_kernel(const ck_gemm_args a) 
         __syncthreads();
         if (kt + STAGES - 1 < ktiles) load_stage(kt + STAGES - 1, (kt + STAGES - 1) % STAGES);
         cp_async_commit();
-        const bf16 *as = As + (kt % STAGES) * BM * PITCH, *ws = Ws + (kt % STAGES) * BN * PITCH;
+        const bf16 *as = As + (kt % STAGES) * SPLIT * BM * PITCH, *ws = Ws + (kt % STAGES) * BN * PITCH;
 #pragma unroll
         for (int ks = 0; ks < BK / 16; ks++) {
             uint32_t af[MI][4], bfr[NI][2];
@@ -180,6 +187,16 @@ __global__ void __launch_bounds__(THREADS, 2) gemm_kernel(const ck_gemm_args a) 
             for (int mi = 0; mi < MI; mi++)
 #pragma unroll
                 for (int ni = 0; ni < NI; ni++) mma16816(acc[mi][ni], af[mi], bfr[ni][0], bfr[ni][1]);
+            if (SPLIT == 2) { /* the lo tile with the same weight fragments */
+#pragma unroll
+                for (int mi = 0; mi < MI; mi++)
+                    ldsm_x4(af[mi][0], af[mi][1], af[mi][2], af[mi][3],
+                            as + BM * PITCH + (wm * WTM + mi * 16 + (lane & 15)) * PITCH + ks * 16 + (lane >> 4) * 8);
+#pragma unroll
+                for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+                    for (int ni = 0; ni < NI; ni++) mma16816(acc[mi][ni], af[mi], bfr[ni][0], bfr[ni][1]);
+            }
         }
     }
     cp_async_wait<0>();
@@ -218,7 +235,7 @@ __global__ void __launch_bounds__(THREADS, 2) gemm_kernel(const ck_gemm_args a) 
                         acc[mi][ni][h * 2 + q];
     __syncthreads();
     bf16 *H = reinterpret_cast<bf16 *>(a.H);
-    const int64_t ldh = a.N * a.split;
+    const int64_t ldh = a.N * SPLIT;
     for (int i = tid; i < BM * 64; i += THREADS) {
         const int r = i >> 6, j = i & 63;
         const int64_t col = nt * 64 + j;
@@ -228,7 +245,7 @@ __global__ void __launch_bounds__(THREADS, 2) gemm_kernel(const ck_gemm_args a) 
         const bf16 hb = __float2bfloat16_rn(hv);
         bf16 *hr = H + (row0 + r) * ldh;
         hr[col] = hb;
-        if (a.split == 2) hr[a.N + col] = __float2bfloat16_rn(hv - __bfloat162float(hb));
+        if (SPLIT == 2) hr[a.N + col] = __float2bfloat16_rn(hv - __bfloat162float(hb));
     }
 }
 
@@ -249,6 +266,23 @@ __global__ void add_bias_kernel(float *Y, int64_t M, int64_t N, int64_t ldy, con
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t r = i / N, c = i - r * N;
         Y[r * ldy + c] += bias[c];
+    }
+}
+
+/* y[r, n] = D[2r, n] + D[2r + 1, n] (+ bias[n]): the hi and lo halves of a
+ * split product computed as 2M stacked rows (float4 over n; N % 4 == 0). */
+__global__ void split_sum_kernel(const float4 *__restrict__ D, int64_t M, int64_t N4, const float4 *__restrict__ bias,
+                                 float4 *__restrict__ y) {
+    const int64_t total = M * N4;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = i / N4, c = i - r * N4;
+        const float4 h = D[2 * r * N4 + c], l = D[(2 * r + 1) * N4 + c];
+        float4 v = make_float4(__fadd_rn(h.x, l.x), __fadd_rn(h.y, l.y), __fadd_rn(h.z, l.z), __fadd_rn(h.w, l.w));
+        if (bias) {
+            const float4 b = bias[c];
+            v = make_float4(__fadd_rn(v.x, b.x), __fadd_rn(v.y, b.y), __fadd_rn(v.z, b.z), __fadd_rn(v.w, b.w));
+        }
+        y[i] = v;
     }
 }
 
@@ -484,14 +518,14 @@ unsigned grid_for(int64_t n, int threads) {
     return (unsigned)b;
 }
 
-template <int BM> cudaError_t launch_gemm(const ck_gemm_args *a, cudaStream_t st) {
-    constexpr int smem = gemm_smem_bytes<BM>();
+template <int BM, int SPLIT> cudaError_t launch_gemm(const ck_gemm_args *a, cudaStream_t st) {
+    constexpr int smem = gemm_smem_bytes<BM, SPLIT>();
     static unsigned done = 0; /* devices whose limit is raised (same value from any thread: a benign race) */
     int dev = 0;
     cudaError_t e = cudaGetDevice(&dev);
     if (e != cudaSuccess) return e;
     if (dev >= 32 || !((done >> dev) & 1u)) {
-        e = cudaFuncSetAttribute(gemm_kernel<BM>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        e = cudaFuncSetAttribute(gemm_kernel<BM, SPLIT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         if (e != cudaSuccess) return e;
         if (dev < 32) done |= 1u << dev;
     }
@@ -500,7 +534,7 @@ template <int BM> cudaError_t launch_gemm(const ck_gemm_args *a, cudaStream_t st
     const int64_t blocks = mt * nt;
     if (blocks <= 0) return cudaSuccess;
     if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
-    gemm_kernel<BM><<<(unsigned)blocks, THREADS, smem, st>>>(*a);
+    gemm_kernel<BM, SPLIT><<<(unsigned)blocks, THREADS, smem, st>>>(*a);
     return cudaGetLastError();
 }
 
@@ -520,7 +554,9 @@ cudaError_t ck_rows_to_bf16(const float *x, int64_t rows, int64_t K, int64_t ldx
 int ck_gemm_bm(int big) { return big ? 128 : 64; }
 
 cudaError_t ck_gemm(const ck_gemm_args *a, cudaStream_t st) {
-    return a->big ? launch_gemm<128>(a, st) : launch_gemm<64>(a, st);
+    if (a->split == 2) return a->big ? launch_gemm<128, 2>(a, st) : launch_gemm<64, 2>(a, st);
+    if (a->split != 1) return cudaErrorInvalidValue;
+    return a->big ? launch_gemm<128, 1>(a, st) : launch_gemm<64, 1>(a, st);
 }
 
 cudaError_t ck_gemm_f32(const float *x, int64_t M, int64_t K, const float *W, int64_t N, const float *bias, float *Y,
@@ -535,6 +571,15 @@ cudaError_t ck_gemm_f32(const float *x, int64_t M, int64_t K, const float *W, in
 cudaError_t ck_add_bias(float *Y, int64_t M, int64_t N, int64_t ldy, const float *bias, cudaStream_t st) {
     if (M <= 0 || N <= 0) return cudaSuccess;
     add_bias_kernel<<<grid_for(M * N, 256), 256, 0, st>>>(Y, M, N, ldy, bias);
+    return cudaGetLastError();
+}
+
+cudaError_t ck_split_sum(const float *D, int64_t M, int64_t N, const float *bias, float *y, cudaStream_t st) {
+    if (M <= 0 || N <= 0) return cudaSuccess;
+    if (N % 4 || ((uintptr_t)D & 15) || ((uintptr_t)y & 15) || ((uintptr_t)bias & 15)) return cudaErrorInvalidValue;
+    split_sum_kernel<<<grid_for(M * (N / 4), 256), 256, 0, st>>>(reinterpret_cast<const float4 *>(D), M, N / 4,
+                                                                 reinterpret_cast<const float4 *>(bias),
+                                                                 reinterpret_cast<float4 *>(y));
     return cudaGetLastError();
 }
 

@@ -48,7 +48,8 @@ typedef struct ck_gemm_args {
     const uint16_t *A;  /* bf16 activations, rows of lda = K * split elements */
     int64_t lda;
     int64_t K;          /* weight columns (K % 8 == 0) */
-    int split;          /* 1, or 2 = A rows are [hi | lo] and every weight column is used twice */
+    int split;          /* 1, or 2 = A rows are [hi | lo]: each weight tile is loaded once and multiplied
+                           with both halves (hi then lo into one f32 accumulator, per 16-wide K chunk) */
     int64_t N;          /* output columns (DENSE/DOWN: weight rows; GATEUP: intermediate size) */
     /* DENSE */
     const uint16_t *W;  /* [N, K] */
@@ -79,6 +80,13 @@ cudaError_t ck_gemm_f32(const float *x, int64_t M, int64_t K, const float *W, in
 
 /* Y[r, n] += bias[n] for r < M, n < N (rows ldy apart). */
 cudaError_t ck_add_bias(float *Y, int64_t M, int64_t N, int64_t ldy, const float *bias, cudaStream_t st);
+
+/* y[r, n] = D[2r, n] + D[2r + 1, n] (+ bias[n]) for r < M, n < N: the hi
+ * and lo halves of a split product run as 2M stacked rows (rows [hi_r,
+ * lo_r] interleaved, as the [hi | lo] activation rows read as K-wide rows
+ * give them).  N % 4 == 0 and 16-byte aligned D, y, bias (else
+ * cudaErrorInvalidValue). */
+cudaError_t ck_split_sum(const float *D, int64_t M, int64_t N, const float *bias, float *y, cudaStream_t st);
 
 /* ---- MoE routing -------------------------------------------------------- */
 
@@ -117,10 +125,12 @@ cudaError_t ck_rope(float *x, int64_t T, int64_t heads, int64_t D, const int32_t
 /* Tensor-core flash attention (D = 64 or 128): q [*, nh, D], k/v [*, nkv, D]
  * bf16 rows packed (row stride nh*D / nkv*D); tiles int32 [n_tiles][2] =
  * (segment, first query row within it, a multiple of 64); offsets int64
- * [n_seg + 1].  out f32 rows o_stride apart. */
+ * [n_seg + 1].  out f32 rows o_stride apart.  split = 2: q, k, v rows are
+ * [hi | lo] (ck_rows_to_bf16 split 2; row strides doubled) and every product
+ * takes three MMAs (hi.hi + hi.lo + lo.hi), P split the same way. */
 cudaError_t ck_attn_tc(const uint16_t *q, const uint16_t *k, const uint16_t *v, float *out, int64_t o_stride,
                        const int32_t *tiles, int64_t n_tiles, const int64_t *q_off, const int64_t *kv_off, int nh,
-                       int nkv, int D, float scale, int causal, cudaStream_t st);
+                       int nkv, int D, float scale, int causal, int split, cudaStream_t st);
 
 /* f32 attention for any head_dim: one warp per (query row, head), online
  * softmax over the keys in order.  n_rows = q_off[n_seg]. */
