@@ -64,8 +64,9 @@ void clef_mem_shard_abort(clef_mem_shard *m);
  * per-expert layout), into memory.  `ck` gets dir NULL, config_json (and
  * hf_quant_json for ModelOpt) holding what `clef quantize` would write, the
  * shards (experts' shards with their companions, the joint head last) and
- * the catalog.  `progress` (NULL = quiet) gets a line per layer and a
- * summary (seconds, peak RSS).  Errors (500): unknown preset or format,
+ * the catalog.  Expert matrices are quantized on all OpenMP threads.
+ * `progress` non-NULL: a line per shard and per layer on stderr (the
+ * converter's) and a summary (sizes, seconds, peak RSS) on `progress`.  Errors (500): unknown preset or format,
  * memory that cannot be mapped.  On failure `ck` is zeroed; release with
  * clef_checkpoint_close. */
 int clef_qsynth_checkpoint(const char *preset, uint64_t seed, const char *format, FILE *progress,
