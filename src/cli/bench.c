@@ -39,7 +39,8 @@ static void bench_usage(FILE *f) {
             "  --image-mp X    also time the vision tower on one image of about X megapixels (a square\n"
             "                  of side a multiple of 32: 1 -> 1024x1024, 4096 patches, 1024 tokens; random\n"
             "                  pixels) and --audio-s S the audio tower on S seconds of a tone (log-mel of\n"
-            "                  media/melspec.h): \"towers\" block, p50 over --iters after a warm-up\n"
+            "                  media/melspec.h): \"towers\" block, p50 over --iters (CUDA: after a warm-up;\n"
+            "                  with --profile one more call of each timed per op)\n"
             "  --towers-only   with --synthetic: draw and time only the media towers (no thinker)\n"
             "  --quant F       with --synthetic: experts quantized in memory to F (int4, fp8-block, nvfp4,\n"
             "                  nvfp4-modelopt), as `clef quantize` would write them (full int4 ~18 GB)\n"
@@ -197,11 +198,12 @@ static void print_ms(const char *key, double *ms, size_t n) {
            ms[n - 1]);
 }
 
-/* One square image of about `mp` megapixels (side a multiple of 32, as the
- * processor's 2x2 merge of 16-pixel patches needs) as patch rows of random
- * normalised pixels, through the vision tower (main merger + deepstack). */
-static int bench_vision(clef_towers *t, double mp, size_t iters, double *ms) {
-    int64_t side = (int64_t)llround(sqrt(mp * 1e6) / 32.0) * 32;
+/* One square image of about `mp` megapixels (side rounded up to a multiple
+ * of 32, as the processor's 2x2 merge of 16-pixel patches needs: 1 ->
+ * 1024x1024) as patch rows of random normalised pixels, through the vision
+ * tower (main merger + deepstack).  `warm`: one untimed call first. */
+static int bench_vision(clef_towers *t, double mp, size_t iters, int warm, double *ms) {
+    int64_t side = (int64_t)ceil(sqrt(mp * 1e6) / 32.0 - 1e-9) * 32;
     if (side < 32) side = 32;
     const clef_vision_config *vc = clef_towers_vision_config(t);
     if (!vc) return fprintf(stderr, "clef bench: the checkpoint has no vision tower\n"), 1;
@@ -211,7 +213,7 @@ static int bench_vision(clef_towers *t, double mp, size_t iters, double *ms) {
     float *ds = malloc(sizeof(float) * (nds ? nds : 1) * rows / 4 * O);
     for (size_t i = 0; i < rows * CLEF_PATCH_DIM; i++) px[i] = bench_frand();
     int rc = 0;
-    for (size_t it = 0; it <= iters && rc == 0; it++) {
+    for (size_t it = warm ? 0 : 1; it <= iters && rc == 0; it++) {
         clef_err err;
         clef_err_clear(&err);
         double t0 = clef_now();
@@ -232,7 +234,7 @@ static int bench_vision(clef_towers *t, double mp, size_t iters, double *ms) {
 
 /* `seconds` of a 440 Hz tone with a slow sweep, as log-mel features,
  * through the audio tower. */
-static int bench_audio(clef_towers *t, double seconds, size_t iters, double *ms) {
+static int bench_audio(clef_towers *t, double seconds, size_t iters, int warm, double *ms) {
     const clef_audio_config *ac = clef_towers_audio_config(t);
     if (!ac) return fprintf(stderr, "clef bench: the checkpoint has no audio tower\n"), 1;
     size_t len = (size_t)llround(seconds * 16000.0), frames = len / 160;
@@ -246,7 +248,7 @@ static int bench_audio(clef_towers *t, double seconds, size_t iters, double *ms)
     int32_t m = clef_audio_frames(len, len);
     size_t rows = (size_t)clef_audio_tokens(m);
     float *out = malloc(sizeof(float) * (rows ? rows : 1) * (size_t)ac->output_dim);
-    for (size_t it = 0; it <= iters && rc == 0; it++) {
+    for (size_t it = warm ? 0 : 1; it <= iters && rc == 0; it++) {
         clef_err err;
         clef_err_clear(&err);
         double t0 = clef_now();
@@ -276,10 +278,25 @@ static int bench_towers(const bench_args *a, const clef_checkpoint *ck, clef_bac
     const clef_audio_config *ac = clef_towers_audio_config(t);
     if (vc) printf("vision_depth %lld\nvision_hidden %lld\n", (long long)vc->depth, (long long)vc->hidden_size);
     if (ac) printf("audio_layers %lld\naudio_d_model %lld\n", (long long)ac->encoder_layers, (long long)ac->d_model);
-    double *ms = calloc(a->iters, sizeof *ms);
-    int rc = a->image_mp ? bench_vision(t, strtod(a->image_mp, NULL), a->iters, ms) : 0;
-    if (rc == 0 && a->audio_s) rc = bench_audio(t, strtod(a->audio_s, NULL), a->iters, ms);
+    double *ms = calloc(a->iters + 1, sizeof *ms);
+    /* a warm-up call on CUDA (GEMM plans, pool growth); the CPU has nothing to warm */
+    const int warm = clef_backend_is_cuda(be);
+    int rc = a->image_mp ? bench_vision(t, strtod(a->image_mp, NULL), a->iters, warm, ms) : 0;
+    if (rc == 0 && a->audio_s) rc = bench_audio(t, strtod(a->audio_s, NULL), a->iters, warm, ms);
     if (rc == 0 && clef_backend_is_cuda(be)) printf("gpu_peak_mib %.0f\n", (double)clef_cuda_peak_bytes(be) / 1048576.0);
+    if (rc == 0 && a->profile && clef_backend_is_cuda(be)) { /* one more call of each, timed per op */
+        clef_cuda_profile_dump(be, NULL);
+        clef_cuda_set_profile(be, 1);
+        if (a->image_mp && bench_vision(t, strtod(a->image_mp, NULL), 1, 0, ms) == 0) {
+            printf("profile tower_image (1 call, GPU time per op)\n");
+            clef_cuda_profile_dump(be, stdout);
+        }
+        if (a->audio_s && bench_audio(t, strtod(a->audio_s, NULL), 1, 0, ms) == 0) {
+            printf("profile tower_audio (1 call, GPU time per op)\n");
+            clef_cuda_profile_dump(be, stdout);
+        }
+        clef_cuda_set_profile(be, 0);
+    }
     fflush(stdout);
     free(ms);
     clef_towers_free(t);

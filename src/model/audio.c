@@ -57,8 +57,12 @@ static int64_t *chunk_lengths(const int32_t *lens, size_t n_clips, int64_t chunk
     return cl;
 }
 
-/* Scratch budget (floats) of one group of chunks: im2col columns + conv activations. */
+/* Scratch budget (floats) of one group of chunks: im2col columns + conv
+ * activations; and at most this many rows per convolution product (a
+ * device's launch grid bounds the rows of one product, e.g. 65535 for the
+ * CUDA f32-weight GEMM that multiplies the 9-column conv2d1 kernel). */
 #define AUDIO_GROUP_FLOATS ((int64_t)64 << 20)
+#define AUDIO_GROUP_ROWS ((int64_t)32768)
 
 /* Convolutions, conv_out and sinusoid of all chunks, each padded to T frames:
  * dchunks backend [n_chunks][mel][T] -> x backend rows [N, d_model], the
@@ -79,6 +83,7 @@ static int chunks_embed(clef_towers *t, const float *dchunks, int64_t n_chunks, 
     }
     if (Ts[3] * M > act1) act1 = Ts[3] * M;
     int64_t G = AUDIO_GROUP_FLOATS / (cols1 + act1);
+    if (G > AUDIO_GROUP_ROWS / (F[1] * Ts[1])) G = AUDIO_GROUP_ROWS / (F[1] * Ts[1]);
     if (G < 1) G = 1;
     if (G > n_chunks) G = n_chunks;
     float *cols = tw_alloc(t, (size_t)(G * cols1), err), *act = cols ? tw_alloc(t, (size_t)(G * act1), err) : NULL;
