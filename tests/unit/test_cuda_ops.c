@@ -27,7 +27,8 @@
  *     missing term (hi.lo alone is ~2^-9) fails it.
  * The precise mode is checked with both dense paths: cuBLASLt on the
  * stacked [hi; lo] rows (gemm = 2 forces cuBLASLt where an algorithm
- * exists) and the split custom kernel.
+ * exists) and the split custom kernel; and with CLEF_CUDA_TUNE=0 (64-row
+ * expert tiles, two K/V buffers in attention), bitwise equal to the default.
  * Every GPU output is poisoned with NaN before the op, so an element the
  * op forgot to write fails the check. */
 #include <math.h>
@@ -43,7 +44,7 @@
 #define TOL_BF16 1e-2
 #define TOL_PRECISE 1e-5
 #define TOL_PRECISE_ATTN 3e-5
-#define N_GPU 4
+#define N_GPU 5
 
 static uint64_t rng_state = 0x2545f4914f6cdd1dull;
 
@@ -75,8 +76,9 @@ typedef struct fx {
     double tol_mm[N_GPU]; /* products */
 } fx;
 
-/* fast cuBLASLt, fast custom kernel, precise with cuBLASLt, precise with the custom kernel */
-enum { G_LT, G_CUSTOM, G_PRECISE, G_PRECISE_CUSTOM };
+/* fast cuBLASLt, fast custom kernel, precise with cuBLASLt, precise with the custom kernel, precise
+ * with CLEF_CUDA_TUNE=0 (64-row expert tiles, two K/V buffers: must give bitwise G_PRECISE's results) */
+enum { G_LT, G_CUSTOM, G_PRECISE, G_PRECISE_CUSTOM, G_PRECISE_T0 };
 
 static void ok(int rc, const clef_err *err) {
     if (rc != 0) fail_msg("op failed: %d %s", err->status, err->message);
@@ -94,15 +96,18 @@ static int setup(void **state) {
     const clef_cuda_options o[N_GPU] = {{.device = 0, .precise = 0, .gemm = 2, .profile = 0},
                                         {.device = 0, .precise = 0, .gemm = 1, .profile = 0},
                                         {.device = 0, .precise = 1, .gemm = 2, .profile = 0},
-                                        {.device = 0, .precise = 1, .gemm = 1, .profile = 0}};
-    const char *names[N_GPU] = {"cublaslt", "custom", "precise", "prec-cust"};
-    const double tols[N_GPU] = {TOL_BF16, TOL_BF16, TOL_PRECISE, TOL_PRECISE};
+                                        {.device = 0, .precise = 1, .gemm = 1, .profile = 0},
+                                        {.device = 0, .precise = 1, .gemm = 2, .profile = 0}};
+    const char *names[N_GPU] = {"cublaslt", "custom", "precise", "prec-cust", "prec-t0"};
+    const double tols[N_GPU] = {TOL_BF16, TOL_BF16, TOL_PRECISE, TOL_PRECISE, TOL_PRECISE};
     for (int i = 0; i < N_GPU; i++) {
+        if (i == G_PRECISE_T0) setenv("CLEF_CUDA_TUNE", "0", 1); /* read at creation */
         f->gpu[i] = clef_cuda_backend_create_ex(&o[i], &err);
         if (!f->gpu[i]) {
             fprintf(stderr, "cuda backend: %s\n", err.message);
             return -1;
         }
+        if (i == G_PRECISE_T0) unsetenv("CLEF_CUDA_TUNE");
         f->name[i] = names[i];
         f->tol_mm[i] = tols[i];
     }
@@ -418,7 +423,7 @@ static void attention_case(fx *f, const char *what, int64_t n_seg, const int64_t
     clef_attn_desc a = {.n_seg = n_seg, .q_off = qoff, .kv_off = kvoff, .n_q_heads = nh, .n_kv_heads = nkv,
                         .head_dim = D, .q_stride = qs, .k_stride = ks, .v_stride = ks, .o_stride = os,
                         .scale = 1.0f / sqrtf((float)D), .causal = causal};
-    float *ref = malloc((size_t)(nq * os) * 4);
+    float *ref = malloc((size_t)(nq * os) * 4), *prec_o = NULL;
     ok(f->cpu->ops->attention(f->cpu, q, k, v, ref, &a, &err), &err);
     for (int gi = 0; gi < N_GPU; gi++) {
         if (gi == G_CUSTOM || gi == G_PRECISE_CUSTOM) continue; /* attention does not depend on the GEMM choice */
@@ -428,10 +433,17 @@ static void attention_case(fx *f, const char *what, int64_t n_seg, const int64_t
         const float *dk = dkv + (k - kv), *dv = dkv + (v - kv);
         ok(g->ops->attention(g, dq, dk, dv, dout, &a, &err), &err);
         float *o = dget(g, dout, (size_t)(nq * os));
-        const int tc = D == 64 || D == 128;
+        const int tc = D == 64 || D == 128, prec = gi == G_PRECISE || gi == G_PRECISE_T0;
         char w2[96];
-        snprintf(w2, sizeof w2, "%s%s", what, !tc ? " [f32]" : gi == G_PRECISE ? " [tc split]" : " [tc]");
-        check(w2, f->name[gi], o, ref, (size_t)(nq * os), !tc ? TOL_PRECISE : gi == G_PRECISE ? TOL_PRECISE_ATTN : TOL_BF16);
+        snprintf(w2, sizeof w2, "%s%s", what, !tc ? " [f32]" : prec ? " [tc split]" : " [tc]");
+        check(w2, f->name[gi], o, ref, (size_t)(nq * os), !tc ? TOL_PRECISE : prec ? TOL_PRECISE_ATTN : TOL_BF16);
+        if (gi == G_PRECISE) {
+            free(prec_o);
+            prec_o = malloc((size_t)(nq * os) * 4);
+            memcpy(prec_o, o, (size_t)(nq * os) * 4);
+        } else if (gi == G_PRECISE_T0 && memcmp(prec_o, o, (size_t)(nq * os) * 4) != 0) {
+            fail_msg("%s: CLEF_CUDA_TUNE=0 (two K/V buffers) differs from the default", what);
+        }
         for (int64_t s = 0; s < n_seg; s++) {
             const int64_t ql = qoff[s + 1] - qoff[s], kl = kvoff[s + 1] - kvoff[s];
             if (!ql) continue;
@@ -450,7 +462,7 @@ static void attention_case(fx *f, const char *what, int64_t n_seg, const int64_t
         free(o);
         g->ops->free(g, dq), g->ops->free(g, dkv), g->ops->free(g, dout);
     }
-    free(q), free(kv), free(ref);
+    free(q), free(kv), free(ref), free(prec_o);
 }
 
 static void test_attention(void **state) {
@@ -515,7 +527,7 @@ static void test_moe(void **state) {
     int32_t *idx = malloc((size_t)(TB * k) * 4);
     float *rw = malloc((size_t)(TB * k) * 4);
     ok(f->cpu->ops->router_topk(f->cpu, logits, TB, E, k, 1, idx, rw, &err), &err);
-    float *ref = malloc((size_t)(T * H) * 4);
+    float *ref = malloc((size_t)(T * H) * 4), *prec_y = NULL;
     ok(f->cpu->ops->moe(f->cpu, x, T, idx, rw, k, &mc, ref, &err), &err);
     for (int gi = 0; gi < N_GPU; gi++) {
         if (gi == G_CUSTOM || gi == G_PRECISE_CUSTOM) continue; /* the experts always use the custom kernel */
@@ -531,6 +543,12 @@ static void test_moe(void **state) {
         ok(g->ops->moe(g, dx, T, di, dw, k, &mg, dy, &err), &err);
         float *y = dget(g, dy, (size_t)(T * H));
         check("moe 16 experts top-4 T=300", f->name[gi], y, ref, (size_t)(T * H), f->tol_mm[gi]);
+        if (gi == G_PRECISE) {
+            prec_y = malloc((size_t)(T * H) * 4);
+            memcpy(prec_y, y, (size_t)(T * H) * 4);
+        } else if (gi == G_PRECISE_T0 && memcmp(prec_y, y, (size_t)(T * H) * 4) != 0) {
+            fail_msg("moe: CLEF_CUDA_TUNE=0 differs from the default");
+        }
         /* tokens alone, a slice, and the first T rows of a big-tile batch */
         const int64_t picks[3] = {0, 99, T - 1};
         for (int i = 0; i < 3; i++) {
@@ -567,7 +585,7 @@ static void test_moe(void **state) {
     }
     for (int j = 0; j < 3; j++)
         for (int e = 0; e < E; e++) free(wh[j][e]);
-    free(x), free(logits), free(idx), free(rw), free(ref);
+    free(x), free(logits), free(idx), free(rw), free(ref), free(prec_y);
 }
 
 int main(void) {

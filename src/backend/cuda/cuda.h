@@ -25,6 +25,10 @@
  *   matmul op), "experts" (the moe op), "attention"; the others are fast.
  *   CLEF_CUDA_PRECISE wins over CLEF_CUDA_NUMERICS; an unknown value of
  *   either makes clef_cuda_backend_create fail (500).
+ *   CLEF_CUDA_TUNE (bits, default 7) picks kernel shapes of the precise
+ *   mode, never values: 1 = 32-row expert tiles when the experts average
+ *   <= 32 rows, 2 = one K/V buffer in the split attention (two blocks/SM),
+ *   4 = 64-row instead of 128-row expert tiles for big batches.
  *   - Other head sizes use an f32 attention kernel in both modes.
  *   - Everything else (norms, RoPE, router softmax/top-k, SwiGLU, combine,
  *     head row ops) is f32 as on the CPU.

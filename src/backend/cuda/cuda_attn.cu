@@ -57,14 +57,16 @@ __global__ void rope_kernel(float *x, int64_t T, int64_t heads, int64_t D, const
 
 constexpr int FA_BM = 64, FA_BN = 64, FA_THREADS = 128;
 
-/* Q, 2 x (K, V); each of them twice (hi, lo) when split */
-template <int D, int SPLIT> constexpr int fa_smem_bytes() { return SPLIT * 5 * FA_BM * (D + 8) * 2; }
+/* Q, NBUF x (K, V); each of them twice (hi, lo) when split */
+template <int D, int SPLIT, int NBUF> constexpr int fa_smem_bytes() {
+    return SPLIT * (1 + 2 * NBUF) * FA_BM * (D + 8) * 2;
+}
 
 /* SPLIT = 2: Q, K, V rows are [hi | lo] bf16 pairs (x = hi + lo to 2^-17)
  * and P is split the same way in registers; S = Qh.Kh + Qh.Kl + Ql.Kh and
  * O += Ph.Vh + Ph.Vl + Pl.Vh (the lo.lo term, ~2^-16 relative, is dropped),
  * three MMAs per fragment in that fixed order, f32 accumulation. */
-template <int D, bool CAUSAL, int SPLIT>
+template <int D, bool CAUSAL, int SPLIT, int NBUF>
 __global__ void __launch_bounds__(FA_THREADS) attn_tc_kernel(const bf16 *__restrict__ Q, const bf16 *__restrict__ K,
                                                              const bf16 *__restrict__ V, float *__restrict__ out,
                                                              int64_t o_stride, const int32_t *__restrict__ tiles,
@@ -73,8 +75,8 @@ __global__ void __launch_bounds__(FA_THREADS) attn_tc_kernel(const bf16 *__restr
                                                              float scale_log2) {
     constexpr int P = D + 8, CH = D / 8, KD = D / 16;
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    /* Qs [SPLIT][BM][P]; Kb, Vb [2 buffers][SPLIT][BN][P] */
-    bf16 *Qs = reinterpret_cast<bf16 *>(smem_raw), *Kb = Qs + SPLIT * FA_BM * P, *Vb = Kb + 2 * SPLIT * FA_BN * P;
+    /* Qs [SPLIT][BM][P]; Kb, Vb [NBUF buffers][SPLIT][BN][P] */
+    bf16 *Qs = reinterpret_cast<bf16 *>(smem_raw), *Kb = Qs + SPLIT * FA_BM * P, *Vb = Kb + NBUF * SPLIT * FA_BN * P;
     constexpr int TP = FA_BN * P; /* one tile */
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tig = lane & 3;
     const int s = tiles[2 * blockIdx.x], i0 = tiles[2 * blockIdx.x + 1], h = blockIdx.y;
@@ -118,13 +120,17 @@ __global__ void __launch_bounds__(FA_THREADS) attn_tc_kernel(const bf16 *__restr
 
     if (n_keys > 0) load_kv(0, 0);
     for (int64_t j0 = 0; j0 < n_keys; j0 += FA_BN) {
-        const int buf = (int)((j0 / FA_BN) & 1);
-        __syncthreads(); /* everyone is done with the buffer the next tile goes to */
-        if (j0 + FA_BN < n_keys) {
-            load_kv(j0 + FA_BN, buf ^ 1); /* in flight while this tile is computed */
-            cp_async_wait<1>();
+        const int buf = NBUF == 2 ? (int)((j0 / FA_BN) & 1) : 0;
+        if (NBUF == 2) {
+            __syncthreads(); /* everyone is done with the buffer the next tile goes to */
+            if (j0 + FA_BN < n_keys) {
+                load_kv(j0 + FA_BN, buf ^ 1); /* in flight while this tile is computed */
+                cp_async_wait<1>();
+            } else {
+                cp_async_wait<0>();
+            }
         } else {
-            cp_async_wait<0>();
+            cp_async_wait<0>(); /* one buffer: tile j0 was issued after the previous tile's compute */
         }
         __syncthreads();
         const bf16 *Ks = Kb + buf * SPLIT * TP, *Vs = Vb + buf * SPLIT * TP;
@@ -234,6 +240,10 @@ __global__ void __launch_bounds__(FA_THREADS) attn_tc_kernel(const bf16 *__restr
                 }
             }
         }
+        if (NBUF == 1 && j0 + FA_BN < n_keys) {
+            __syncthreads(); /* everyone is done with the buffer */
+            load_kv(j0 + FA_BN, 0);
+        }
     }
     const float inv[2] = {l[0] > 0.0f ? 1.0f / l[0] : 0.0f, l[1] > 0.0f ? 1.0f / l[1] : 0.0f};
 #pragma unroll
@@ -314,16 +324,16 @@ template <typename F> cudaError_t allow_smem(F *fn, int bytes, unsigned *done_ma
     return e;
 }
 
-template <int D, bool CAUSAL, int SPLIT>
+template <int D, bool CAUSAL, int SPLIT, int NBUF>
 cudaError_t launch_tc(const bf16 *q, const bf16 *k, const bf16 *v, float *out, int64_t o_stride, const int32_t *tiles,
                       int64_t n_tiles, const int64_t *q_off, const int64_t *kv_off, int nh, int nkv, float scale_log2,
                       cudaStream_t st) {
     static unsigned done = 0;
-    constexpr int smem = fa_smem_bytes<D, SPLIT>();
-    cudaError_t e = allow_smem(attn_tc_kernel<D, CAUSAL, SPLIT>, smem, &done);
+    constexpr int smem = fa_smem_bytes<D, SPLIT, NBUF>();
+    cudaError_t e = allow_smem(attn_tc_kernel<D, CAUSAL, SPLIT, NBUF>, smem, &done);
     if (e != cudaSuccess) return e;
     dim3 grid((unsigned)n_tiles, (unsigned)nh);
-    attn_tc_kernel<D, CAUSAL, SPLIT><<<grid, FA_THREADS, smem, st>>>(q, k, v, out, o_stride, tiles, q_off, kv_off, nh,
+    attn_tc_kernel<D, CAUSAL, SPLIT, NBUF><<<grid, FA_THREADS, smem, st>>>(q, k, v, out, o_stride, tiles, q_off, kv_off, nh,
                                                                     nkv, scale_log2);
     return cudaGetLastError();
 }
@@ -331,12 +341,17 @@ cudaError_t launch_tc(const bf16 *q, const bf16 *k, const bf16 *v, float *out, i
 template <int D>
 cudaError_t launch_tc_d(const bf16 *q, const bf16 *k, const bf16 *v, float *out, int64_t o_stride,
                         const int32_t *tiles, int64_t n_tiles, const int64_t *q_off, const int64_t *kv_off, int nh,
-                        int nkv, float sl2, int causal, int split, cudaStream_t st) {
+                        int nkv, float sl2, int causal, int split, int one_buf, cudaStream_t st) {
+    if (split == 2 && one_buf)
+        return causal ? launch_tc<D, true, 2, 1>(q, k, v, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, st)
+                      : launch_tc<D, false, 2, 1>(q, k, v, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2,
+                                                  st);
     if (split == 2)
-        return causal ? launch_tc<D, true, 2>(q, k, v, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, st)
-                      : launch_tc<D, false, 2>(q, k, v, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, st);
-    return causal ? launch_tc<D, true, 1>(q, k, v, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, st)
-                  : launch_tc<D, false, 1>(q, k, v, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, st);
+        return causal ? launch_tc<D, true, 2, 2>(q, k, v, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, st)
+                      : launch_tc<D, false, 2, 2>(q, k, v, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2,
+                                                  st);
+    return causal ? launch_tc<D, true, 1, 2>(q, k, v, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, st)
+                  : launch_tc<D, false, 1, 2>(q, k, v, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, st);
 }
 
 } /* namespace */
@@ -355,15 +370,19 @@ cudaError_t ck_attn_tc(const uint16_t *q, const uint16_t *k, const uint16_t *v, 
                        const int32_t *tiles, int64_t n_tiles, const int64_t *q_off, const int64_t *kv_off, int nh,
                        int nkv, int D, float scale, int causal, int split, cudaStream_t st) {
     if (n_tiles <= 0) return cudaSuccess;
-    if (split != 1 && split != 2) return cudaErrorInvalidValue;
+    if (split != 1 && split != 2 && split != 3) return cudaErrorInvalidValue;
+    const int one_buf = split == 3; /* split 3: the split kernel with one K/V buffer (two blocks per SM fit) */
+    if (split == 3) split = 2;
     if (n_tiles > 0x7fffffffLL || nh > 65535) return cudaErrorInvalidConfiguration;
     const bf16 *Q = reinterpret_cast<const bf16 *>(q), *K = reinterpret_cast<const bf16 *>(k),
                *V = reinterpret_cast<const bf16 *>(v);
     const float sl2 = scale * 1.4426950408889634f;
     if (D == 128)
-        return launch_tc_d<128>(Q, K, V, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, causal, split, st);
+        return launch_tc_d<128>(Q, K, V, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, causal, split,
+                                one_buf, st);
     if (D == 64)
-        return launch_tc_d<64>(Q, K, V, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, causal, split, st);
+        return launch_tc_d<64>(Q, K, V, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, causal, split,
+                               one_buf, st);
     return cudaErrorInvalidValue;
 }
 

@@ -75,6 +75,11 @@ typedef struct cuda_ctx {
     int device;
     int precise, gemm_custom, profile;
     int gemm_lt_only; /* options gemm = 2: never pick the custom kernel for a shape that has a cuBLASLt algorithm */
+    /* CLEF_CUDA_TUNE bits (default 7; results are bitwise the same either way): 1 = precise expert
+     * GEMMs on 32-row tiles when the experts average <= 32 rows, 2 = precise attention with one K/V
+     * buffer (two blocks per SM), 4 = precise expert GEMMs of big batches on 64-row tiles (two blocks
+     * per SM) instead of 128-row tiles (one) */
+    unsigned tune;
     /* which parts run precise (split-bf16 products, f32 attention): PRECISE_* bits */
     unsigned precise_parts;
     cudaStream_t st;
@@ -872,7 +877,8 @@ static int cu_attention(clef_backend *be, const float *q, const float *k, const 
             rc = cu_check(ck_rows_to_bf16(v, nk, nkv * D, a->v_stride, v16, split, c->st), "attention v", err);
         if (rc == 0)
             rc = cu_check(ck_attn_tc(q16, k16, v16, out, a->o_stride, (const int32_t *)(d + 2 * off_bytes), n_tiles, dq,
-                                     dk, (int)nh, (int)nkv, (int)D, a->scale, a->causal, split, c->st),
+                                     dk, (int)nh, (int)nkv, (int)D, a->scale, a->causal,
+                                     split == 2 && (c->tune & 2) ? 3 : split, c->st),
                           "attention", err);
     } else {
         rc = cu_check(ck_attn_f32(q, k, v, out, a->q_stride, a->k_stride, a->v_stride, a->o_stride, dq, dk, ns, nq,
@@ -964,7 +970,13 @@ static int moe_pass(cuda_ctx *c, const float *x, int64_t T, const int32_t *idx, 
                     const clef_moe_weights *ex, const void *const *ptrs, float *y, clef_err *err) {
     const int64_t E = ex->n_experts, H = ex->hidden, NI = ex->inter, TK = T * k;
     op_begin(c, "moe: permutation", 1);
-    const int split = c->precise_parts & PRECISE_EXPERTS ? 2 : 1, big = TK >= 8192, BM = ck_gemm_bm(big);
+    const int split = c->precise_parts & PRECISE_EXPERTS ? 2 : 1;
+    /* tile rows: 128 for big batches; 32 when split and the experts average <= 32 rows (four pipeline
+     * stages of hi + lo + weights fit there, as for the fast mode's 64-row tiles); else 64 */
+    const int big = TK >= 8192 ? (split == 2 && (c->tune & 4) ? 0 : 1)
+                    : split == 2 && (c->tune & 1) && TK <= 32 * E ? 2
+                                                                   : 0,
+              BM = ck_gemm_bm(big);
     const int64_t max_tiles = (TK + BM - 1) / BM + E;
     int32_t *ix = cu_slot(c, SLOT_MOE_IX, (size_t)(2 * E + 2 * TK + 2 * max_tiles + 1) * sizeof(int32_t), err);
     if (!ix) return op_end(c, -1);
@@ -1289,6 +1301,7 @@ clef_backend *clef_cuda_backend_create_ex(const clef_cuda_options *opt, clef_err
         c->gemm_custom = g && strcmp(g, "custom") == 0;
     }
     c->profile = opt->profile >= 0 ? opt->profile : getenv_int("CLEF_CUDA_PROFILE", 0) != 0;
+    c->tune = (unsigned)getenv_int("CLEF_CUDA_TUNE", 7);
     be->ops = &cuda_ops;
     be->ctx = c;
     if (ctx_init(c, err) != 0) {

@@ -51,7 +51,7 @@ constexpr int WARPS_M = 2, WARPS_N = 4;
  * bytes in flight), 3 for the big ones (two blocks per SM still fit) and for
  * the split kernels (their stages hold two activation tiles). */
 template <int BM, int SPLIT> __host__ __device__ constexpr int gemm_stages() {
-    return SPLIT == 2 ? 3 : BM == 64 ? 4 : 3;
+    return BM == 32 ? 4 : SPLIT == 2 ? 3 : BM == 64 ? 4 : 3;
 }
 
 template <int BM, int SPLIT> constexpr int gemm_smem_bytes() {
@@ -551,12 +551,14 @@ cudaError_t ck_rows_to_bf16(const float *x, int64_t rows, int64_t K, int64_t ldx
     return cudaGetLastError();
 }
 
-int ck_gemm_bm(int big) { return big ? 128 : 64; }
+int ck_gemm_bm(int big) { return big == 2 ? 32 : big ? 128 : 64; }
 
 cudaError_t ck_gemm(const ck_gemm_args *a, cudaStream_t st) {
-    if (a->split == 2) return a->big ? launch_gemm<128, 2>(a, st) : launch_gemm<64, 2>(a, st);
+    if (a->big < 0 || a->big > 2) return cudaErrorInvalidValue;
+    if (a->split == 2)
+        return a->big == 2 ? launch_gemm<32, 2>(a, st) : a->big ? launch_gemm<128, 2>(a, st) : launch_gemm<64, 2>(a, st);
     if (a->split != 1) return cudaErrorInvalidValue;
-    return a->big ? launch_gemm<128, 1>(a, st) : launch_gemm<64, 1>(a, st);
+    return a->big == 2 ? launch_gemm<32, 1>(a, st) : a->big ? launch_gemm<128, 1>(a, st) : launch_gemm<64, 1>(a, st);
 }
 
 cudaError_t ck_gemm_f32(const float *x, int64_t M, int64_t K, const float *W, int64_t N, const float *bias, float *Y,

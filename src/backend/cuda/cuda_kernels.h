@@ -65,7 +65,8 @@ typedef struct ck_gemm_args {
     float *Y;           /* DENSE, DOWN */
     int64_t ldy;
     uint16_t *H;        /* GATEUP: [rows, N * split] bf16 */
-    int big;            /* tile shape: 0 = 64x128 (few rows), 1 = 128x128 (many rows); same results */
+    int big;            /* tile shape: 0 = 64x128 (few rows), 1 = 128x128 (many rows), 2 = 32x128 (a few
+                           rows per expert; 4 pipeline stages also when split); same results */
 } ck_gemm_args;
 
 /* Rows per M tile of a tile shape (ck_moe_plan must use the same). */
@@ -127,7 +128,9 @@ cudaError_t ck_rope(float *x, int64_t T, int64_t heads, int64_t D, const int32_t
  * (segment, first query row within it, a multiple of 64); offsets int64
  * [n_seg + 1].  out f32 rows o_stride apart.  split = 2: q, k, v rows are
  * [hi | lo] (ck_rows_to_bf16 split 2; row strides doubled) and every product
- * takes three MMAs (hi.hi + hi.lo + lo.hi), P split the same way. */
+ * takes three MMAs (hi.hi + hi.lo + lo.hi), P split the same way; split = 3:
+ * the same with one K/V buffer instead of two (104 KB of shared memory at
+ * D = 128: two blocks per SM; bitwise the same results as split = 2). */
 cudaError_t ck_attn_tc(const uint16_t *q, const uint16_t *k, const uint16_t *v, float *out, int64_t o_stride,
                        const int32_t *tiles, int64_t n_tiles, const int64_t *q_off, const int64_t *kv_off, int nh,
                        int nkv, int D, float scale, int causal, int split, cudaStream_t st);
