@@ -39,8 +39,18 @@
  *
  * Dense products use cuBLASLt with one algorithm fixed per weight shape
  * (never split-K), unless CLEF_CUDA_GEMM=custom selects the hand-written
- * tensor-core kernel for them too.  Quantized weights (src/quant) are not
- * supported on CUDA (500 "unsupported weight dtype on cuda").
+ * tensor-core kernel for them too.
+ *
+ * Quantized weights (src/quant: NVFP4 both forms, FP8 block, INT4 GPTQ sym /
+ * asym) stay packed on the device (bytes + scales as in the checkpoint, ~1/4
+ * of bf16 for NVFP4 / INT4) and are dequantized tile by tile in shared
+ * memory (cuda_qgemm.cu: W4A16 / W8A16, the grouped experts and the matmul
+ * op).  Weight values reach the tensor cores exactly (fp4 * fp8 scale; fp8;
+ * nibble - zero); the NVFP4 global scale, FP8 block and INT4 group scales
+ * multiply f32 partial sums, so the products carry the same activation
+ * rounding as bf16 weights (~3e-3; ~1e-6 precise).  Shapes the kernels do
+ * not tile (in % 16, INT4 group or FP8 block columns not a multiple of 16)
+ * are refused with 500 "unsupported weight dtype on cuda".
  *
  * When the library is built without CUDA (CMake CLEF_CUDA=OFF) these
  * functions still exist: clef_cuda_device_count returns 0 and
@@ -82,6 +92,10 @@ void clef_cuda_describe(clef_backend *be, char *buf, size_t cap);
  * scratch), and the driver's view of used memory on the device, in bytes. */
 size_t clef_cuda_peak_bytes(clef_backend *be);
 size_t clef_cuda_used_bytes(clef_backend *be);
+/* Bytes of weight memory taken in the arenas (every weight uploaded, 256-byte
+ * aligned; packed quantized weights count their packed bytes, scales and
+ * zeros, see cu_weight_init_packed), without the arenas' unused tails. */
+size_t clef_cuda_weight_bytes(clef_backend *be);
 
 /* With profiling on: per-op count, total and mean milliseconds since the
  * last reset, largest first, as a table on `f` (NULL: just reset); then

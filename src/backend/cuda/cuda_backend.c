@@ -50,6 +50,15 @@ typedef struct moe_ptrs {
     void *dev;
 } moe_ptrs;
 
+/* Device table of one MoE layer's packed expert weights (ck_qmat [gate E |
+ * up E | down E]), keyed like moe_ptrs; the host copy is compared on every use. */
+typedef struct qmoe_tab {
+    const clef_weight *gate, *up, *down;
+    int64_t E;
+    ck_qmat *host; /* [3E] */
+    void *dev;
+} qmoe_tab;
+
 /* A weight arena: one cudaMalloc holding many weights. */
 typedef struct arena {
     char *base;
@@ -97,6 +106,8 @@ typedef struct cuda_ctx {
     size_t n_arenas, cap_arenas;
     moe_ptrs *moe;
     size_t n_moe, cap_moe;
+    qmoe_tab *qmoe; /* packed-expert tables (quantized checkpoints) */
+    size_t n_qmoe, cap_qmoe;
     /* the last activation rows converted to bf16 (reused by consecutive
      * matmuls of the same input, e.g. q/k/v); any other op clears it */
     const float *cvt_x;
@@ -482,14 +493,71 @@ static int cu_weight_init(clef_backend *be, clef_weight *w, clef_dtype dtype, in
     return 0;
 }
 
+/* Byte sizes of the packed arrays of q (data, scales, zeros). */
+static void packed_sizes(const clef_qweight *q, size_t *data, size_t *scale, size_t *zeros) {
+    const size_t R = (size_t)q->rows, C = (size_t)q->cols;
+    *zeros = 0;
+    switch (q->quant.type) {
+    case CLEF_QT_NVFP4:
+        *data = R * C / 2;
+        *scale = R * (C / 16);
+        break;
+    case CLEF_QT_FP8_BLOCK: {
+        const size_t br = (size_t)q->quant.block_r, bc = (size_t)q->quant.block_c;
+        *data = R * C;
+        *scale = 4 * ((R + br - 1) / br) * ((C + bc - 1) / bc);
+        break;
+    }
+    default: { /* INT4 */
+        const size_t G = (size_t)q->quant.group;
+        *data = R * C / 2;
+        *scale = 2 * (C / G) * R;
+        *zeros = q->quant.zeros ? 4 * (C / G) * (R / 8) : 0;
+        break;
+    }
+    }
+}
+
+/* A weight bound by clef_qweight_bind: plain ones as cu_weight_init;
+ * quantized ones uploaded as they are (packed bytes, scales, zeros: the
+ * sizes of clef_qweight_bytes, no bf16 copy) into one arena block, each
+ * array 256-byte aligned with 256 bytes of slack after it (ck_qmat), the
+ * device pointers in w->quant.  An expert view of a stacked tensor uploads
+ * just its rows.  Shapes the kernels cannot tile fail with 500. */
 static int cu_weight_init_packed(clef_backend *be, clef_weight *w, const clef_qweight *q, clef_err *err) {
-    if (q->quant.type != CLEF_QT_NONE)
+    if (q->quant.type == CLEF_QT_NONE) return cu_weight_init(be, w, q->dtype, q->rows, q->cols, q->data, err);
+    cuda_ctx *c = cu_of(be);
+    const clef_wquant *qu = &q->quant;
+    const int64_t R = q->rows, C = q->cols;
+    int shape_ok = R > 0 && C >= 16 && C % 16 == 0 && R < ((int64_t)1 << 30) && q->data && qu->scale;
+    if (qu->type == CLEF_QT_FP8_BLOCK) shape_ok = shape_ok && qu->block_r >= 1 && qu->block_c >= 16 && qu->block_c % 16 == 0;
+    else if (qu->type == CLEF_QT_INT4_GPTQ) shape_ok = shape_ok && R % 8 == 0 && qu->group >= 16 && qu->group % 16 == 0 && C % qu->group == 0;
+    else if (qu->type != CLEF_QT_NVFP4) shape_ok = 0;
+    if (!shape_ok)
         return clef_fail(err, 500, CLEF_E_INTERNAL, NULL,
-                         "unsupported weight dtype on cuda: %s (%s) [%lld,%lld]; quantized checkpoints run on --device "
-                         "cpu",
-                         clef_wqtype_name(q->quant.type), clef_dtype_name(q->dtype), (long long)q->rows,
-                         (long long)q->cols);
-    return cu_weight_init(be, w, q->dtype, q->rows, q->cols, q->data, err);
+                         "unsupported weight dtype on cuda: %s [%lld,%lld] (group %lld, block %lldx%lld); the CUDA "
+                         "kernels need scales, in %% 16 == 0, INT4 groups and FP8 block columns a multiple of 16",
+                         clef_wqtype_name(qu->type), (long long)R, (long long)C, (long long)qu->group,
+                         (long long)qu->block_r, (long long)qu->block_c);
+    size_t nd, ns, nz;
+    packed_sizes(q, &nd, &ns, &nz);
+    const size_t od = 0, os = ALIGN_UP(nd + 256, 256), oz = os + ALIGN_UP(ns + 256, 256);
+    const size_t total = oz + (nz ? ALIGN_UP(nz + 256, 256) : 0);
+    cudaSetDevice(c->device);
+    char *d = arena_take(c, total, err);
+    if (!d) return -1;
+    int rc = cu_check(cudaMemcpyAsync(d + od, q->data, nd, cudaMemcpyHostToDevice, c->st), "weight upload", err);
+    if (rc == 0) rc = cu_check(cudaMemcpyAsync(d + os, qu->scale, ns, cudaMemcpyHostToDevice, c->st), "scale upload", err);
+    if (rc == 0 && nz) rc = cu_check(cudaMemcpyAsync(d + oz, qu->zeros, nz, cudaMemcpyHostToDevice, c->st), "zeros upload", err);
+    if (rc != 0) {
+        arena_release(c, d);
+        return -1;
+    }
+    *w = (clef_weight){.dtype = q->dtype, .rows = R, .cols = C, .data = d + od, .quant = *qu};
+    w->quant.scale = d + os;
+    w->quant.zeros = nz ? d + oz : NULL;
+    note_usage(c);
+    return 0;
 }
 
 static void cu_weight_release(clef_backend *be, clef_weight *w) {
@@ -751,8 +819,49 @@ static int weight_plain_bf16_ok(const clef_weight *w, const char *what, clef_err
     return 0;
 }
 
+/* ---- packed quantized weights (cuda_qgemm.cu) ---------------------------- */
+
+/* The kernel's view of a weight uploaded by cu_weight_init_packed. */
+static ck_qmat qmat_of_weight(const clef_weight *w) {
+    return (ck_qmat){.q = w->data, .scale = w->quant.scale, .zeros = w->quant.zeros, .global = w->quant.global};
+}
+
+/* The format fields of ck_qgemm_args from a packed weight. */
+static void qargs_format(ck_qgemm_args *g, const clef_weight *w) {
+    g->qtype = w->quant.type == CLEF_QT_NVFP4 ? CK_QT_NVFP4 : w->quant.type == CLEF_QT_FP8_BLOCK ? CK_QT_FP8 : CK_QT_INT4;
+    g->global_div = w->quant.global_div;
+    g->has_zeros = w->quant.zeros != NULL;
+    g->group = w->quant.group;
+    g->block_r = w->quant.block_r;
+    g->block_c = w->quant.block_c;
+}
+
+/* matmul with a packed weight: bf16 activation rows ([hi | lo] in the precise
+ * dense mode) times the weight dequantized tile by tile (ck_qgemm DENSE),
+ * then the bias. */
+static int cu_matmul_packed(cuda_ctx *c, const float *x, int64_t T, const clef_weight *w, const float *bias, float *y,
+                            clef_err *err) {
+    char name[64];
+    snprintf(name, sizeof name, "matmul %s %lldx%lld", clef_wqtype_name(w->quant.type), (long long)w->rows,
+             (long long)w->cols);
+    op_begin(c, name, 1);
+    const int64_t N = w->rows, K = w->cols;
+    const int split = c->precise_parts & PRECISE_DENSE ? 2 : 1;
+    const uint16_t *a16 = convert_rows(c, x, T, K, K, split, err);
+    if (!a16) return op_end(c, -1);
+    ck_qgemm_args g = {.mode = CK_GEMM_DENSE, .A = a16, .lda = K * split, .K = K, .split = split, .N = N,
+                       .W = qmat_of_weight(w), .M = T, .Y = y, .ldy = N};
+    qargs_format(&g, w);
+    g.bm = ck_qgemm_bm(g.qtype, T, 1);
+    int rc = cu_check(ck_qgemm(&g, c->st), "matmul (packed weight)", err);
+    if (rc == 0 && bias) rc = cu_check(ck_add_bias(y, T, N, N, bias, c->st), "bias", err);
+    cvt_clobber(c, y, (size_t)(T * N) * sizeof(float));
+    return op_end(c, rc);
+}
+
 static int cu_matmul(clef_backend *be, const float *x, int64_t T, const clef_weight *w, const float *bias, float *y,
                      clef_err *err) {
+    if (w->quant.type != CLEF_QT_NONE && T > 0 && w->rows > 0) return cu_matmul_packed(cu_of(be), x, T, w, bias, y, err);
     cuda_ctx *c = cu_of(be);
     if (T <= 0 || w->rows <= 0) return 0;
     char name[64];
@@ -1015,6 +1124,147 @@ static int moe_pass(cuda_ctx *c, const float *x, int64_t T, const int32_t *idx, 
     return op_end(c, cu_check(ck_moe_combine(yp, idx, w, slot_pos, T, (int)k, H, y, c->st), "moe combine", err));
 }
 
+/* The device table of a layer's packed experts (uploaded once, re-checked
+ * against the weights on every use); every expert must share one format. */
+static const ck_qmat *qmoe_table(cuda_ctx *c, const clef_moe_weights *ex, clef_err *err) {
+    const int64_t E = ex->n_experts;
+    const clef_weight *w0 = &ex->gate[0];
+    for (int64_t e = 0; e < E; e++) {
+        const clef_weight *ws[3] = {&ex->gate[e], &ex->up[e], &ex->down[e]};
+        for (int j = 0; j < 3; j++) {
+            const clef_weight *v = ws[j];
+            const int64_t rr = j == 2 ? ex->hidden : ex->inter, cc = j == 2 ? ex->inter : ex->hidden;
+            if (v->quant.type != w0->quant.type || v->quant.global_div != w0->quant.global_div ||
+                v->quant.group != w0->quant.group || v->quant.block_r != w0->quant.block_r ||
+                v->quant.block_c != w0->quant.block_c || (v->quant.zeros != NULL) != (w0->quant.zeros != NULL) ||
+                v->rows != rr || v->cols != cc) {
+                clef_fail(err, 500, CLEF_E_INTERNAL, NULL,
+                          "CUDA moe: expert %lld %s is %s [%lld,%lld]; every expert of a layer must be %s [%lld,%lld] "
+                          "with the same scale layout", (long long)e, j == 0 ? "gate" : j == 1 ? "up" : "down",
+                          clef_wqtype_name(v->quant.type), (long long)v->rows, (long long)v->cols,
+                          clef_wqtype_name(w0->quant.type), (long long)rr, (long long)cc);
+                return NULL;
+            }
+        }
+    }
+    qmoe_tab *m = NULL;
+    for (size_t i = 0; i < c->n_qmoe && !m; i++)
+        if (c->qmoe[i].gate == ex->gate && c->qmoe[i].up == ex->up && c->qmoe[i].down == ex->down && c->qmoe[i].E == E)
+            m = &c->qmoe[i];
+    if (!m) {
+        if (c->n_qmoe == c->cap_qmoe) {
+            size_t cap = c->cap_qmoe ? 2 * c->cap_qmoe : 64;
+            qmoe_tab *n = realloc(c->qmoe, cap * sizeof *n);
+            if (!n) {
+                clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CUDA backend: out of host memory");
+                return NULL;
+            }
+            c->qmoe = n;
+            c->cap_qmoe = cap;
+        }
+        m = &c->qmoe[c->n_qmoe];
+        memset(m, 0, sizeof *m);
+        m->host = calloc((size_t)(3 * E), sizeof *m->host);
+        if (!m->host) {
+            clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CUDA backend: out of host memory");
+            return NULL;
+        }
+        if (cu_check(cudaMalloc(&m->dev, (size_t)(3 * E) * sizeof(ck_qmat)), "expert table", err)) {
+            free(m->host);
+            return NULL;
+        }
+        m->gate = ex->gate, m->up = ex->up, m->down = ex->down, m->E = E;
+        c->n_qmoe++;
+        note_usage(c);
+    } else {
+        int same = 1;
+        for (int64_t e = 0; e < E && same; e++) {
+            const ck_qmat a = qmat_of_weight(&ex->gate[e]), b = qmat_of_weight(&ex->up[e]),
+                          d = qmat_of_weight(&ex->down[e]);
+            same = !memcmp(&m->host[e], &a, sizeof a) && !memcmp(&m->host[E + e], &b, sizeof b) &&
+                   !memcmp(&m->host[2 * E + e], &d, sizeof d);
+        }
+        if (same) return m->dev;
+    }
+    for (int64_t e = 0; e < E; e++) {
+        m->host[e] = qmat_of_weight(&ex->gate[e]);
+        m->host[E + e] = qmat_of_weight(&ex->up[e]);
+        m->host[2 * E + e] = qmat_of_weight(&ex->down[e]);
+    }
+    if (cu_check(cudaMemcpyAsync(m->dev, m->host, (size_t)(3 * E) * sizeof(ck_qmat), cudaMemcpyHostToDevice, c->st),
+                 "expert table", err))
+        return NULL;
+    return m->dev;
+}
+
+/* moe_pass with packed experts: the same permutation (tiles of ck_qgemm_bm rows), the
+ * packed gate/up GEMM with the SwiGLU fused, the packed down GEMM, the same
+ * ordered combine. */
+static int moe_pass_packed(cuda_ctx *c, const float *x, int64_t T, const int32_t *idx, const float *w, int64_t k,
+                           const clef_moe_weights *ex, const ck_qmat *tab, float *y, clef_err *err) {
+    const int64_t E = ex->n_experts, H = ex->hidden, NI = ex->inter, TK = T * k;
+    op_begin(c, "moe: permutation", 1);
+    ck_qgemm_args fmt = {0};
+    qargs_format(&fmt, &ex->gate[0]);
+    const int split = c->precise_parts & PRECISE_EXPERTS ? 2 : 1, BM = ck_qgemm_bm(fmt.qtype, TK, E);
+    const int64_t max_tiles = (TK + BM - 1) / BM + E;
+    int32_t *ix = cu_slot(c, SLOT_MOE_IX, (size_t)(2 * E + 2 * TK + 2 * max_tiles + 1) * sizeof(int32_t), err);
+    if (!ix) return op_end(c, -1);
+    int32_t *cnt = ix, *end = cnt + E, *row_tok = end + E, *slot_pos = row_tok + TK, *t_exp = slot_pos + TK,
+            *t_row = t_exp + max_tiles, *n_tiles = t_row + max_tiles;
+    if (cu_check(ck_moe_plan(idx, T, (int)k, (int)E, BM, cnt, end, row_tok, slot_pos, t_exp, t_row, n_tiles, c->st),
+                 "moe permutation", err))
+        return op_end(c, -1);
+    op_end(c, 0);
+
+    op_begin(c, "moe: input to bf16", 1);
+    const uint16_t *a16 = convert_rows(c, x, T, H, H, split, err);
+    if (!a16) return op_end(c, -1);
+    op_end(c, 0);
+
+    op_begin(c, "moe: packed gate+up GEMM (SwiGLU)", 1);
+    uint16_t *hbuf = cu_slot(c, SLOT_MOE_H, (size_t)TK * (size_t)(NI * split) * 2, err);
+    if (!hbuf) return op_end(c, -1);
+    ck_qgemm_args g = {.mode = CK_GEMM_GATEUP, .A = a16, .lda = H * split, .K = H, .split = split, .N = NI,
+                       .W0 = tab, .W1 = tab + E, .tile_expert = t_exp, .tile_row0 = t_row, .expert_end = end,
+                       .n_tiles = n_tiles, .max_tiles = max_tiles, .row_src = row_tok, .H = hbuf};
+    qargs_format(&g, &ex->gate[0]);
+    g.bm = BM;
+    if (cu_check(ck_qgemm(&g, c->st), "moe packed gate/up", err)) return op_end(c, -1);
+    op_end(c, 0);
+
+    op_begin(c, "moe: packed down GEMM", 1);
+    float *yp = cu_slot(c, SLOT_MOE_Y, (size_t)TK * (size_t)H * sizeof(float), err);
+    if (!yp) return op_end(c, -1);
+    ck_qgemm_args d = {.mode = CK_GEMM_DOWN, .A = hbuf, .lda = NI * split, .K = NI, .split = split, .N = H,
+                       .W0 = tab + 2 * E, .tile_expert = t_exp, .tile_row0 = t_row, .expert_end = end,
+                       .n_tiles = n_tiles, .max_tiles = max_tiles, .Y = yp, .ldy = H};
+    qargs_format(&d, &ex->down[0]);
+    d.bm = BM;
+    if (cu_check(ck_qgemm(&d, c->st), "moe packed down", err)) return op_end(c, -1);
+    op_end(c, 0);
+
+    op_begin(c, "moe: combine", 0);
+    return op_end(c, cu_check(ck_moe_combine(yp, idx, w, slot_pos, T, (int)k, H, y, c->st), "moe combine", err));
+}
+
+/* The moe op with packed experts (called by cu_moe after its checks). */
+static int cu_moe_packed(cuda_ctx *c, const float *x, int64_t T, const int32_t *idx, const float *w, int64_t k,
+                         const clef_moe_weights *ex, float *y, clef_err *err) {
+    const int64_t H = ex->hidden;
+    if (H % 16 || ex->inter % 16)
+        return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CUDA moe: packed experts need hidden and inter %% 16 == 0");
+    op_begin(c, "moe: expert table", 1);
+    const ck_qmat *tab = qmoe_table(c, ex, err);
+    op_end(c, 0);
+    if (!tab) return -1;
+    for (int64_t t0 = 0; t0 < T; t0 += MOE_CHUNK_TOKENS) {
+        const int64_t n = T - t0 < MOE_CHUNK_TOKENS ? T - t0 : MOE_CHUNK_TOKENS;
+        if (moe_pass_packed(c, x + t0 * H, n, idx + t0 * k, w + t0 * k, k, ex, tab, y + t0 * H, err) != 0) return -1;
+    }
+    return 0;
+}
+
 /* Grouped expert block (backend.h moe), in passes of MOE_CHUNK_TOKENS tokens. */
 static int cu_moe(clef_backend *be, const float *x, int64_t T, const int32_t *idx, const float *w, int64_t k,
                   const clef_moe_weights *ex, float *y, clef_err *err) {
@@ -1024,6 +1274,7 @@ static int cu_moe(clef_backend *be, const float *x, int64_t T, const int32_t *id
     if (k <= 0 || k > 64 || k > E || E > 65535 || H % 8 || NI % 8 || T * k > INT32_MAX / 2)
         return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CUDA moe: %lld of %lld experts, hidden %lld, inter %lld",
                          (long long)k, (long long)E, (long long)H, (long long)NI);
+    if (ex->gate[0].quant.type != CLEF_QT_NONE) return cu_moe_packed(c, x, T, idx, w, k, ex, y, err);
     op_begin(c, "moe: expert table", 1);
     const void *const *ptrs = moe_pointers(c, ex, err);
     op_end(c, 0);
@@ -1169,6 +1420,11 @@ static void cu_destroy(clef_backend *be) {
             free(c->moe[i].host);
         }
         free(c->moe);
+        for (size_t i = 0; i < c->n_qmoe; i++) {
+            cudaFree(c->qmoe[i].dev);
+            free(c->qmoe[i].host);
+        }
+        free(c->qmoe);
         for (size_t i = 0; i < c->n_arenas; i++) cudaFree(c->arenas[i].base);
         free(c->arenas);
         for (size_t i = 0; i < c->n_ev; i++) {
@@ -1339,6 +1595,14 @@ size_t clef_cuda_peak_bytes(clef_backend *be) {
     return c->peak_used;
 }
 
+size_t clef_cuda_weight_bytes(clef_backend *be) {
+    if (!clef_backend_is_cuda(be)) return 0;
+    cuda_ctx *c = cu_of(be);
+    size_t n = 0;
+    for (size_t i = 0; i < c->n_arenas; i++) n += c->arenas[i].used;
+    return n;
+}
+
 size_t clef_cuda_used_bytes(clef_backend *be) {
     if (!clef_backend_is_cuda(be)) return 0;
     cuda_ctx *c = cu_of(be);
@@ -1369,6 +1633,7 @@ void clef_cuda_describe(clef_backend *be, char *buf, size_t cap) {
 }
 size_t clef_cuda_peak_bytes(clef_backend *be) { return (void)be, 0; }
 size_t clef_cuda_used_bytes(clef_backend *be) { return (void)be, 0; }
+size_t clef_cuda_weight_bytes(clef_backend *be) { return (void)be, 0; }
 void clef_cuda_profile_dump(clef_backend *be, FILE *f) { (void)be, (void)f; }
 void clef_cuda_set_profile(clef_backend *be, int on) { (void)be, (void)on; }
 int clef_backend_is_cuda(const clef_backend *be) { return (void)be, 0; }

@@ -74,6 +74,66 @@ int ck_gemm_bm(int big);
 
 cudaError_t ck_gemm(const ck_gemm_args *a, cudaStream_t st);
 
+/* ---- packed quantized weights (cuda_qgemm.cu) ---------------------------- */
+
+/* Formats (the values of clef_wqtype in quant/qweight.h). */
+enum { CK_QT_NVFP4 = 1, CK_QT_FP8 = 2, CK_QT_INT4 = 3 };
+
+/* One packed weight [N rows, K cols] on the device, laid out as in the
+ * checkpoint (quant/qweight.h):
+ *   NVFP4: q u8 [N, K/2] (low nibble = even column), scale FP8 E4M3 [N, K/16],
+ *          global f32 (divisor or multiplier: ck_qgemm_args.global_div);
+ *   FP8:   q FP8 E4M3 [N, K], scale f32 [ceil(N/Br), ceil(K/Bc)];
+ *   INT4:  q u32 [K/8, N], scale f16 [K/G, N], zeros u32 [K/G, N/8] or NULL
+ *          (symmetric: zero 8).
+ * Every array starts 256-byte aligned and is readable up to a multiple of 4
+ * bytes past its end (NVFP4 scales are fetched as aligned words). */
+typedef struct ck_qmat {
+    const void *q;
+    const void *scale;
+    const void *zeros;
+    float global;
+    int32_t pad_;
+} ck_qmat;
+
+/* A product with packed weights: the modes and tile plan of ck_gemm_args
+ * (grouped: the plan of ck_moe_plan with BM = ck_qgemm_bm()); W0/W1 are
+ * device arrays [E] of ck_qmat (gate/up for GATEUP, down for DOWN); DENSE
+ * uses W.  K % 16 == 0; INT4: G % 16 == 0, N % 8 == 0; FP8: Bc % 16 == 0.
+ * Every output element is one fixed-order sum over K (no split-K, no
+ * atomics): bitwise independent of the rows around it.  Numerics: see
+ * cuda_qgemm.cu (weights exact in bf16, scales applied in f32). */
+typedef struct ck_qgemm_args {
+    ck_gemm_mode mode;
+    int qtype;          /* CK_QT_* */
+    int global_div;     /* NVFP4: 1 = y = sum / global (compressed-tensors), 0 = sum * global (ModelOpt) */
+    int has_zeros;      /* INT4: 1 = asymmetric (every matrix has zeros), 0 = symmetric */
+    int64_t group;      /* INT4: G */
+    int64_t block_r, block_c; /* FP8 */
+    const uint16_t *A;  /* bf16 activations, rows of lda = K * split */
+    int64_t lda;
+    int64_t K;
+    int split;
+    int64_t N;
+    ck_qmat W;          /* DENSE */
+    int64_t M;          /* DENSE rows */
+    const ck_qmat *W0, *W1; /* grouped: device [E] */
+    const int32_t *tile_expert, *tile_row0, *expert_end, *n_tiles;
+    int64_t max_tiles;
+    const int32_t *row_src; /* GATEUP */
+    float *Y;           /* DENSE (no bias: add it with ck_add_bias), DOWN */
+    int64_t ldy;
+    uint16_t *H;        /* GATEUP: [rows, N * split] bf16 */
+    int bm;             /* tile rows: ck_qgemm_bm (the plan's BM for grouped launches) */
+} ck_qgemm_args;
+
+/* Rows per M tile of the packed-weight GEMM for `rows` (permuted) rows over
+ * `n_experts` experts (DENSE: 1): 32, 64 or 128 (NVFP4 only).  Every shape
+ * gives bitwise the same results, so the choice may depend on the batch. */
+int ck_qgemm_bm(int qtype, int64_t rows, int64_t n_experts);
+
+cudaError_t ck_qgemm(const ck_qgemm_args *a, cudaStream_t st);
+
 /* Y[r, n] = sum_k x[r, k] * W[n, k] (+ bias[n]) for f32 weights, one thread
  * per output, k ascending (fallback for F32/F16 checkpoints). */
 cudaError_t ck_gemm_f32(const float *x, int64_t M, int64_t K, const float *W, int64_t N, const float *bias, float *Y,

@@ -1,0 +1,617 @@
+/* test_cuda_quant.c — the CUDA backend with quantized weights kept packed on
+ * the device (cuda_qgemm.cu): every format against the CPU backend's decode
+ * (quant/qweight.c) on fresh random packed weights, the determinism promise
+ * (a token alone = the same token packed with others, bitwise), and the
+ * quantized fixtures (tests/fixtures/quant/) end to end.  Skipped when no
+ * CUDA device is present.
+ *
+ * Formats: NVFP4 compressed-tensors (y = sum / global) and ModelOpt
+ * (sum * scale_2), FP8 E4M3 with 128x128 block scales, INT4 auto_gptq
+ * symmetric (G = 128) and asymmetric (random zero nibbles, G = 64).
+ *
+ * Tolerances (relative L2 vs the CPU's f32 result):
+ *   fast (bf16 activations, weights exact in bf16, scales in f32)    1e-2
+ *     as test_cuda_ops.c: activation rounding 2^-9 gives ~3e-3 on a product.
+ *   precise (split hi/lo activations)                                1e-5
+ *     weights are exact, x = hi + lo to 2^-17; scales are applied to f32
+ *     partial sums (NVFP4 global once per output, FP8 block / INT4 group
+ *     per group) instead of per weight: a few f32 roundings (~1e-7).
+ * Fixtures (logits vs the quantized goldens, which the CPU matches to 1e-4):
+ *   precise: |dlogit| <= 5e-4; fast: |dlogit| <= 0.1 and per-question
+ *   total-variation distance <= 0.02 (test_cuda_golden.c's fast bounds).
+ *
+ * With CLEF_QGEMM_BENCH=1 it also times the moe op at the full model's
+ * expert shapes (128 experts, hidden 2048, inter 768, top-8) for 300 and
+ * 32000 tokens, BF16 and every packed format, and checks that packed INT4 /
+ * NVFP4 experts take at most 0.3x the device weight memory of BF16 ones
+ * (clef_cuda_weight_bytes: the packed bytes + scales, no bf16 copy). */
+#define _GNU_SOURCE /* nftw (quant_fixture.h); before any include */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "quant_fixture.h"
+
+#include "backend/cpu/cpu.h"
+#include "backend/cuda/cuda.h"
+#include "io/checkpoint.h"
+#include "model/model.h"
+#include "quant/qweight.h"
+#include "quant/quantize.h"
+#include "tensor/dtype.h"
+
+#define TOL_FAST 1e-2
+#define TOL_PRECISE 1e-5
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static uint64_t rnd64(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+static float frand(void) { return (float)((double)(rnd64() >> 11) / 9007199254740992.0 * 2.0 - 1.0); }
+
+static float *rand_vec(size_t n, float scale) {
+    float *v = malloc((n ? n : 1) * sizeof *v);
+    for (size_t i = 0; i < n; i++) v[i] = frand() * scale;
+    return v;
+}
+
+typedef struct fx {
+    clef_backend *cpu;
+    clef_backend *gpu[2]; /* fast, precise */
+} fx;
+
+static const char *const MODE[2] = {"fast", "precise"};
+static const double TOL[2] = {TOL_FAST, TOL_PRECISE};
+
+static void ok(int rc, const clef_err *err) {
+    if (rc != 0) fail_msg("op failed: %d %s", err->status, err->message);
+}
+
+static int setup(void **state) {
+    *state = NULL;
+    int n = clef_cuda_device_count();
+    printf("  CUDA devices: %d\n", n);
+    if (n == 0) return 0;
+    fx *f = calloc(1, sizeof *f);
+    clef_err err;
+    clef_err_clear(&err);
+    f->cpu = clef_backend_cpu_create(2, &err);
+    for (int i = 0; i < 2; i++) {
+        clef_cuda_options o = {.device = 0, .precise = i, .gemm = 1, .profile = 0};
+        if (!(f->gpu[i] = clef_cuda_backend_create_ex(&o, &err))) {
+            fprintf(stderr, "cuda backend: %s\n", err.message);
+            return -1;
+        }
+    }
+    char d[256];
+    clef_cuda_describe(f->gpu[0], d, sizeof d);
+    printf("  device: %s\n", d);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state) {
+    fx *f = *state;
+    if (!f) return 0;
+    for (int i = 0; i < 2; i++)
+        if (f->gpu[i]) f->gpu[i]->ops->destroy(f->gpu[i]);
+    f->cpu->ops->destroy(f->cpu);
+    free(f);
+    return 0;
+}
+
+#define NEED_GPU(state)                                                                                                \
+    do {                                                                                                               \
+        if (!*(state)) {                                                                                               \
+            printf("  no CUDA device: skipped\n");                                                                     \
+            skip();                                                                                                    \
+        }                                                                                                              \
+    } while (0)
+
+static void *dput(clef_backend *g, const void *h, size_t bytes) {
+    clef_err err;
+    void *d = g->ops->alloc(g, bytes ? bytes : 4);
+    assert_non_null(d);
+    if (bytes) ok(g->ops->upload(g, d, h, bytes, &err), &err);
+    return d;
+}
+
+static float *dnan(clef_backend *g, size_t n) {
+    float *h = malloc((n ? n : 1) * sizeof *h);
+    for (size_t i = 0; i < n; i++) h[i] = NAN;
+    float *d = dput(g, h, n * sizeof *h);
+    free(h);
+    return d;
+}
+
+static float *dget(clef_backend *g, const float *d, size_t n) {
+    clef_err err;
+    float *h = malloc((n ? n : 1) * sizeof *h);
+    ok(g->ops->download(g, h, d, n * sizeof *h, &err), &err);
+    return h;
+}
+
+static double rel_l2(const float *got, const float *want, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(got[i])) return NAN;
+        double d = (double)got[i] - want[i];
+        num += d * d;
+        den += (double)want[i] * want[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+static void check(const char *what, const char *mode, const float *got, const float *want, size_t n, double tol) {
+    double r = rel_l2(got, want, n);
+    printf("  %-40s %-8s rel L2 %.3e  (tol %.0e, %zu values)\n", what, mode, r, tol, n);
+    if (!(r <= tol)) fail_msg("%s (%s): relative L2 error %.3e > %.0e", what, mode, r, tol);
+}
+
+/* ---- packed random weights ----------------------------------------------- */
+
+enum qkind { Q_NVFP4_CT, Q_NVFP4_MO, Q_FP8, Q_INT4_SYM, Q_INT4_ASYM, Q_KINDS };
+static const char *const QNAME[Q_KINDS] = {"nvfp4 (compressed-tensors)", "nvfp4 (modelopt)", "fp8 block 128x128",
+                                           "int4 sym G=128", "int4 asym G=64"};
+
+/* A packed weight [rows, cols] with its host arrays (owned). */
+typedef struct hq {
+    clef_qweight q;
+    void *data, *scale, *zeros;
+} hq;
+
+/* Quantize a random weight (values ~ 1/sqrt(cols)) with clef's quantizers;
+ * asymmetric INT4 gets random zero nibbles on top of the symmetric codes. */
+static void make_q(hq *h, enum qkind kind, int64_t rows, int64_t cols) {
+    float *w = rand_vec((size_t)(rows * cols), 1.0f / sqrtf((float)cols));
+    memset(h, 0, sizeof *h);
+    h->q.rows = rows, h->q.cols = cols;
+    switch (kind) {
+    case Q_NVFP4_CT:
+    case Q_NVFP4_MO: {
+        const int div = kind == Q_NVFP4_CT;
+        const float amax = clef_amax(w, (size_t)(rows * cols));
+        const float g = div ? clef_nvfp4_global_scale(amax) : clef_nvfp4_scale_2(amax);
+        h->data = malloc((size_t)(rows * cols / 2));
+        h->scale = malloc((size_t)(rows * cols / 16));
+        clef_quantize_nvfp4(w, rows, cols, g, div, h->data, h->scale);
+        h->q.dtype = CLEF_DT_U8;
+        h->q.quant = (clef_wquant){.type = CLEF_QT_NVFP4, .group = 16, .global = g, .global_div = div};
+        break;
+    }
+    case Q_FP8: {
+        const int64_t br = 128, bc = 128;
+        h->data = malloc((size_t)(rows * cols));
+        h->scale = malloc((size_t)(4 * ((rows + br - 1) / br) * ((cols + bc - 1) / bc)));
+        clef_quantize_fp8_block(w, rows, cols, br, bc, h->data, h->scale);
+        h->q.dtype = CLEF_DT_F8_E4M3;
+        h->q.quant = (clef_wquant){.type = CLEF_QT_FP8_BLOCK, .block_r = br, .block_c = bc};
+        break;
+    }
+    default: {
+        const int64_t G = kind == Q_INT4_SYM ? 128 : 64;
+        h->data = malloc((size_t)(rows * cols / 2));
+        h->zeros = malloc((size_t)(cols / G * rows / 8 * 4));
+        h->scale = malloc((size_t)(cols / G * rows * 2));
+        clef_quantize_int4(w, rows, cols, G, h->data, h->zeros, h->scale);
+        if (kind == Q_INT4_ASYM) {
+            uint32_t *z = h->zeros;
+            for (int64_t i = 0; i < cols / G * rows / 8; i++) z[i] = (uint32_t)rnd64();
+        }
+        h->q.dtype = CLEF_DT_I32;
+        h->q.quant = (clef_wquant){.type = CLEF_QT_INT4_GPTQ, .group = G,
+                                   .zeros = kind == Q_INT4_ASYM ? h->zeros : NULL};
+        break;
+    }
+    }
+    h->q.data = h->data;
+    h->q.quant.scale = h->scale;
+    free(w);
+}
+
+static void free_q(hq *h) {
+    free(h->data), free(h->scale), free(h->zeros);
+}
+
+/* ---- the dense matmul with a packed weight -------------------------------- */
+
+static void test_matmul_packed(void **state) {
+    NEED_GPU(state);
+    fx *f = *state;
+    clef_err err;
+    const int64_t T = 77, K = 512, N = 384;
+    for (int kind = 0; kind < Q_KINDS; kind++) {
+        hq h;
+        make_q(&h, (enum qkind)kind, N, K);
+        clef_weight wc;
+        ok(f->cpu->ops->weight_init_packed(f->cpu, &wc, &h.q, &err), &err);
+        float *x = rand_vec((size_t)(T * K), 1.0f), *b = rand_vec((size_t)N, 0.5f), *ref = malloc((size_t)(T * N) * 4);
+        ok(f->cpu->ops->matmul(f->cpu, x, T, &wc, b, ref, &err), &err);
+        for (int gi = 0; gi < 2; gi++) {
+            clef_backend *g = f->gpu[gi];
+            clef_weight wg;
+            ok(g->ops->weight_init_packed(g, &wg, &h.q, &err), &err);
+            assert_int_equal(wg.quant.type, h.q.quant.type);
+            float *dx = dput(g, x, (size_t)(T * K) * 4), *db = dput(g, b, (size_t)N * 4), *dy = dnan(g, (size_t)(T * N));
+            ok(g->ops->matmul(g, dx, T, &wg, db, dy, &err), &err);
+            float *y = dget(g, dy, (size_t)(T * N));
+            char what[96];
+            snprintf(what, sizeof what, "matmul %s", QNAME[kind]);
+            check(what, MODE[gi], y, ref, (size_t)(T * N), TOL[gi]);
+            /* row 40 alone */
+            ok(g->ops->matmul(g, dx + 40 * K, 1, &wg, db, dy, &err), &err);
+            float *y1 = dget(g, dy, (size_t)N);
+            if (memcmp(y1, y + 40 * N, (size_t)N * 4)) fail_msg("%s (%s): row alone differs", what, MODE[gi]);
+            free(y1), free(y);
+            g->ops->free(g, dx), g->ops->free(g, db), g->ops->free(g, dy);
+            g->ops->weight_release(g, &wg);
+        }
+        f->cpu->ops->weight_release(f->cpu, &wc);
+        free(x), free(b), free(ref);
+        free_q(&h);
+    }
+}
+
+/* ---- grouped experts ------------------------------------------------------ */
+
+/* One format: CPU moe vs CUDA moe (fast and precise), tokens alone / a
+ * slice / a batch large enough for two expert passes bitwise equal. */
+static void moe_case(fx *f, enum qkind kind) {
+    clef_err err;
+    enum { E = 16 };
+    const int64_t H = 256, NI = 128, k = 4, T = 300, TB = 8300;
+    hq h[3][E];
+    clef_weight wc[3][E];
+    for (int j = 0; j < 3; j++)
+        for (int e = 0; e < E; e++) {
+            make_q(&h[j][e], kind, j == 2 ? H : NI, j == 2 ? NI : H);
+            ok(f->cpu->ops->weight_init_packed(f->cpu, &wc[j][e], &h[j][e].q, &err), &err);
+        }
+    clef_moe_weights mc = {.n_experts = E, .hidden = H, .inter = NI, .gate = wc[0], .up = wc[1], .down = wc[2]};
+    float *x = rand_vec((size_t)(TB * H), 1.0f), *logits = rand_vec((size_t)(TB * E), 2.0f);
+    int32_t *idx = malloc((size_t)(TB * k) * 4);
+    float *rw = malloc((size_t)(TB * k) * 4);
+    ok(f->cpu->ops->router_topk(f->cpu, logits, TB, E, k, 1, idx, rw, &err), &err);
+    float *ref = malloc((size_t)(T * H) * 4);
+    ok(f->cpu->ops->moe(f->cpu, x, T, idx, rw, k, &mc, ref, &err), &err);
+    for (int gi = 0; gi < 2; gi++) {
+        clef_backend *g = f->gpu[gi];
+        clef_weight wg[3][E];
+        for (int j = 0; j < 3; j++)
+            for (int e = 0; e < E; e++) ok(g->ops->weight_init_packed(g, &wg[j][e], &h[j][e].q, &err), &err);
+        clef_moe_weights mg = {.n_experts = E, .hidden = H, .inter = NI, .gate = wg[0], .up = wg[1], .down = wg[2]};
+        float *dx = dput(g, x, (size_t)(TB * H) * 4), *dw = dput(g, rw, (size_t)(TB * k) * 4);
+        int32_t *di = dput(g, idx, (size_t)(TB * k) * 4);
+        float *dy = dnan(g, (size_t)(TB * H)), *dy1 = dnan(g, (size_t)(TB * H));
+        ok(g->ops->moe(g, dx, T, di, dw, k, &mg, dy, &err), &err);
+        float *y = dget(g, dy, (size_t)(T * H));
+        char what[96];
+        snprintf(what, sizeof what, "moe %s", QNAME[kind]);
+        check(what, MODE[gi], y, ref, (size_t)(T * H), TOL[gi]);
+        const int64_t picks[3] = {0, 99, T - 1};
+        for (int i = 0; i < 3; i++) {
+            ok(g->ops->moe(g, dx + picks[i] * H, 1, di + picks[i] * k, dw + picks[i] * k, k, &mg, dy1, &err), &err);
+            float *y1 = dget(g, dy1, (size_t)H);
+            if (memcmp(y1, y + picks[i] * H, (size_t)H * 4) != 0)
+                fail_msg("%s (%s): token %lld alone differs from the batch", what, MODE[gi], (long long)picks[i]);
+            free(y1);
+        }
+        ok(g->ops->moe(g, dx + 13 * H, 40, di + 13 * k, dw + 13 * k, k, &mg, dy1, &err), &err);
+        float *ys = dget(g, dy1, (size_t)(40 * H));
+        assert_memory_equal(ys, y + 13 * H, (size_t)(40 * H) * 4);
+        free(ys);
+        ok(g->ops->moe(g, dx, TB, di, dw, k, &mg, dy1, &err), &err);
+        float *yb = dget(g, dy1, (size_t)(TB * H));
+        if (memcmp(yb, y, (size_t)(T * H) * 4) != 0)
+            fail_msg("%s (%s): the first %lld tokens differ inside a batch of %lld", what, MODE[gi], (long long)T,
+                     (long long)TB);
+        ok(g->ops->moe(g, dx + 8250 * H, 1, di + 8250 * k, dw + 8250 * k, k, &mg, dy, &err), &err);
+        float *y1 = dget(g, dy, (size_t)H);
+        if (memcmp(y1, yb + 8250 * H, (size_t)H * 4) != 0)
+            fail_msg("%s (%s): token 8250 alone differs from the batch of %lld", what, MODE[gi], (long long)TB);
+        printf("  %-40s %-8s tokens alone / slice / batch of %lld: bitwise equal\n", what, MODE[gi], (long long)TB);
+        free(y1), free(yb), free(y);
+        g->ops->free(g, dx), g->ops->free(g, dw), g->ops->free(g, di), g->ops->free(g, dy), g->ops->free(g, dy1);
+        for (int j = 0; j < 3; j++)
+            for (int e = 0; e < E; e++) g->ops->weight_release(g, &wg[j][e]);
+    }
+    for (int j = 0; j < 3; j++)
+        for (int e = 0; e < E; e++) {
+            f->cpu->ops->weight_release(f->cpu, &wc[j][e]);
+            free_q(&h[j][e]);
+        }
+    free(x), free(logits), free(idx), free(rw), free(ref);
+}
+
+static void test_moe_nvfp4_ct(void **state) {
+    NEED_GPU(state);
+    moe_case(*state, Q_NVFP4_CT);
+}
+static void test_moe_nvfp4_modelopt(void **state) {
+    NEED_GPU(state);
+    moe_case(*state, Q_NVFP4_MO);
+}
+static void test_moe_fp8(void **state) {
+    NEED_GPU(state);
+    moe_case(*state, Q_FP8);
+}
+static void test_moe_int4_sym(void **state) {
+    NEED_GPU(state);
+    moe_case(*state, Q_INT4_SYM);
+}
+static void test_moe_int4_asym(void **state) {
+    NEED_GPU(state);
+    moe_case(*state, Q_INT4_ASYM);
+}
+
+/* An unsupported shape is refused with 500, not computed wrongly. */
+static void test_refuses_bad_shapes(void **state) {
+    NEED_GPU(state);
+    fx *f = *state;
+    clef_err err;
+    clef_err_clear(&err);
+    uint32_t qw[8 * 4] = {0}, qz[1] = {0};
+    uint16_t sc[8 * 8] = {0};
+    clef_qweight q = {.dtype = CLEF_DT_I32, .rows = 8, .cols = 32, .data = qw,
+                      .quant = {.type = CLEF_QT_INT4_GPTQ, .scale = sc, .zeros = qz, .group = 8}};
+    clef_weight w;
+    assert_int_equal(f->gpu[0]->ops->weight_init_packed(f->gpu[0], &w, &q, &err), -1);
+    assert_int_equal(err.status, 500);
+    printf("  int4 G=8 refused: %s\n", err.message);
+}
+
+/* ---- quantized fixtures end to end --------------------------------------- */
+
+static float *run_record(clef_model *m, const clef_record *r, size_t H, clef_err *err) {
+    float *hidden = malloc(r->n_ids * H * sizeof *hidden);
+    float *logits = malloc((clef_record_total_options(r) + 1) * sizeof *logits);
+    int rc = clef_thinker_forward(m, r->input_ids, r->n_ids, hidden, NULL, err);
+    if (rc == 0) rc = clef_head_forward(m, hidden, r, logits, err);
+    free(hidden);
+    if (rc != 0) {
+        free(logits);
+        return NULL;
+    }
+    return logits;
+}
+
+static void test_fixtures(void **state) {
+    NEED_GPU(state);
+    size_t n_base;
+    json_value **base = tu_load_goldens("goldens/goldens.jsonl", &n_base);
+    for (int fi = 0; fi < QF_N_FORMATS; fi++) {
+        char *dir = qf_assemble(QF_FORMATS[fi]);
+        clef_checkpoint ck;
+        clef_err err;
+        clef_err_clear(&err);
+        if (clef_checkpoint_open(dir, &ck, &err) != 0) fail_msg("%s: %s", QF_FORMATS[fi], err.message);
+        char *gp = qf_path(dir, "goldens.jsonl");
+        size_t n;
+        json_value **cases = tu_read_jsonl(gp, &n);
+        assert_int_equal(n, 12);
+        const size_t H = (size_t)ck.config.text.hidden_size;
+        for (int precise = 0; precise < 2; precise++) {
+            clef_cuda_options o = {.device = 0, .precise = precise, .gemm = -1, .profile = 0};
+            clef_backend *be = clef_cuda_backend_create_ex(&o, &err);
+            clef_model *m = be ? clef_model_create_on(&ck, be, 1, &err) : NULL;
+            if (!m) fail_msg("%s on cuda: %s", QF_FORMATS[fi], err.message);
+            double worst = 0, worst_tv = 0;
+            for (size_t c = 0; c < n; c++) {
+                const char *name = json_get(cases[c], "name")->str;
+                const json_value *b = NULL;
+                for (size_t i = 0; i < n_base; i++)
+                    if (!strcmp(json_get(base[i], "name")->str, name)) b = base[i];
+                assert_non_null(b);
+                clef_record r;
+                tu_record_from_golden(b, &r);
+                float *logits = run_record(m, &r, H, &err);
+                if (!logits) fail_msg("%s/%s on cuda: %s", QF_FORMATS[fi], name, err.message);
+                const json_value *wq = json_get(cases[c], "questions");
+                assert_int_equal(wq->n, r.n_questions);
+                size_t k = 0;
+                for (size_t q = 0; q < wq->n; q++) {
+                    const json_value *wl = json_get(wq->items[q], "logits");
+                    assert_int_equal(wl->n, r.questions[q].n_options);
+                    double mx = -INFINITY, s = 0, sg = 0, mg = -INFINITY, tv = 0;
+                    for (size_t j = 0; j < wl->n; j++) {
+                        mx = fmax(mx, logits[k + j]);
+                        mg = fmax(mg, tu_num_at(wl, j));
+                    }
+                    for (size_t j = 0; j < wl->n; j++) {
+                        s += exp(logits[k + j] - mx);
+                        sg += exp(tu_num_at(wl, j) - mg);
+                    }
+                    for (size_t j = 0; j < wl->n; j++) {
+                        const double d = fabs((double)logits[k + j] - tu_num_at(wl, j));
+                        const double tol = precise ? 5e-4 : 0.1;
+                        if (!(d <= tol))
+                            fail_msg("%s/%s (%s) q%zu option %zu: logit %.8f, golden %.8f (tol %g)", QF_FORMATS[fi],
+                                     name, MODE[precise], q, j, logits[k + j], tu_num_at(wl, j), tol);
+                        worst = fmax(worst, d);
+                        tv += fabs(exp(logits[k + j] - mx) / s - exp(tu_num_at(wl, j) - mg) / sg);
+                    }
+                    worst_tv = fmax(worst_tv, tv / 2);
+                    if (!precise && !(tv / 2 <= 0.02))
+                        fail_msg("%s/%s (fast): total-variation distance %.3g > 0.02", QF_FORMATS[fi], name, tv / 2);
+                    k += wl->n;
+                }
+                free(logits);
+                clef_record_free(&r);
+            }
+            printf("  fixture %-18s %-8s 12 cases: max |dlogit| %.3e, max TV %.3e, device memory peak %.1f MiB\n",
+                   QF_FORMATS[fi], MODE[precise], worst, worst_tv,
+                   (double)clef_cuda_peak_bytes(be) / (1024.0 * 1024.0));
+            clef_model_free(m);
+        }
+        for (size_t c = 0; c < n; c++) json_free(cases[c]);
+        free(cases);
+        free(gp);
+        clef_checkpoint_close(&ck);
+        qf_remove(dir);
+        free(dir);
+    }
+    tu_free_goldens(base, n_base);
+}
+
+/* ---- timing at the full model's expert shapes (CLEF_QGEMM_BENCH=1) ------- */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Random packed bytes of a format at the full shape (values only need to be
+ * finite: timing and memory, no reference). */
+static void fill_q(hq *h, enum qkind kind, int64_t rows, int64_t cols) {
+    memset(h, 0, sizeof *h);
+    h->q.rows = rows, h->q.cols = cols;
+    size_t nd, ns, nz = 0;
+    if (kind == Q_NVFP4_CT || kind == Q_NVFP4_MO) {
+        nd = (size_t)(rows * cols / 2), ns = (size_t)(rows * cols / 16);
+        h->q.dtype = CLEF_DT_U8;
+        h->q.quant = (clef_wquant){.type = CLEF_QT_NVFP4, .group = 16, .global = 100.0f, .global_div = kind == Q_NVFP4_CT};
+    } else if (kind == Q_FP8) {
+        nd = (size_t)(rows * cols), ns = (size_t)(4 * ((rows + 127) / 128) * ((cols + 127) / 128));
+        h->q.dtype = CLEF_DT_F8_E4M3;
+        h->q.quant = (clef_wquant){.type = CLEF_QT_FP8_BLOCK, .block_r = 128, .block_c = 128};
+    } else {
+        const int64_t G = 128;
+        nd = (size_t)(rows * cols / 2), ns = (size_t)(cols / G * rows * 2);
+        nz = kind == Q_INT4_ASYM ? (size_t)(cols / G * rows / 8 * 4) : 0;
+        h->q.dtype = CLEF_DT_I32;
+        h->q.quant = (clef_wquant){.type = CLEF_QT_INT4_GPTQ, .group = G};
+    }
+    uint8_t *d = malloc(nd), *s = malloc(ns);
+    for (size_t i = 0; i < nd; i += 8) {
+        uint64_t v = rnd64() & 0x7777777777777777ull; /* no FP8 NaN codes */
+        memcpy(d + i, &v, nd - i < 8 ? nd - i : 8);
+    }
+    if (kind == Q_FP8) {
+        for (size_t i = 0; i < ns / 4; i++) ((float *)s)[i] = 1e-3f;
+    } else if (kind == Q_NVFP4_CT || kind == Q_NVFP4_MO) {
+        for (size_t i = 0; i < ns; i++) s[i] = (uint8_t)(0x30 + (rnd64() & 7));
+    } else {
+        for (size_t i = 0; i < ns / 2; i++) ((uint16_t *)s)[i] = 0x1400; /* f16 ~1.2e-3 */
+    }
+    h->data = d, h->scale = s;
+    if (nz) {
+        h->zeros = malloc(nz);
+        memset(h->zeros, 0x77, nz);
+        h->q.quant.zeros = h->zeros;
+    }
+    h->q.data = h->data;
+    h->q.quant.scale = h->scale;
+}
+
+static void test_bench_full_shapes(void **state) {
+    NEED_GPU(state);
+    const char *env = getenv("CLEF_QGEMM_BENCH");
+    if (!env || strcmp(env, "1")) {
+        printf("  CLEF_QGEMM_BENCH unset: timing skipped\n");
+        skip();
+    }
+    fx *f = *state;
+    clef_err err;
+    clef_backend *g = f->gpu[0];
+    enum { E = 128 };
+    const int64_t H = 2048, NI = 768, k = 8, TMAX = 32000;
+    float *x = rand_vec((size_t)(TMAX * H), 1.0f), *logits = rand_vec((size_t)(TMAX * E), 2.0f);
+    int32_t *idx = malloc((size_t)(TMAX * k) * 4);
+    float *rw = malloc((size_t)(TMAX * k) * 4);
+    ok(f->cpu->ops->router_topk(f->cpu, logits, TMAX, E, k, 1, idx, rw, &err), &err);
+    float *dx = dput(g, x, (size_t)(TMAX * H) * 4), *dw = dput(g, rw, (size_t)(TMAX * k) * 4);
+    int32_t *di = dput(g, idx, (size_t)(TMAX * k) * 4);
+    float *dy = dnan(g, (size_t)(TMAX * H));
+    const double bf16_bytes = 3.0 * E * H * NI * 2;
+    size_t bf16_mem = 0;
+    printf("  full expert shapes: %d experts, hidden %lld, inter %lld, top-%lld (fast mode)\n", E, (long long)H,
+           (long long)NI, (long long)k);
+    for (int kind = -1; kind < Q_KINDS; kind++) {
+        if (kind == Q_NVFP4_MO || kind == Q_INT4_ASYM) continue; /* same kernels as their siblings */
+        clef_weight wg[3][E];
+        hq h[3][E];
+        uint16_t *wb = NULL;
+        const size_t used0 = clef_cuda_weight_bytes(g);
+        size_t wbytes = 0;
+        for (int j = 0; j < 3; j++)
+            for (int e = 0; e < E; e++) {
+                const int64_t r = j == 2 ? H : NI, cc = j == 2 ? NI : H;
+                if (kind < 0) {
+                    if (!wb) {
+                        wb = malloc((size_t)(H * NI) * 2);
+                        for (int64_t i = 0; i < H * NI; i++) wb[i] = clef_f32_to_bf16(frand() * 0.03f);
+                    }
+                    ok(g->ops->weight_init(g, &wg[j][e], CLEF_DT_BF16, r, cc, wb, &err), &err);
+                    wbytes += (size_t)(r * cc) * 2;
+                } else {
+                    fill_q(&h[j][e], (enum qkind)kind, r, cc);
+                    ok(g->ops->weight_init_packed(g, &wg[j][e], &h[j][e].q, &err), &err);
+                    wbytes += clef_qweight_bytes(&h[j][e].q);
+                    free_q(&h[j][e]);
+                }
+            }
+        free(wb);
+        float *tmp = dget(g, dy, 1); /* synchronise: the uploads are done */
+        free(tmp);
+        const size_t used = clef_cuda_weight_bytes(g) - used0;
+        if (kind < 0) bf16_mem = used;
+        clef_moe_weights mg = {.n_experts = E, .hidden = H, .inter = NI, .gate = wg[0], .up = wg[1], .down = wg[2]};
+        const char *name = kind < 0 ? "bf16" : QNAME[kind];
+        printf("  %-28s weights %.1f MiB (device weight memory +%.1f MiB, %.3fx bf16; driver: %.1f GiB used)\n", name,
+               (double)wbytes / 1048576.0, (double)used / 1048576.0, bf16_mem ? (double)used / (double)bf16_mem : 1.0,
+               (double)clef_cuda_used_bytes(g) / 1073741824.0);
+        /* symmetric INT4 leaves its all-7 qzeros on the host: up to 1.3% below clef_qweight_bytes */
+        if (!((double)used >= 0.985 * (double)wbytes && (double)used <= 1.01 * (double)wbytes + 3.0 * E * 768))
+            fail_msg("%s: %zu bytes of device weight memory for %zu bytes of weights", name, used, wbytes);
+        if (kind == Q_NVFP4_CT || kind == Q_INT4_SYM)
+            if (!((double)used <= 0.3 * (double)bf16_mem))
+                fail_msg("%s experts take %.1f MiB of device memory, more than 0.3x bf16 (%.1f MiB)", name,
+                         (double)used / 1048576.0, (double)bf16_mem / 1048576.0);
+        const int64_t Ts[2] = {300, TMAX};
+        for (int ti = 0; ti < 2; ti++) {
+            const int64_t T = Ts[ti];
+            const int reps = T > 1000 ? 5 : 50;
+            ok(g->ops->moe(g, dx, T, di, dw, k, &mg, dy, &err), &err); /* warm-up (tables, scratch) */
+            float *s0 = dget(g, dy, 1);
+            free(s0);
+            const double t0 = now_s();
+            for (int rep = 0; rep < reps; rep++) ok(g->ops->moe(g, dx, T, di, dw, k, &mg, dy, &err), &err);
+            float *s1 = dget(g, dy, 1);
+            free(s1);
+            const double ms = (now_s() - t0) * 1e3 / reps;
+            const double flop = 2.0 * (double)(T * k) * (double)(3 * H * NI);
+            /* bytes: every expert's weights once (at 300 tokens nearly every expert is hit) */
+            const double bytes = kind < 0 ? bf16_bytes : (double)wbytes;
+            printf("  %-28s T=%-6lld %8.3f ms/layer  %7.1f GB/s weights  %6.1f TFLOP/s\n", name, (long long)T, ms,
+                   bytes / (ms * 1e-3) / 1e9, flop / (ms * 1e-3) / 1e12);
+        }
+        /* where the time goes at 300 tokens: the op's parts */
+        clef_cuda_set_profile(g, 1);
+        for (int rep = 0; rep < 20; rep++) ok(g->ops->moe(g, dx, 300, di, dw, k, &mg, dy, &err), &err);
+        clef_cuda_profile_dump(g, stdout);
+        clef_cuda_set_profile(g, 0);
+        for (int j = 0; j < 3; j++)
+            for (int e = 0; e < E; e++) g->ops->weight_release(g, &wg[j][e]);
+    }
+    g->ops->free(g, dx), g->ops->free(g, dw), g->ops->free(g, di), g->ops->free(g, dy);
+    free(x), free(logits), free(idx), free(rw);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_refuses_bad_shapes), cmocka_unit_test(test_matmul_packed),
+        cmocka_unit_test(test_moe_nvfp4_ct),       cmocka_unit_test(test_moe_nvfp4_modelopt),
+        cmocka_unit_test(test_moe_fp8),            cmocka_unit_test(test_moe_int4_sym),
+        cmocka_unit_test(test_moe_int4_asym),      cmocka_unit_test(test_fixtures),
+        cmocka_unit_test(test_bench_full_shapes),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
