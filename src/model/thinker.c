@@ -23,8 +23,14 @@ typedef struct thinker_ws {
     int32_t *pos;   /* [3, n] */
 } thinker_ws;
 
-/* Plan (base NULL) or carve (base set) the workspace for n tokens. */
-static void ws_layout(const clef_text_config *c, size_t n, model_ws *w, thinker_ws *t) {
+/* Plan (base NULL) or carve (base set) the workspace for n tokens.
+ * Buffers whose lives do not overlap share memory, which bounds the peak at
+ * 32k tokens: `o` (a block's output) lives in `q`'s rows, which are dead
+ * once attention has run and are rewritten before the next attention; `a`
+ * (a block's normed input) is the caller's hidden buffer when the hidden
+ * states are written to backend memory (`a_be`, [n, H]), since the final
+ * norm is its last use. */
+static void ws_layout(const clef_text_config *c, size_t n, float *a_be, model_ws *w, thinker_ws *t) {
     const size_t H = (size_t)c->hidden_size, qd = (size_t)(c->num_attention_heads * c->head_dim),
                  kd = (size_t)(c->num_key_value_heads * c->head_dim), E = (size_t)c->num_experts,
                  k = (size_t)c->num_experts_per_tok;
@@ -32,12 +38,12 @@ static void ws_layout(const clef_text_config *c, size_t n, model_ws *w, thinker_
     for (int64_t l = 0; l < c->num_hidden_layers; l++) any_dense |= !clef_layer_is_moe(c, l);
     const size_t NI = any_dense ? (size_t)c->intermediate_size : 0;
     t->h = ws_take(w, n * H, sizeof(float));
-    t->a = ws_take(w, n * H, sizeof(float));
-    t->q = ws_take(w, n * qd, sizeof(float));
+    t->a = a_be ? a_be : ws_take(w, n * H, sizeof(float));
+    t->q = ws_take(w, n * (qd > H ? qd : H), sizeof(float));
     t->k = ws_take(w, n * kd, sizeof(float));
     t->v = ws_take(w, n * kd, sizeof(float));
     t->att = ws_take(w, n * qd, sizeof(float));
-    t->o = ws_take(w, n * H, sizeof(float));
+    t->o = t->q;
     t->router = ws_take(w, n * E, sizeof(float));
     t->rw = ws_take(w, n * k, sizeof(float));
     t->ridx = ws_take(w, n * k, sizeof(int32_t));
@@ -182,8 +188,8 @@ static int run_layers(clef_model *m, thinker_ws *t, size_t n, const size_t *seg,
         if (rc == 0 && layer_hidden && l + 1 < nl)
             rc = be->ops->download(be, layer_hidden + (size_t)(l + 1) * n * H, t->h, bytes, err);
     }
-    float *fin = hidden_on_be ? hidden : t->a;
-    if (rc == 0) rc = be->ops->rmsnorm(be, t->h, m->final_norm, fin, (int64_t)n, (int64_t)H, (float)c->rms_norm_eps, err);
+    /* with hidden_on_be, t->a is the caller's hidden buffer (ws_layout) */
+    if (rc == 0) rc = be->ops->rmsnorm(be, t->h, m->final_norm, t->a, (int64_t)n, (int64_t)H, (float)c->rms_norm_eps, err);
     if (rc == 0 && !hidden_on_be) rc = be->ops->download(be, hidden, t->a, bytes, err);
     if (rc == 0 && layer_hidden) memcpy(layer_hidden + (size_t)nl * n * H, hidden, bytes);
     free(off);
@@ -214,13 +220,14 @@ static int thinker_forward(clef_model *m, const int32_t *ids, size_t n, const si
     if (check_inputs(m, ids, n, seg, n_seg, err) != 0 || check_media(media, n, err) != 0) return -1;
     model_ws w = {0};
     thinker_ws t;
-    ws_layout(&m->cfg->text, n, &w, &t);
+    float *a_be = hidden_on_be ? hidden : NULL;
+    ws_layout(&m->cfg->text, n, a_be, &w, &t);
     w.base = m->be->ops->alloc(m->be, w.used);
     if (!w.base)
         return clef_fail(err, 422, CLEF_E_CAPACITY, NULL, "too many tokens: cannot allocate a %zu-byte workspace for %zu tokens",
                          w.used, n);
     w.used = 0;
-    ws_layout(&m->cfg->text, n, &w, &t);
+    ws_layout(&m->cfg->text, n, a_be, &w, &t);
     int rc = upload_inputs(m, &t, ids, n, seg, n_seg, positions, err);
     if (rc == 0) rc = run_layers(m, &t, n, seg, n_seg, media, hidden, hidden_on_be, layer_hidden, err);
     m->be->ops->free(m->be, w.base);
