@@ -33,6 +33,8 @@ static void serve_usage(FILE *f) {
             "  --max-queue N             records waiting for the engine before 503 (default %d)\n"
             "  --max-connections N       concurrent HTTP connections (default %d)\n"
             "  --threads N               compute threads of the model (default: all cores)\n"
+            "  --text-only               do not load the media towers (their memory, ~2.4 GB on the full\n"
+            "                            model, stays free); requests with media get 422\n"
             "  --device D                cpu, cuda, cuda:N (default: CUDA when a GPU is present, else cpu)\n"
             "  --max-questions N         questions per request (default %zu)\n"
             "  --max-options N           options per choice question (default %zu)\n"
@@ -149,6 +151,8 @@ int cli_serve(int argc, char **argv) {
             if (r < 0) return 2;
         } else if (!strcmp(argv[i], "--truncate-state")) {
             o.truncate_state = 1;
+        } else if (!strcmp(argv[i], "--text-only")) {
+            o.text_only = 1;
         } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             serve_usage(stdout);
             return 0;

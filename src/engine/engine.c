@@ -97,9 +97,11 @@ clef_engine *clef_engine_open(const clef_engine_options *opt, clef_err *err) {
      * answers text requests; media requests are then refused with the reason. */
     clef_err terr;
     clef_err_clear(&terr);
-    e->towers = clef_towers_create(&e->ck, clef_model_backend(e->model), &terr);
+    e->towers = opt->text_only ? NULL : clef_towers_create(&e->ck, clef_model_backend(e->model), &terr);
     if (e->towers)
         progress(opt, "media towers bound", t0);
+    else if (opt->text_only)
+        snprintf(e->towers_why, sizeof e->towers_why, "text-only: the media towers were not loaded");
     else
         snprintf(e->towers_why, sizeof e->towers_why, "%s", terr.message);
     e->load_seconds = clef_now() - t0;

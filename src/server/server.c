@@ -83,7 +83,7 @@ static void *load_model(void *arg) {
                               .n_threads = s->opt.n_threads,
                               .device = s->opt.device,
                               .max_length = s->opt.max_length,
-                              .truncate_state = s->opt.truncate_state,
+                              .truncate_state = s->opt.truncate_state, .text_only = s->opt.text_only,
                               .limits = s->opt.limits,
                               .verbose = 1};
     clef_err_clear(&s->load_err);
