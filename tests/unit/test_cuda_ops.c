@@ -239,7 +239,7 @@ static void test_matmul_f32_weight(void **state) {
     NEED_GPU(state);
     fx *f = *state;
     clef_err err;
-    const int64_t T = 17, K = 37, N = 45;
+    const int64_t T = 70001, K = 37, N = 45; /* more rows than one launch's grid (65535): two launches */
     float *x = rand_vec((size_t)(T * K), 1.0f), *w = rand_vec((size_t)(N * K), 1.0f), *b = rand_vec((size_t)N, 1.0f);
     clef_weight wc, wg;
     float *ref = malloc((size_t)(T * N) * sizeof *ref);
@@ -251,7 +251,7 @@ static void test_matmul_f32_weight(void **state) {
     ok(g->ops->matmul(g, dx, T, &wg, db, dy, &err), &err);
     float *y = dget(g, dy, (size_t)(T * N));
     check("matmul f32 weight", "cuda", y, ref, (size_t)(T * N), TOL_F32);
-    /* quantized weights are refused with a clear 500 */
+    /* a quantized weight without its scales is refused with a clear 500 */
     clef_qweight q = {.dtype = CLEF_DT_U8, .rows = 16, .cols = 32, .data = x, .quant = {.type = CLEF_QT_NVFP4}};
     clef_weight wq;
     assert_int_equal(g->ops->weight_init_packed(g, &wq, &q, &err), -1);
@@ -433,7 +433,7 @@ static void attention_case(fx *f, const char *what, int64_t n_seg, const int64_t
         const float *dk = dkv + (k - kv), *dv = dkv + (v - kv);
         ok(g->ops->attention(g, dq, dk, dv, dout, &a, &err), &err);
         float *o = dget(g, dout, (size_t)(nq * os));
-        const int tc = D == 64 || D == 128, prec = gi == G_PRECISE || gi == G_PRECISE_T0;
+        const int tc = D == 64 || D == 72 || D == 128, prec = gi == G_PRECISE || gi == G_PRECISE_T0;
         char w2[96];
         snprintf(w2, sizeof w2, "%s%s", what, !tc ? " [f32]" : prec ? " [tc split]" : " [tc]");
         check(w2, f->name[gi], o, ref, (size_t)(nq * os), !tc ? TOL_PRECISE : prec ? TOL_PRECISE_ATTN : TOL_BF16);
@@ -475,6 +475,10 @@ static void test_attention(void **state) {
     attention_case(f, "attn cross D=64 (head MHA)", 3, qo, ko, 4, 4, 64, 0, 1);
     const int64_t so[3] = {0, 2, 5}, sk[3] = {0, 4, 13};
     attention_case(f, "attn single head D=1024", 2, so, sk, 1, 1, 1024, 0, 0);
+    /* the vision tower's heads: 72 wide (run padded to 80), full attention per image */
+    const int64_t vo[4] = {0, 64, 100, 357};
+    attention_case(f, "attn vision D=72 (padded to 80)", 3, vo, vo, 16, 16, 72, 0, 1);
+    attention_case(f, "attn causal GQA D=72", 6, off, off, 8, 2, 72, 1, 0);
 }
 
 /* ---- router and experts -------------------------------------------------- */

@@ -12,7 +12,7 @@
  *     custom GEMM loads each weight tile once and feeds it to the hi and the
  *     lo MMA; dense products through cuBLASLt run the [hi; lo] rows as 2T
  *     stacked rows in one call and add the halves (ck_split_sum).  Attention
- *     (head_dim 64/128) runs on the tensor cores with Q, K, V and the
+ *     (head_dim 64, 72 (padded to 80) or 128) runs on the tensor cores with Q, K, V and the
  *     probabilities split the same way: hi.hi + hi.lo + lo.hi per product
  *     (~1e-6 relative).  On the `small` preset this mode meets the parity
  *     bar against the CPU f32 path (docs/BENCHMARKS.md).

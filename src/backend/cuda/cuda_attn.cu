@@ -1,6 +1,7 @@
 /* cuda_attn.cu — interleaved M-RoPE and attention over packed segments.
  *
- * attn_tc_kernel is a FlashAttention-2-style forward: one block of 4 warps
+ * attn_tc_kernel is a FlashAttention-2-style forward (head sizes 64, 128,
+ * and 72 = the vision tower's, padded with zero columns to 80): one block of 4 warps
  * owns 64 query rows of one head of one segment, keeps Q in registers,
  * walks the segment's keys in 64-row tiles (S = Q K^T and O += P V on the
  * tensor cores, bf16 inputs, f32 accumulation) with an online softmax in
@@ -57,23 +58,29 @@ __global__ void rope_kernel(float *x, int64_t T, int64_t heads, int64_t D, const
 
 constexpr int FA_BM = 64, FA_BN = 64, FA_THREADS = 128;
 
-/* Q, NBUF x (K, V); each of them twice (hi, lo) when split */
-template <int D, int SPLIT, int NBUF> constexpr int fa_smem_bytes() {
-    return SPLIT * (1 + 2 * NBUF) * FA_BM * (D + 8) * 2;
+/* Q, NBUF x (K, V); each of them twice (hi, lo) when split; DP = the head
+ * size padded to the MMA's k of 16 */
+template <int DP, int SPLIT, int NBUF> constexpr int fa_smem_bytes() {
+    return SPLIT * (1 + 2 * NBUF) * FA_BM * (DP + 8) * 2;
 }
 
 /* SPLIT = 2: Q, K, V rows are [hi | lo] bf16 pairs (x = hi + lo to 2^-17)
  * and P is split the same way in registers; S = Qh.Kh + Qh.Kl + Ql.Kh and
  * O += Ph.Vh + Ph.Vl + Pl.Vh (the lo.lo term, ~2^-16 relative, is dropped),
  * three MMAs per fragment in that fixed order, f32 accumulation. */
-template <int D, bool CAUSAL, int SPLIT, int NBUF>
+/* D is the head size (a multiple of 8), DP >= D the multiple of 16 the MMAs
+ * walk: columns D..DP-1 of every shared tile are zeros, so they add exact
+ * zeros to S and produce output columns that are never written (the vision
+ * tower's heads of 72 run as 80). */
+template <int D, int DP, bool CAUSAL, int SPLIT, int NBUF>
 __global__ void __launch_bounds__(FA_THREADS) attn_tc_kernel(const bf16 *__restrict__ Q, const bf16 *__restrict__ K,
                                                              const bf16 *__restrict__ V, float *__restrict__ out,
                                                              int64_t o_stride, const int32_t *__restrict__ tiles,
                                                              const int64_t *__restrict__ q_off,
                                                              const int64_t *__restrict__ kv_off, int nh, int nkv,
                                                              float scale_log2) {
-    constexpr int P = D + 8, CH = D / 8, KD = D / 16;
+    static_assert(D % 8 == 0 && DP % 16 == 0 && DP >= D && DP - D < 16, "head size padding");
+    constexpr int P = DP + 8, CH = D / 8, KD = DP / 16;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     /* Qs [SPLIT][BM][P]; Kb, Vb [NBUF buffers][SPLIT][BN][P] */
     bf16 *Qs = reinterpret_cast<bf16 *>(smem_raw), *Kb = Qs + SPLIT * FA_BM * P, *Vb = Kb + NBUF * SPLIT * FA_BN * P;
@@ -83,6 +90,13 @@ __global__ void __launch_bounds__(FA_THREADS) attn_tc_kernel(const bf16 *__restr
     const int64_t q0 = q_off[s], ql = q_off[s + 1] - q0, kv0 = kv_off[s], kl = kv_off[s + 1] - kv0;
     const int hk = h / (nh / nkv);
     const int64_t qrs = (int64_t)SPLIT * nh * D, krs = (int64_t)SPLIT * nkv * D; /* row strides */
+    if (DP > D) { /* zero the pad columns of every tile once; the loads below never touch them */
+        constexpr int PADW = DP > D ? (DP - D) / 2 : 1; /* 32-bit words per row */
+        uint32_t *all = reinterpret_cast<uint32_t *>(smem_raw);
+        const int rows = SPLIT * (1 + 2 * NBUF) * FA_BM;
+        for (int c = tid; c < rows * PADW; c += FA_THREADS)
+            all[((c / PADW) * P + D) / 2 + c % PADW] = 0u;
+    }
 
     for (int c = tid; c < FA_BM * CH; c += FA_THREADS) {
         const int r = c / CH, col = (c % CH) * 8;
@@ -112,9 +126,9 @@ __global__ void __launch_bounds__(FA_THREADS) attn_tc_kernel(const bf16 *__restr
 
     const int64_t n_keys = CAUSAL ? (kl < i0 + FA_BM ? kl : i0 + FA_BM) : kl;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    float o[D / 8][4];
+    float o[DP / 8][4];
 #pragma unroll
-    for (int i = 0; i < D / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    for (int i = 0; i < DP / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
     uint32_t qf[KD][4]; /* Q (hi) fragments, kept in registers; the lo half is re-read from Qs per tile */
     const int r0 = warp * 16 + g; /* this thread's rows r0 and r0 + 8 of the tile */
 
@@ -203,7 +217,7 @@ __global__ void __launch_bounds__(FA_THREADS) attn_tc_kernel(const bf16 *__restr
             l[hh] = l[hh] * alpha[hh] + rs[hh];
         }
 #pragma unroll
-        for (int i = 0; i < D / 8; i++) {
+        for (int i = 0; i < DP / 8; i++) {
             o[i][0] *= alpha[0];
             o[i][1] *= alpha[0];
             o[i][2] *= alpha[1];
@@ -224,7 +238,7 @@ __global__ void __launch_bounds__(FA_THREADS) attn_tc_kernel(const bf16 *__restr
                 }
             }
 #pragma unroll
-            for (int dn = 0; dn < D / 16; dn++) {
+            for (int dn = 0; dn < DP / 16; dn++) {
                 uint32_t b0, b1, b2, b3;
                 const int voff = (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * P + dn * 16 + (lane >> 4) * 8;
                 ldsm_x4_t(b0, b1, b2, b3, Vs + voff);
@@ -324,34 +338,34 @@ template <typename F> cudaError_t allow_smem(F *fn, int bytes, unsigned *done_ma
     return e;
 }
 
-template <int D, bool CAUSAL, int SPLIT, int NBUF>
+template <int D, int DP, bool CAUSAL, int SPLIT, int NBUF>
 cudaError_t launch_tc(const bf16 *q, const bf16 *k, const bf16 *v, float *out, int64_t o_stride, const int32_t *tiles,
                       int64_t n_tiles, const int64_t *q_off, const int64_t *kv_off, int nh, int nkv, float scale_log2,
                       cudaStream_t st) {
     static unsigned done = 0;
-    constexpr int smem = fa_smem_bytes<D, SPLIT, NBUF>();
-    cudaError_t e = allow_smem(attn_tc_kernel<D, CAUSAL, SPLIT, NBUF>, smem, &done);
+    constexpr int smem = fa_smem_bytes<DP, SPLIT, NBUF>();
+    cudaError_t e = allow_smem(attn_tc_kernel<D, DP, CAUSAL, SPLIT, NBUF>, smem, &done);
     if (e != cudaSuccess) return e;
     dim3 grid((unsigned)n_tiles, (unsigned)nh);
-    attn_tc_kernel<D, CAUSAL, SPLIT, NBUF><<<grid, FA_THREADS, smem, st>>>(q, k, v, out, o_stride, tiles, q_off, kv_off, nh,
+    attn_tc_kernel<D, DP, CAUSAL, SPLIT, NBUF><<<grid, FA_THREADS, smem, st>>>(q, k, v, out, o_stride, tiles, q_off, kv_off, nh,
                                                                     nkv, scale_log2);
     return cudaGetLastError();
 }
 
-template <int D>
+template <int D, int DP>
 cudaError_t launch_tc_d(const bf16 *q, const bf16 *k, const bf16 *v, float *out, int64_t o_stride,
                         const int32_t *tiles, int64_t n_tiles, const int64_t *q_off, const int64_t *kv_off, int nh,
                         int nkv, float sl2, int causal, int split, int one_buf, cudaStream_t st) {
     if (split == 2 && one_buf)
-        return causal ? launch_tc<D, true, 2, 1>(q, k, v, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, st)
-                      : launch_tc<D, false, 2, 1>(q, k, v, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2,
+        return causal ? launch_tc<D, DP, true, 2, 1>(q, k, v, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, st)
+                      : launch_tc<D, DP, false, 2, 1>(q, k, v, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2,
                                                   st);
     if (split == 2)
-        return causal ? launch_tc<D, true, 2, 2>(q, k, v, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, st)
-                      : launch_tc<D, false, 2, 2>(q, k, v, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2,
+        return causal ? launch_tc<D, DP, true, 2, 2>(q, k, v, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, st)
+                      : launch_tc<D, DP, false, 2, 2>(q, k, v, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2,
                                                   st);
-    return causal ? launch_tc<D, true, 1, 2>(q, k, v, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, st)
-                  : launch_tc<D, false, 1, 2>(q, k, v, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, st);
+    return causal ? launch_tc<D, DP, true, 1, 2>(q, k, v, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, st)
+                  : launch_tc<D, DP, false, 1, 2>(q, k, v, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, st);
 }
 
 } /* namespace */
@@ -378,11 +392,14 @@ cudaError_t ck_attn_tc(const uint16_t *q, const uint16_t *k, const uint16_t *v, 
                *V = reinterpret_cast<const bf16 *>(v);
     const float sl2 = scale * 1.4426950408889634f;
     if (D == 128)
-        return launch_tc_d<128>(Q, K, V, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, causal, split,
+        return launch_tc_d<128, 128>(Q, K, V, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, causal, split,
                                 one_buf, st);
     if (D == 64)
-        return launch_tc_d<64>(Q, K, V, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, causal, split,
-                               one_buf, st);
+        return launch_tc_d<64, 64>(Q, K, V, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, causal, split,
+                                   one_buf, st);
+    if (D == 72) /* the vision tower's heads (1152 / 16) */
+        return launch_tc_d<72, 80>(Q, K, V, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, causal, split,
+                                   one_buf, st);
     return cudaErrorInvalidValue;
 }
 

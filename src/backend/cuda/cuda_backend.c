@@ -948,7 +948,7 @@ static int cu_attention(clef_backend *be, const float *q, const float *k, const 
     }
     const int64_t nq = ns ? a->q_off[ns] : 0, nk = ns ? a->kv_off[ns] : 0;
     if (nq == 0) return 0;
-    const int tc = D == 64 || D == 128, split = c->precise_parts & PRECISE_ATTN ? 2 : 1;
+    const int tc = D == 64 || D == 72 || D == 128, split = c->precise_parts & PRECISE_ATTN ? 2 : 1;
     op_begin(c, !tc ? "attention (f32)" : split == 2 ? "attention (tensor cores, split)" : "attention (tensor cores)",
              0);
     const size_t off_bytes = (size_t)(ns + 1) * sizeof(int64_t);

@@ -564,10 +564,15 @@ cudaError_t ck_gemm(const ck_gemm_args *a, cudaStream_t st) {
 cudaError_t ck_gemm_f32(const float *x, int64_t M, int64_t K, const float *W, int64_t N, const float *bias, float *Y,
                         cudaStream_t st) {
     if (M <= 0 || N <= 0) return cudaSuccess;
-    if (M > 65535) return cudaErrorInvalidConfiguration;
-    dim3 grid((unsigned)((N + 127) / 128), (unsigned)M);
-    gemm_f32_kernel<<<grid, 128, 0, st>>>(x, M, K, W, N, bias, Y);
-    return cudaGetLastError();
+    /* one block row per token: launches of at most 65535 rows (the grid's y limit); rows are independent */
+    for (int64_t m0 = 0; m0 < M; m0 += 65535) {
+        const int64_t m = M - m0 < 65535 ? M - m0 : 65535;
+        dim3 grid((unsigned)((N + 127) / 128), (unsigned)m);
+        gemm_f32_kernel<<<grid, 128, 0, st>>>(x + m0 * K, m, K, W, N, bias, Y + m0 * N);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
 }
 
 cudaError_t ck_add_bias(float *Y, int64_t M, int64_t N, int64_t ldy, const float *bias, cudaStream_t st) {
