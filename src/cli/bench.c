@@ -42,6 +42,7 @@ static void bench_usage(FILE *f) {
             "                  media/melspec.h): \"towers\" block, p50 over --iters (CUDA: after a warm-up;\n"
             "                  with --profile one more call of each timed per op)\n"
             "  --towers-only   with --synthetic: draw and time only the media towers (no thinker)\n"
+            "  --text-only     do not load the media towers (a text deployment's GPU memory)\n"
             "  --quant F       with --synthetic: experts quantized in memory to F (int4, fp8-block, nvfp4,\n"
             "                  nvfp4-modelopt), as `clef quantize` would write them (full int4 ~18 GB)\n"
             "  --tokenizer F   tokenizer.json (default %s with --synthetic,\n"
@@ -103,7 +104,7 @@ typedef struct bench_run {
 typedef struct bench_args {
     const char *model, *synthetic, *tokenizer, *device, *runs_spec, *quant, *image_mp, *audio_s;
     size_t seed, tokens, batch, iters, threads;
-    int profile, towers_only;
+    int profile, towers_only, text_only;
     size_t n_runs;
     bench_run runs[MAX_RUNS];
 } bench_args;
@@ -154,6 +155,8 @@ static int parse_args(int argc, char **argv, bench_args *a) {
             a->profile = 1;
         } else if (!strcmp(argv[i], "--towers-only")) {
             a->towers_only = 1;
+        } else if (!strcmp(argv[i], "--text-only")) {
+            a->text_only = 1;
         } else {
             int help = !strcmp(argv[i], "--help") || !strcmp(argv[i], "-h");
             if (!help) fprintf(stderr, "clef bench: unknown argument %s\n", argv[i]);
@@ -172,11 +175,12 @@ static int parse_args(int argc, char **argv, bench_args *a) {
         a->runs[0] = (bench_run){.batch = a->batch, .tokens = a->tokens};
     }
     if (a->synthetic && !a->tokenizer) a->tokenizer = CLI_DEFAULT_TOKENIZER;
-    if ((a->towers_only && (!a->synthetic || (!a->image_mp && !a->audio_s))) ||
+    if ((a->text_only && (a->towers_only || a->image_mp || a->audio_s)) ||
+        (a->towers_only && (!a->synthetic || (!a->image_mp && !a->audio_s))) ||
         (a->image_mp && !(strtod(a->image_mp, NULL) > 0 && strtod(a->image_mp, NULL) <= 64)) ||
         (a->audio_s && !(strtod(a->audio_s, NULL) >= 0.1 && strtod(a->audio_s, NULL) <= 3600))) {
         fprintf(stderr, "clef bench: --towers-only needs --synthetic and --image-mp or --audio-s; --image-mp in "
-                        "(0, 64], --audio-s in [0.1, 3600]\n");
+                        "(0, 64], --audio-s in [0.1, 3600]; --text-only takes none of the three\n");
         return 2;
     }
     return 0;
@@ -435,7 +439,8 @@ int cli_bench(int argc, char **argv) {
     for (size_t i = 0; i < a.n_runs; i++) max_tokens = a.runs[i].tokens > max_tokens ? a.runs[i].tokens : max_tokens;
     clef_engine_options opt = {.model_dir = a.model, .synthetic = a.synthetic, .seed = a.seed,
                                .synthetic_quant = a.quant, .tokenizer = a.tokenizer, .device = a.device, .max_length = max_tokens,
-                               .truncate_state = 1, .n_threads = (int)a.threads, .verbose = 1};
+                               .truncate_state = 1, .n_threads = (int)a.threads, .verbose = 1,
+                               .text_only = a.text_only};
     clef_err err;
     clef_err_clear(&err);
     clef_engine *e = clef_engine_open(&opt, &err);
