@@ -12,9 +12,17 @@
 #                 (default: precise numerics; then the opt-in fast mode, for reference)
 #   bench         `clef bench --synthetic full --device cuda`: 1x300, 1x1000, 1x4000 tokens
 #                 (p50/p95), 8x1k and 32x1k packed (tokens/s), GPU peak memory, per-op profile
-#   transformers  bench/bench_transformers.py (the peer baseline on the same card)
+#   transformers  bench/bench_transformers.py (the peer baseline on the same card; BENCH_IMPLS=grouped_mm
+#                 skips its slow eager loop)
+#   bench_fast    the same in the opt-in fast numerics (CLEF_CUDA_NUMERICS=fast)
+#   towers        `clef bench --towers-only`: the full-width vision tower on a 1-MP image and the audio
+#                 tower on 30 s, CUDA (tests/unit/test_cuda_towers checks them against the CPU)
+#   quant         the full preset's experts quantized in memory (int4, fp8-block, nvfp4): `clef parity`
+#                 BF16 vs each over the 200 generated requests, then `clef bench` per format
+#                 (300 / 1k tokens, 32x1k, GPU memory)
 # usage: scripts/gpu_check.sh [stage ...]        (default: cpuref env tests bench transformers parity)
-# Logs go to $OUT (default /tmp/gpu_check): <stage>.log and summary.txt.
+# Logs go to $OUT (default /tmp/gpu_check): <stage>.log and summary.txt.  UNPACK (default
+# /tmp/clefgpu) is where the pack is unpacked: two instances on two GPUs need two.
 set -u
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -28,9 +36,10 @@ note() { echo "$*" | tee -a "$SUM"; }
 # ---- binaries and libraries ----------------------------------------------------------------
 PACK=${PACK:-.gpu}
 if [ -f "$PACK/pack.tar.xz" ]; then
-    rm -rf /tmp/clefgpu && mkdir -p /tmp/clefgpu && tar -C /tmp/clefgpu -xJf "$PACK/pack.tar.xz"
-    BIN=/tmp/clefgpu/bin
-    LIBS=/tmp/clefgpu/lib
+    UNPACK=${UNPACK:-/tmp/clefgpu}
+    rm -rf "$UNPACK" && mkdir -p "$UNPACK" && tar -C "$UNPACK" -xJf "$PACK/pack.tar.xz"
+    BIN=$UNPACK/bin
+    LIBS=$UNPACK/lib
 else
     echo "no $PACK/pack.tar.xz: run scripts/gpu_pack.sh on a build machine and carry .gpu" >&2
     exit 2
@@ -44,7 +53,7 @@ export LD_LIBRARY_PATH=$LIBS:$CUBLAS_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 # the test binaries read fixtures from the absolute path they were built with
 FIX=$(strings "$BIN/test_cuda_golden" | grep -m1 '/tests/fixtures$' || true)
 if [ -n "$FIX" ] && [ ! -e "$FIX" ]; then
-    mkdir -p "$(dirname "$(dirname "$(dirname "$FIX")")")" && ln -s "$ROOT" "$(dirname "$(dirname "$FIX")")"
+    mkdir -p "$(dirname "$(dirname "$(dirname "$FIX")")")" && ln -s "$ROOT" "$(dirname "$(dirname "$FIX")")" 2>/dev/null
 fi
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
 
@@ -65,7 +74,7 @@ for st in $STAGES; do
         {
             date -u; uname -a; nproc; free -g | head -2
             nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv
-            echo "cublasLt from: $CUBLAS_DIR"; echo "pack commit: $(cat /tmp/clefgpu/COMMIT)"
+            echo "cublasLt from: $CUBLAS_DIR"; echo "pack commit: $(cat "$UNPACK/COMMIT")"
             ldd "$BIN/clef" | grep -E "not found|cublas" || true
             "$BIN/clef" --help > /dev/null && echo "clef runs"
         } > "$OUT/env.log" 2>&1
@@ -90,9 +99,12 @@ EOF
         grep FLOOR "$OUT/env.log" | tee -a "$SUM"
         ;;
     tests)
-        run_stage test_cuda_ops 100 "$BIN/test_cuda_ops"
-        run_stage test_cuda_golden 100 "$BIN/test_cuda_golden"
-        cat "$OUT/test_cuda_ops.log" "$OUT/test_cuda_golden.log" > "$OUT/tests.log" && rm -f "$OUT/test_cuda_ops.log" "$OUT/test_cuda_golden.log"
+        : > "$OUT/tests.log"
+        for t in test_cuda_ops test_cuda_golden test_cuda_quant test_cuda_towers; do
+            [ -x "$BIN/$t" ] || continue
+            run_stage "$t" 150 "$BIN/$t"
+            cat "$OUT/$t.log" >> "$OUT/tests.log" && rm -f "$OUT/$t.log"
+        done
         grep -E "rel L2|bitwise|PASSED|FAILED|mode:|Error|error" "$OUT/tests.log" | tail -60 >> "$SUM"
         ;;
     cpuref)
@@ -134,12 +146,32 @@ EOF
         ;;
     bench)
         CLEF_CUDA_LT_LOG=1 run_stage bench 240 "$BIN/clef" bench --synthetic full --seed 1 --device cuda \
-            --runs 1x300,1x1000,1x4000,8x1000,32x1000 --iters 10 --profile
+            --text-only --runs 1x300,1x1000,1x4000,8x1000,32x1000 --iters 10 --profile
         grep -v -E "^(clef|===)" "$OUT/bench.log" | grep -E "^[a-z_]+ |run " | head -80 >> "$SUM"
         ;;
     transformers)
         PYTHONUNBUFFERED=1 run_stage transformers 270 python3 bench/bench_transformers.py
         grep -E "ceiling|RESULT|peak|built" "$OUT/transformers.log" >> "$SUM"
+        ;;
+    bench_fast) # the opt-in fast numerics (bf16 activations), for the speed it gives up
+        CLEF_CUDA_NUMERICS=fast run_stage bench_fast 150 "$BIN/clef" bench --synthetic full --seed 1 --device cuda \
+            --text-only --runs 1x300,1x1000,32x1000 --iters 5
+        grep -v -E "^(clef|===)" "$OUT/bench_fast.log" | grep -E "^[a-z_0-9]+ |run " | head -40 >> "$SUM"
+        ;;
+    towers)
+        run_stage towers 120 "$BIN/clef" bench --synthetic full --seed 1 --device cuda --towers-only \
+            --image-mp 1 --audio-s 30 --iters 5 --profile
+        grep -v -E "^(clef|===)" "$OUT/towers.log" | grep -E "^[a-z_0-9]+ |towers" | head -40 >> "$SUM"
+        ;;
+    quant)
+        run_stage quant_parity ${QUANT_PARITY_TIMEOUT:-300} "$BIN/clef" parity --synthetic full --seed 1 \
+            --quant-b ${QUANT_FORMATS:-int4,fp8-block,nvfp4} --device cuda --requests bench/parity/requests_200.jsonl
+        grep -E "^(A |B |requests|top-1|total variation|flipped questions|clef parity)" "$OUT/quant_parity.log" >> "$SUM"
+        for f in $(echo "${QUANT_BENCH_FORMATS:-int4,fp8-block,nvfp4}" | tr , ' '); do
+            run_stage "bench_$f" ${QUANT_BENCH_TIMEOUT:-150} "$BIN/clef" bench --synthetic full --seed 1 --quant "$f" \
+                --device cuda --text-only --runs 1x300,1x1000,32x1000 --iters 5
+            grep -v -E "^(clef|===)" "$OUT/bench_$f.log" | grep -E "^[a-z_0-9]+ |run " | head -40 >> "$SUM"
+        done
         ;;
     modes) # parity of each precise-mode part against the CPU reference (which part's bf16 rounding costs what)
         REF=${REF:-bench/parity/cpu_answers_small_seed1.jsonl}
