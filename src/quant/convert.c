@@ -150,7 +150,7 @@ typedef struct conv {
     size_t n_slots;
     /* synthetic source (o->synthetic): the generator's plan; gen[s][i] draws shards[s].tensors[i],
        whose data pointers are NULL */
-    clef_synth_plan gen_plan;
+    clef_synth_plan gen_plan, gen_towers;
     const clef_synth_tensor ***gen;
     uint16_t *u16;
     size_t u16_n;
@@ -261,42 +261,51 @@ static int read_shard_names(conv *cv, clef_err *err) {
     return 0;
 }
 
-/* The synthetic preset's thinker shards as st_files without data: names,
- * dtypes and shapes from the generator's plan, in its shard order. */
+/* Source shard `s` of the synthetic preset: the plan's tensors of plan
+ * shard `shard` (all of them when shard < 0), as an st_file without data. */
+static void synth_shard(conv *cv, size_t s, const char *name, const clef_synth_plan *p, int shard) {
+    cv->shard_names[s] = clef_xstrndup(name, strlen(name));
+    clef_buf path = {0};
+    clef_buf_printf(&path, "synthetic-%s/%s", cv->o->synthetic, name);
+    cv->shards[s].path = clef_xstrndup(path.data, path.len);
+    clef_buf_free(&path);
+    size_t n = 0;
+    for (size_t i = 0; i < p->n; i++) n += shard < 0 || p->t[i].shard == shard;
+    cv->shards[s].tensors = clef_xcalloc(n ? n : 1, sizeof *cv->shards[s].tensors);
+    cv->gen[s] = clef_xcalloc(n ? n : 1, sizeof *cv->gen[s]);
+    for (size_t i = 0; i < p->n; i++) {
+        const clef_synth_tensor *g = &p->t[i];
+        if (shard >= 0 && g->shard != shard) continue;
+        st_tensor *t = &cv->shards[s].tensors[cv->shards[s].n];
+        cv->gen[s][cv->shards[s].n++] = g;
+        t->name = clef_xstrndup(g->name, strlen(g->name));
+        t->dtype = CLEF_DT_BF16;
+        t->ndim = g->ndim;
+        for (int d = 0; d < g->ndim; d++) t->shape[d] = g->shape[d];
+        t->numel = g->numel;
+        t->nbytes = g->numel * 2;
+    }
+}
+
+/* The synthetic preset's thinker shards, then its media towers' shard
+ * (model-towers.safetensors, when the preset has towers), as `clef synth`
+ * writes and indexes them. */
 static int open_synthetic(conv *cv, clef_err *err) {
     const clef_synth_preset *pr = clef_synth_preset_find(cv->o->synthetic, err);
     if (!pr) return -1;
-    clef_synth_plan *p = &cv->gen_plan;
+    clef_synth_plan *p = &cv->gen_plan, *tw = &cv->gen_towers;
     clef_synth_plan_make(pr, cv->o->seed, 0, p);
-    cv->n_shards = (size_t)p->n_shards;
+    clef_synth_towers_plan_make(pr, cv->o->seed, tw);
+    cv->n_shards = (size_t)p->n_shards + (tw->n > 0);
     cv->shard_names = clef_xcalloc(cv->n_shards, sizeof *cv->shard_names);
     cv->shards = clef_xcalloc(cv->n_shards, sizeof *cv->shards);
     cv->gen = clef_xcalloc(cv->n_shards, sizeof *cv->gen);
-    for (size_t s = 0; s < cv->n_shards; s++) {
+    for (int s = 0; s < p->n_shards; s++) {
         char name[64];
-        clef_synth_shard_name((int)s, p->n_shards, name, sizeof name);
-        cv->shard_names[s] = clef_xstrndup(name, strlen(name));
-        clef_buf path = {0};
-        clef_buf_printf(&path, "synthetic-%s/%s", pr->name, name);
-        cv->shards[s].path = clef_xstrndup(path.data, path.len);
-        clef_buf_free(&path);
-        size_t n = 0;
-        for (size_t i = 0; i < p->n; i++) n += p->t[i].shard == (int)s;
-        cv->shards[s].tensors = clef_xcalloc(n ? n : 1, sizeof *cv->shards[s].tensors);
-        cv->gen[s] = clef_xcalloc(n ? n : 1, sizeof *cv->gen[s]);
-        for (size_t i = 0; i < p->n; i++) {
-            const clef_synth_tensor *g = &p->t[i];
-            if (g->shard != (int)s) continue;
-            st_tensor *t = &cv->shards[s].tensors[cv->shards[s].n];
-            cv->gen[s][cv->shards[s].n++] = g;
-            t->name = clef_xstrndup(g->name, strlen(g->name));
-            t->dtype = CLEF_DT_BF16;
-            t->ndim = g->ndim;
-            for (int d = 0; d < g->ndim; d++) t->shape[d] = g->shape[d];
-            t->numel = g->numel;
-            t->nbytes = g->numel * 2;
-        }
+        clef_synth_shard_name(s, p->n_shards, name, sizeof name);
+        synth_shard(cv, (size_t)s, name, p, s);
     }
+    if (tw->n) synth_shard(cv, (size_t)p->n_shards, "model-towers.safetensors", tw, -1);
     return 0;
 }
 
@@ -1195,6 +1204,7 @@ static void conv_free(conv *cv) {
     free(cv->gen);
     free(cv->u16);
     clef_synth_plan_free(&cv->gen_plan);
+    clef_synth_plan_free(&cv->gen_towers);
     clef_buf_free(&cv->config_text);
     clef_buf_free(&cv->hf_text);
     free(cv->shards);
