@@ -544,6 +544,7 @@ typedef struct slot {
     uint8_t *qb[3];   /* the companions' bytes */
     size_t qb_n[3];
     float global;     /* NVFP4 global scale / scale_2 */
+    float amax;       /* largest |w| of the matrix (NVFP4) */
     double e2, n2;    /* Σ(W − deq)², ΣW² */
 } slot;
 
@@ -652,10 +653,13 @@ static void record(conv *cv, const slot *sl) {
 }
 
 /* The global scale expert matrix `m` is quantized with (gate and up share
- * one, from the amax over both). */
-static float global_for(const conv *cv, slot *sl, const expert_mat *m, float amax_self) {
+ * one, from the amax over both).  `partner_amax` >= 0: the partner's amax,
+ * already known (same batch); otherwise the partner is loaded. */
+static float global_for(const conv *cv, slot *sl, const expert_mat *m, float amax_self, float partner_amax) {
     float amax = amax_self;
-    if (m->proj != 2) {
+    if (m->proj != 2 && partner_amax >= 0) {
+        if (partner_amax > amax) amax = partner_amax;
+    } else if (m->proj != 2) {
         const expert_mat *o = find_mat(cv, m->layer, m->expert, 1 - m->proj);
         if (o) {
             load_f32(cv, o->t, o->shard, &sl->fb, &sl->fb_n, sl); /* re-touched source pages are dropped again */
@@ -666,15 +670,23 @@ static float global_for(const conv *cv, slot *sl, const expert_mat *m, float ama
     return cv->f == CLEF_QF_NVFP4_CT ? clef_nvfp4_global_scale(amax) : clef_nvfp4_scale_2(amax);
 }
 
-/* Draw/convert, quantize and measure expert matrix `m` into `sl`.
+static int is_nvfp4(clef_quant_format f) { return f == CLEF_QF_NVFP4_CT || f == CLEF_QF_NVFP4_MODELOPT; }
+
+/* Draw/convert expert matrix `m` into `sl` (and its amax for NVFP4).
  * Thread-safe: reads only shared state. */
-static void quantize_expert(const conv *cv, slot *sl, const expert_mat *m) {
-    const int64_t R = m->t->shape[0], C = m->t->shape[1];
+static void load_expert(const conv *cv, slot *sl, const expert_mat *m) {
     sl->m = m;
-    const float *x = load_f32(cv, m->t, m->shard, &sl->fa, &sl->fa_n, sl);
-    sl->global = 0;
-    if (cv->f == CLEF_QF_NVFP4_CT || cv->f == CLEF_QF_NVFP4_MODELOPT)
-        sl->global = global_for(cv, sl, m, clef_amax(x, m->t->numel));
+    load_f32(cv, m->t, m->shard, &sl->fa, &sl->fa_n, sl);
+    sl->amax = is_nvfp4(cv->f) ? clef_amax(sl->fa, m->t->numel) : 0;
+}
+
+/* Quantize and measure the matrix loaded in `sl`; `partner_amax` as in
+ * global_for.  Thread-safe. */
+static void quantize_expert(const conv *cv, slot *sl, float partner_amax) {
+    const expert_mat *m = sl->m;
+    const int64_t R = m->t->shape[0], C = m->t->shape[1];
+    const float *x = sl->fa;
+    sl->global = is_nvfp4(cv->f) ? global_for(cv, sl, m, sl->amax, partner_amax) : 0;
     clef_qweight qw;
     quantize_into(cv, sl, x, R, C, sl->global, &qw);
     measure(sl, x, &qw);
@@ -725,15 +737,34 @@ static int put_stacked(conv *cv, sink *w, const slot *sl, clef_err *err) {
     return rc;
 }
 
+/* Slot of the batch holding the gate/up partner of the matrix in slot j,
+ * or -1 (down, or the partner is not in this batch). */
+static long partner_slot(const conv *cv, long j, long nb) {
+    const expert_mat *m = cv->slots[j].m;
+    if (m->proj == 2) return -1;
+    for (long k = j > 0 ? j - 1 : 0; k < nb && k <= j + 1; k++) /* (layer, expert, proj) order: a neighbour */
+        if (k != j && cv->slots[k].m->layer == m->layer && cv->slots[k].m->expert == m->expert &&
+            cv->slots[k].m->proj == 1 - m->proj)
+            return k;
+    return -1;
+}
+
 /* Quantize and write the expert matrices indexed by todo[0..n) (in order),
- * a batch of cv->n_slots at a time in parallel. */
+ * a batch of cv->n_slots at a time in parallel: every matrix of the batch
+ * is loaded first, so NVFP4's shared gate/up global scale takes the
+ * partner's amax from its slot instead of loading the partner again. */
 static int write_experts(conv *cv, sink *w, const size_t *todo, size_t n, clef_err *err) {
     int rc = 0;
     for (size_t b = 0; rc == 0 && b < n; b += cv->n_slots) {
         long nb = (long)(n - b < cv->n_slots ? n - b : cv->n_slots);
         const conv *ccv = cv;
 #pragma omp parallel for schedule(dynamic, 1)
-        for (long j = 0; j < nb; j++) quantize_expert(ccv, &cv->slots[j], &ccv->ex[todo[b + (size_t)j]]);
+        for (long j = 0; j < nb; j++) load_expert(ccv, &cv->slots[j], &ccv->ex[todo[b + (size_t)j]]);
+#pragma omp parallel for schedule(dynamic, 1)
+        for (long j = 0; j < nb; j++) {
+            long k = partner_slot(ccv, j, nb);
+            quantize_expert(ccv, &cv->slots[j], k >= 0 ? cv->slots[k].amax : -1.0f);
+        }
         for (long j = 0; rc == 0 && j < nb; j++)
             rc = cv->o->stacked ? put_stacked(cv, w, &cv->slots[j], err) : put_expert(cv, w, &cv->slots[j], err);
     }
@@ -1229,10 +1260,11 @@ int clef_quantize_checkpoint(const clef_quantize_options *o, clef_quantize_repor
     if (rc == 0 && o->stacked) rc = check_stacked(&cv, err);
     if (rc == 0 && cv.f == CLEF_QF_INT4_AUTOROUND) int4_keep_bf16(&cv);
     if (rc == 0 && o->memory) cv.mem = clef_xcalloc(cv.n_shards, sizeof *cv.mem);
-    /* two matrices in flight per thread (at most 64: ~17 MB of scratch each for the real shapes) */
-    cv.n_slots = (size_t)(2 * omp_get_max_threads());
-    if (cv.n_slots > 64) cv.n_slots = 64;
-    if (cv.n_slots < 1) cv.n_slots = 1;
+    /* about two matrices in flight per thread, a multiple of 3 so an expert's gate, up and down
+       share a batch (at most 63: ~17 MB of scratch each for the real shapes) */
+    cv.n_slots = (size_t)(2 * omp_get_max_threads() + 2) / 3 * 3;
+    if (cv.n_slots > 63) cv.n_slots = 63;
+    if (cv.n_slots < 3) cv.n_slots = 3;
     cv.slots = clef_xcalloc(cv.n_slots, sizeof *cv.slots);
     for (size_t s = 0; rc == 0 && s < cv.n_shards; s++) rc = write_shard(&cv, s, err);
     if (rc == 0) rc = write_configs(&cv, err);
