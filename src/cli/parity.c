@@ -8,6 +8,7 @@
 #include "cli/cli.h"
 #include "engine/parity.h"
 #include "json/json.h"
+#include "quant/convert.h"
 #include "util/timer.h"
 
 static void parity_usage(FILE *f) {
@@ -154,6 +155,15 @@ int cli_parity(int argc, char **argv) {
                 return 2;
             }
             bquants[n_b++] = tok;
+        }
+    }
+    /* check every format before A spends minutes answering */
+    for (size_t k = 0; k <= n_b; k++) {
+        const char *q = k == n_b ? quant[0] : bquants[k];
+        clef_quant_format f;
+        if (q && strcmp(q, "bf16") && clef_quant_format_parse(q, &f) != 0) {
+            fprintf(stderr, "clef parity: unknown format '%s' (bf16, int4, fp8-block, nvfp4, nvfp4-modelopt)\n", q);
+            return 2;
         }
     }
     parity_side a = {.dir = models[0], .quant = quant[0] && strcmp(quant[0], "bf16") ? quant[0] : NULL};
