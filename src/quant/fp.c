@@ -72,10 +72,13 @@ uint8_t clef_fp8_e4m3_encode(float x) {
     float a = fabsf(x);
     if (a >= CLEF_FP8_E4M3_MAX) return (uint8_t)(sign | 0x7E);
     if (a < 0x1p-6f) return (uint8_t)(sign | (uint8_t)rintf(a * 0x1p9f)); /* subnormal: m·2^-9, m = 8 is 2^-6 */
-    int ex;
-    frexpf(a, &ex);               /* a = f·2^ex, f in [0.5,1): binade 2^(ex-1) */
-    int e = ex - 1;               /* unbiased exponent, -6..8 */
-    float m = rintf(ldexpf(a, 3 - e)); /* 8..16 */
+    uint32_t u, pu;
+    memcpy(&u, &a, 4);
+    int e = (int)((u >> 23) & 0xFF) - 127; /* unbiased exponent of the normal float a, -6..8 */
+    pu = (uint32_t)(3 - e + 127) << 23;    /* 2^(3-e), exact (-5..9): the scaling is exact */
+    float p2;
+    memcpy(&p2, &pu, 4);
+    float m = rintf(a * p2); /* 8..16 */
     unsigned code = (unsigned)(e + 7) * 8u + (unsigned)m - 8u; /* m = 16 carries into e+1 */
     if (code > 0x7E) code = 0x7E;
     return (uint8_t)(sign | code);
