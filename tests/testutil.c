@@ -1,9 +1,12 @@
 #include "testutil.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
+
+#include "backend/cuda/cuda.h"
 
 char *tu_read_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
@@ -194,4 +197,103 @@ double tu_num_at(const json_value *arr, size_t i) {
     double x;
     if (json_as_double(arr->items[i], &x) != 0) fail_msg("element %zu is not a number", i);
     return x;
+}
+
+void tu_ok(int rc, const clef_err *err) {
+    if (rc != 0) fail_msg("op failed: %d %s", err->status, err->message);
+}
+
+uint64_t tu_rand_u64(uint64_t *state) {
+    uint64_t s = *state;
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    return *state = s;
+}
+
+float tu_rand_f32(uint64_t *state) {
+    return (float)((double)(tu_rand_u64(state) >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+float *tu_rand_vec(uint64_t *state, size_t n, float scale) {
+    float *v = malloc((n ? n : 1) * sizeof *v);
+    assert_non_null(v);
+    for (size_t i = 0; i < n; i++) v[i] = tu_rand_f32(state) * scale;
+    return v;
+}
+
+void *tu_dput(clef_backend *g, const void *h, size_t bytes) {
+    clef_err err;
+    void *d = g->ops->alloc(g, bytes ? bytes : 4);
+    assert_non_null(d);
+    if (bytes) tu_ok(g->ops->upload(g, d, h, bytes, &err), &err);
+    return d;
+}
+
+float *tu_dnan(clef_backend *g, size_t n) {
+    float *h = malloc((n ? n : 1) * sizeof *h);
+    assert_non_null(h);
+    for (size_t i = 0; i < n; i++) h[i] = NAN;
+    float *d = tu_dput(g, h, n * sizeof *h);
+    free(h);
+    return d;
+}
+
+float *tu_dget(clef_backend *g, const float *d, size_t n) {
+    clef_err err;
+    float *h = malloc((n ? n : 1) * sizeof *h);
+    assert_non_null(h);
+    tu_ok(g->ops->download(g, h, d, n * sizeof *h, &err), &err);
+    return h;
+}
+
+double tu_rel_l2(const float *got, const float *want, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(got[i])) return NAN;
+        double d = (double)got[i] - want[i];
+        num += d * d;
+        den += (double)want[i] * want[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+double tu_check_rel(const char *what, int what_w, const char *be, int be_w, const float *got, const float *want,
+                    size_t n, double tol) {
+    double r = tu_rel_l2(got, want, n);
+    if (be)
+        printf("  %-*s %-*s rel L2 %.3e  (tol %.0e, %zu values)\n", what_w, what, be_w, be, r, tol, n);
+    else
+        printf("  %-*s rel L2 %.3e  (tol %.0e, %zu values)\n", what_w, what, r, tol, n);
+    if (!(r <= tol)) {
+        if (be) fail_msg("%s (%s): relative L2 error %.3e > %.0e", what, be, r, tol);
+        fail_msg("%s: relative L2 error %.3e > %.0e", what, r, tol);
+    }
+    return r;
+}
+
+int tu_cuda_devices(void **state) {
+    *state = NULL;
+    int n = clef_cuda_device_count();
+    printf("  CUDA devices: %d\n", n);
+    return n;
+}
+
+void tu_print_cuda_device(clef_backend *be) {
+    char d[256];
+    clef_cuda_describe(be, d, sizeof d);
+    printf("  device: %s\n", d);
+}
+
+float *tu_run_record(clef_model *m, const clef_record *r, size_t H, clef_err *err) {
+    float *hidden = malloc(r->n_ids * H * sizeof *hidden);
+    float *logits = malloc((clef_record_total_options(r) + 1) * sizeof *logits);
+    int rc = clef_thinker_forward(m, r->input_ids, r->n_ids, hidden, NULL, err);
+    if (rc == 0) rc = clef_head_forward(m, hidden, r, logits, err);
+    free(hidden);
+    if (rc != 0) {
+        free(logits);
+        return NULL;
+    }
+    return logits;
 }

@@ -8,10 +8,12 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "backend/backend.h"
 #include "decision/record.h"
 #include "engine/engine.h"
 #include "json/json.h"
 #include "media/media.h"
+#include "model/model.h"
 #include "text/tokenizer.h"
 
 /* Read a whole file into a NUL-terminated heap buffer (caller frees); fails
@@ -81,5 +83,77 @@ char *tu_fixture(const char *rel);
 int64_t tu_int_at(const json_value *arr, size_t i);
 /* Element `i` of a JSON array of numbers as double. */
 double tu_num_at(const json_value *arr, size_t i);
+
+/* ---- backend op tests (test_cuda_*.c, test_cpu_ops.c) ---------------------
+ * Backend-agnostic: only the op table of backend/backend.h is used, so these
+ * compile without CUDA. */
+
+/* Skip the current cmocka test, printing "  no CUDA device: skipped", when
+ * the group fixture in *state is NULL (the GPU tests' setup leaves it NULL
+ * when clef_cuda_device_count() is 0). */
+#define TU_NEED_GPU(state)                                                                                             \
+    do {                                                                                                               \
+        if (!*(state)) {                                                                                               \
+            printf("  no CUDA device: skipped\n");                                                                     \
+            skip();                                                                                                    \
+        }                                                                                                              \
+    } while (0)
+
+/* Fail the test with "op failed: <status> <message>" when a backend op
+ * returned rc != 0 (err is the clef_err it filled). */
+void tu_ok(int rc, const clef_err *err);
+
+/* Next value of the xorshift64 generator (13, 7, 17) whose state is *state
+ * (nonzero; each test program keeps its own seed, so its inputs are fixed). */
+uint64_t tu_rand_u64(uint64_t *state);
+
+/* Uniform float in [-1, 1) from the top 53 bits of tu_rand_u64(state). */
+float tu_rand_f32(uint64_t *state);
+
+/* Heap array of n floats tu_rand_f32(state) * scale (caller frees; n = 0
+ * gives a 1-element allocation). */
+float *tu_rand_vec(uint64_t *state, size_t n, float scale);
+
+/* Device copy of `bytes` host bytes on backend g (ops->alloc of at least 4
+ * bytes, then ops->upload); fails the test on error.  Caller frees with
+ * g->ops->free. */
+void *tu_dput(clef_backend *g, const void *h, size_t bytes);
+
+/* Device buffer of n floats (f32) filled with NaN, for op outputs: an
+ * element the op forgot to write then fails the comparison.  Caller frees
+ * with g->ops->free; fails the test on error. */
+float *tu_dnan(clef_backend *g, size_t n);
+
+/* Host copy (malloc'd, caller frees) of n floats at device pointer d of
+ * backend g (ops->download); fails the test on error. */
+float *tu_dget(clef_backend *g, const float *d, size_t n);
+
+/* Relative L2 error ||got - want|| / ||want|| of n floats, in double
+ * (the absolute norm ||got - want|| when want is all zero); NaN when any
+ * element of got is not finite. */
+double tu_rel_l2(const float *got, const float *want, size_t n);
+
+/* Compare got with the reference want (n floats) by tu_rel_l2 and print
+ *   "  <what> <be> rel L2 <r>  (tol <tol>, <n> values)"
+ * with `what` left-justified in what_w columns and `be` (the backend or
+ * mode label; NULL leaves the column out) in be_w columns.  Fails the test
+ * when r > tol or r is NaN.  Returns r. */
+double tu_check_rel(const char *what, int what_w, const char *be, int be_w, const float *got, const float *want,
+                    size_t n, double tol);
+
+/* First step of a GPU test group's setup: sets *state = NULL, prints
+ * "  CUDA devices: <n>" and returns n = clef_cuda_device_count() (0 in a
+ * build without CUDA: the setup then returns 0 leaving *state NULL, and
+ * TU_NEED_GPU skips every test of the group). */
+int tu_cuda_devices(void **state);
+
+/* Print "  device: <clef_cuda_describe(be)>" (name, memory, compute
+ * capability of the CUDA backend `be`). */
+void tu_print_cuda_device(clef_backend *be);
+
+/* Thinker prefill + joint schema head over one record on model m (hidden
+ * size H): returns the heap array of clef_record_total_options(r) option
+ * logits (caller frees), or NULL with err filled when a forward fails. */
+float *tu_run_record(clef_model *m, const clef_record *r, size_t H, clef_err *err);
 
 #endif

@@ -34,10 +34,7 @@ typedef struct fixture {
 } fixture;
 
 static int setup(void **state) {
-    *state = NULL;
-    int n = clef_cuda_device_count();
-    printf("  CUDA devices: %d\n", n);
-    if (n == 0) return 0;
+    if (tu_cuda_devices(state) == 0) return 0;
     fixture *f = calloc(1, sizeof *f);
     clef_err err;
     clef_err_clear(&err);
@@ -55,9 +52,7 @@ static int setup(void **state) {
             return -1;
         }
     }
-    char d[256];
-    clef_cuda_describe(clef_model_backend(f->m[0]), d, sizeof d);
-    printf("  device: %s\n", d);
+    tu_print_cuda_device(clef_model_backend(f->m[0]));
     char *path = tu_fixture("goldens/goldens.jsonl");
     f->cases = tu_read_jsonl(path, &f->n_cases);
     free(path);
@@ -77,27 +72,6 @@ static int teardown(void **state) {
     return 0;
 }
 
-#define NEED_GPU(state)                                                                                                \
-    do {                                                                                                               \
-        if (!*(state)) {                                                                                               \
-            printf("  no CUDA device: skipped\n");                                                                     \
-            skip();                                                                                                    \
-        }                                                                                                              \
-    } while (0)
-
-static float *run_record(clef_model *m, const clef_record *r, size_t H, clef_err *err) {
-    float *hidden = malloc(r->n_ids * H * sizeof *hidden);
-    float *logits = malloc((clef_record_total_options(r) + 1) * sizeof *logits);
-    int rc = clef_thinker_forward(m, r->input_ids, r->n_ids, hidden, NULL, err);
-    if (rc == 0) rc = clef_head_forward(m, hidden, r, logits, err);
-    free(hidden);
-    if (rc != 0) {
-        free(logits);
-        return NULL;
-    }
-    return logits;
-}
-
 /* Every case on model `m`; precise = CPU rules, else the fast-mode bounds. */
 static void golden_cases(fixture *f, clef_model *m, int precise) {
     const size_t H = (size_t)f->ck.config.text.hidden_size;
@@ -111,7 +85,7 @@ static void golden_cases(fixture *f, clef_model *m, int precise) {
         tu_record_from_golden(c, &r);
         clef_err err;
         clef_err_clear(&err);
-        float *logits = run_record(m, &r, H, &err);
+        float *logits = tu_run_record(m, &r, H, &err);
         if (strcmp(name, "question_id_empty") == 0) {
             assert_null(logits);
             assert_int_equal(err.status, 422);
@@ -156,13 +130,13 @@ static void golden_cases(fixture *f, clef_model *m, int precise) {
 }
 
 static void test_golden_fast(void **state) {
-    NEED_GPU(state);
+    TU_NEED_GPU(state);
     fixture *f = *state;
     golden_cases(f, f->m[0], 0);
 }
 
 static void test_golden_precise(void **state) {
-    NEED_GPU(state);
+    TU_NEED_GPU(state);
     fixture *f = *state;
     golden_cases(f, f->m[1], 1);
 }
@@ -170,7 +144,7 @@ static void test_golden_precise(void **state) {
 /* Three records in one packed forward: hidden states and logits bitwise
  * those of each record alone (fast mode, the one that serves). */
 static void test_packed_equals_alone(void **state) {
-    NEED_GPU(state);
+    TU_NEED_GPU(state);
     fixture *f = *state;
     clef_model *m = f->m[0];
     const size_t H = (size_t)f->ck.config.text.hidden_size;

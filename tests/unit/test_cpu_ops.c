@@ -13,18 +13,9 @@
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 
 /* Uniform in [-1, 1). */
-static float frand(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (float)((double)(rng_state >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-}
+static float frand(void) { return tu_rand_f32(&rng_state); }
 
-static float *rand_vec(size_t n, float scale) {
-    float *v = malloc(n * sizeof *v);
-    for (size_t i = 0; i < n; i++) v[i] = frand() * scale;
-    return v;
-}
+static float *rand_vec(size_t n, float scale) { return tu_rand_vec(&rng_state, n, scale); }
 
 /* Random bf16 matrix, and its exact f32 values. */
 static uint16_t *rand_bf16(size_t n, float scale, float **f32) {

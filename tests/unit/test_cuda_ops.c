@@ -48,18 +48,9 @@
 
 static uint64_t rng_state = 0x2545f4914f6cdd1dull;
 
-static float frand(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (float)((double)(rng_state >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-}
+static float frand(void) { return tu_rand_f32(&rng_state); }
 
-static float *rand_vec(size_t n, float scale) {
-    float *v = malloc((n ? n : 1) * sizeof *v);
-    for (size_t i = 0; i < n; i++) v[i] = frand() * scale;
-    return v;
-}
+static float *rand_vec(size_t n, float scale) { return tu_rand_vec(&rng_state, n, scale); }
 
 static uint16_t *rand_bf16(size_t n, float scale) {
     uint16_t *h = malloc((n ? n : 1) * sizeof *h);
@@ -80,15 +71,8 @@ typedef struct fx {
  * with CLEF_CUDA_TUNE=0 (64-row expert tiles, two K/V buffers: must give bitwise G_PRECISE's results) */
 enum { G_LT, G_CUSTOM, G_PRECISE, G_PRECISE_CUSTOM, G_PRECISE_T0 };
 
-static void ok(int rc, const clef_err *err) {
-    if (rc != 0) fail_msg("op failed: %d %s", err->status, err->message);
-}
-
 static int setup(void **state) {
-    *state = NULL;
-    int n = clef_cuda_device_count();
-    printf("  CUDA devices: %d\n", n);
-    if (n == 0) return 0;
+    if (tu_cuda_devices(state) == 0) return 0;
     fx *f = calloc(1, sizeof *f);
     clef_err err;
     clef_err_clear(&err);
@@ -111,9 +95,7 @@ static int setup(void **state) {
         f->name[i] = names[i];
         f->tol_mm[i] = tols[i];
     }
-    char d[256];
-    clef_cuda_describe(f->gpu[0], d, sizeof d);
-    printf("  device: %s\n", d);
+    tu_print_cuda_device(f->gpu[0]);
     *state = f;
     return 0;
 }
@@ -128,55 +110,9 @@ static int teardown(void **state) {
     return 0;
 }
 
-#define NEED_GPU(state)                                                                                                \
-    do {                                                                                                               \
-        if (!*(state)) {                                                                                               \
-            printf("  no CUDA device: skipped\n");                                                                     \
-            skip();                                                                                                    \
-        }                                                                                                              \
-    } while (0)
-
-/* Device copy of host bytes (caller frees with ops->free). */
-static void *dput(clef_backend *g, const void *h, size_t bytes) {
-    clef_err err;
-    void *d = g->ops->alloc(g, bytes ? bytes : 4);
-    assert_non_null(d);
-    if (bytes) ok(g->ops->upload(g, d, h, bytes, &err), &err);
-    return d;
-}
-
-/* Device buffer of n floats filled with NaN (outputs: unwritten elements fail). */
-static float *dnan(clef_backend *g, size_t n) {
-    float *h = malloc((n ? n : 1) * sizeof *h);
-    for (size_t i = 0; i < n; i++) h[i] = NAN;
-    float *d = dput(g, h, n * sizeof *h);
-    free(h);
-    return d;
-}
-
-static float *dget(clef_backend *g, const float *d, size_t n) {
-    clef_err err;
-    float *h = malloc((n ? n : 1) * sizeof *h);
-    ok(g->ops->download(g, h, d, n * sizeof *h, &err), &err);
-    return h;
-}
-
-/* ||got - want|| / ||want|| (NaN/inf anywhere gives NaN). */
-static double rel_l2(const float *got, const float *want, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!isfinite(got[i])) return NAN;
-        double d = (double)got[i] - want[i];
-        num += d * d;
-        den += (double)want[i] * want[i];
-    }
-    return den > 0 ? sqrt(num / den) : sqrt(num);
-}
-
+/* One relative-L2 comparison line (tu_check_rel) for op `what` on backend `be`. */
 static void check(const char *what, const char *be, const float *got, const float *want, size_t n, double tol) {
-    double r = rel_l2(got, want, n);
-    printf("  %-34s %-9s rel L2 %.3e  (tol %.0e, %zu values)\n", what, be, r, tol, n);
-    if (!(r <= tol)) fail_msg("%s on %s: relative L2 error %.3e > %.0e", what, be, r, tol);
+    tu_check_rel(what, 34, be, 9, got, want, n, tol);
 }
 
 /* ---- matmul -------------------------------------------------------------- */
@@ -188,33 +124,33 @@ static void matmul_case(fx *f, int64_t T, int64_t K, int64_t N, int with_bias) {
     float *x = rand_vec((size_t)(T * K), 1.0f), *b = with_bias ? rand_vec((size_t)N, 1.0f) : NULL;
     uint16_t *wh = rand_bf16((size_t)(N * K), 1.0f / sqrtf((float)K));
     clef_weight wc;
-    ok(f->cpu->ops->weight_init(f->cpu, &wc, CLEF_DT_BF16, N, K, wh, &err), &err);
+    tu_ok(f->cpu->ops->weight_init(f->cpu, &wc, CLEF_DT_BF16, N, K, wh, &err), &err);
     float *ref = malloc((size_t)(T * N) * sizeof *ref);
-    ok(f->cpu->ops->matmul(f->cpu, x, T, &wc, b, ref, &err), &err);
+    tu_ok(f->cpu->ops->matmul(f->cpu, x, T, &wc, b, ref, &err), &err);
     char what[64];
     snprintf(what, sizeof what, "matmul T=%lld K=%lld N=%lld%s", (long long)T, (long long)K, (long long)N,
              b ? "+b" : "");
     for (int gi = 0; gi < N_GPU; gi++) {
         clef_backend *g = f->gpu[gi];
         clef_weight w;
-        ok(g->ops->weight_init(g, &w, CLEF_DT_BF16, N, K, wh, &err), &err);
-        float *dx = dput(g, x, (size_t)(T * K) * sizeof(float)), *db = b ? dput(g, b, (size_t)N * 4) : NULL;
-        float *dy = dnan(g, (size_t)(T * N)), *dy1 = dnan(g, (size_t)(T * N));
-        ok(g->ops->matmul(g, dx, T, &w, db, dy, &err), &err);
-        float *y = dget(g, dy, (size_t)(T * N));
+        tu_ok(g->ops->weight_init(g, &w, CLEF_DT_BF16, N, K, wh, &err), &err);
+        float *dx = tu_dput(g, x, (size_t)(T * K) * sizeof(float)), *db = b ? tu_dput(g, b, (size_t)N * 4) : NULL;
+        float *dy = tu_dnan(g, (size_t)(T * N)), *dy1 = tu_dnan(g, (size_t)(T * N));
+        tu_ok(g->ops->matmul(g, dx, T, &w, db, dy, &err), &err);
+        float *y = tu_dget(g, dy, (size_t)(T * N));
         check(what, f->name[gi], y, ref, (size_t)(T * N), f->tol_mm[gi]);
         /* rows alone and a slice give the same bytes as inside the batch */
         const int64_t picks[4] = {0, 7, T / 2, T - 1};
         for (int i = 0; i < 4; i++) {
-            ok(g->ops->matmul(g, dx + picks[i] * K, 1, &w, db, dy1, &err), &err);
-            float *y1 = dget(g, dy1, (size_t)N);
+            tu_ok(g->ops->matmul(g, dx + picks[i] * K, 1, &w, db, dy1, &err), &err);
+            float *y1 = tu_dget(g, dy1, (size_t)N);
             if (memcmp(y1, y + picks[i] * N, (size_t)N * sizeof(float)) != 0)
                 fail_msg("%s on %s: row %lld alone differs from the batch", what, f->name[gi], (long long)picks[i]);
             free(y1);
         }
         const int64_t s0 = T / 3, sn = T / 2;
-        ok(g->ops->matmul(g, dx + s0 * K, sn, &w, db, dy1, &err), &err);
-        float *ys = dget(g, dy1, (size_t)(sn * N));
+        tu_ok(g->ops->matmul(g, dx + s0 * K, sn, &w, db, dy1, &err), &err);
+        float *ys = tu_dget(g, dy1, (size_t)(sn * N));
         if (memcmp(ys, y + s0 * N, (size_t)(sn * N) * sizeof(float)) != 0)
             fail_msg("%s on %s: a slice of %lld rows differs from the batch", what, f->name[gi], (long long)sn);
         printf("  %-34s %-9s rows alone / slice of %lld: bitwise equal\n", what, f->name[gi], (long long)sn);
@@ -227,7 +163,7 @@ static void matmul_case(fx *f, int64_t T, int64_t K, int64_t N, int with_bias) {
 }
 
 static void test_matmul(void **state) {
-    NEED_GPU(state);
+    TU_NEED_GPU(state);
     fx *f = *state;
     matmul_case(f, 300, 264, 200, 1);   /* K not a multiple of 64, N not of 128, bias */
     matmul_case(f, 1500, 2048, 512, 0); /* big tiles for the batch, small ones for the slices */
@@ -236,20 +172,21 @@ static void test_matmul(void **state) {
 }
 
 static void test_matmul_f32_weight(void **state) {
-    NEED_GPU(state);
+    TU_NEED_GPU(state);
     fx *f = *state;
     clef_err err;
     const int64_t T = 70001, K = 37, N = 45; /* more rows than one launch's grid (65535): two launches */
     float *x = rand_vec((size_t)(T * K), 1.0f), *w = rand_vec((size_t)(N * K), 1.0f), *b = rand_vec((size_t)N, 1.0f);
     clef_weight wc, wg;
     float *ref = malloc((size_t)(T * N) * sizeof *ref);
-    ok(f->cpu->ops->weight_init(f->cpu, &wc, CLEF_DT_F32, N, K, w, &err), &err);
-    ok(f->cpu->ops->matmul(f->cpu, x, T, &wc, b, ref, &err), &err);
+    tu_ok(f->cpu->ops->weight_init(f->cpu, &wc, CLEF_DT_F32, N, K, w, &err), &err);
+    tu_ok(f->cpu->ops->matmul(f->cpu, x, T, &wc, b, ref, &err), &err);
     clef_backend *g = f->gpu[G_LT];
-    ok(g->ops->weight_init(g, &wg, CLEF_DT_F32, N, K, w, &err), &err);
-    float *dx = dput(g, x, (size_t)(T * K) * 4), *db = dput(g, b, (size_t)N * 4), *dy = dnan(g, (size_t)(T * N));
-    ok(g->ops->matmul(g, dx, T, &wg, db, dy, &err), &err);
-    float *y = dget(g, dy, (size_t)(T * N));
+    tu_ok(g->ops->weight_init(g, &wg, CLEF_DT_F32, N, K, w, &err), &err);
+    float *dx = tu_dput(g, x, (size_t)(T * K) * 4), *db = tu_dput(g, b, (size_t)N * 4),
+          *dy = tu_dnan(g, (size_t)(T * N));
+    tu_ok(g->ops->matmul(g, dx, T, &wg, db, dy, &err), &err);
+    float *y = tu_dget(g, dy, (size_t)(T * N));
     check("matmul f32 weight", "cuda", y, ref, (size_t)(T * N), TOL_F32);
     /* a quantized weight without its scales is refused with a clear 500 */
     clef_qweight q = {.dtype = CLEF_DT_U8, .rows = 16, .cols = 32, .data = x, .quant = {.type = CLEF_QT_NVFP4}};
@@ -266,7 +203,7 @@ static void test_matmul_f32_weight(void **state) {
 /* ---- row ops ------------------------------------------------------------- */
 
 static void test_gather_norms_elementwise(void **state) {
-    NEED_GPU(state);
+    TU_NEED_GPU(state);
     fx *f = *state;
     clef_backend *g = f->gpu[G_LT], *c = f->cpu;
     clef_err err;
@@ -276,14 +213,14 @@ static void test_gather_norms_elementwise(void **state) {
     int32_t ids[77];
     for (int i = 0; i < n; i++) ids[i] = (int32_t)((i * 131 + 7) % V);
     clef_weight tc, tg;
-    ok(c->ops->weight_init(c, &tc, CLEF_DT_BF16, V, D, th, &err), &err);
-    ok(g->ops->weight_init(g, &tg, CLEF_DT_BF16, V, D, th, &err), &err);
+    tu_ok(c->ops->weight_init(c, &tc, CLEF_DT_BF16, V, D, th, &err), &err);
+    tu_ok(g->ops->weight_init(g, &tg, CLEF_DT_BF16, V, D, th, &err), &err);
     float *ref = malloc((size_t)(n * D) * sizeof *ref);
-    ok(c->ops->gather(c, &tc, ids, n, ref, &err), &err);
-    int32_t *dids = dput(g, ids, sizeof ids);
-    float *dout = dnan(g, (size_t)(n * D));
-    ok(g->ops->gather(g, &tg, dids, n, dout, &err), &err);
-    float *got = dget(g, dout, (size_t)(n * D));
+    tu_ok(c->ops->gather(c, &tc, ids, n, ref, &err), &err);
+    int32_t *dids = tu_dput(g, ids, sizeof ids);
+    float *dout = tu_dnan(g, (size_t)(n * D));
+    tu_ok(g->ops->gather(g, &tg, dids, n, dout, &err), &err);
+    float *got = tu_dget(g, dout, (size_t)(n * D));
     assert_memory_equal(got, ref, (size_t)(n * D) * sizeof(float));
     printf("  %-34s %-9s bitwise equal\n", "gather bf16", "cuda");
     free(got), free(ref), free(th);
@@ -295,19 +232,20 @@ static void test_gather_norms_elementwise(void **state) {
         const int64_t rows = shapes[s][0], dim = shapes[s][1], nn = rows * dim;
         float *x = rand_vec((size_t)nn, 3.0f), *w = rand_vec((size_t)dim, 1.0f), *b = rand_vec((size_t)dim, 1.0f);
         float *r1 = malloc((size_t)nn * 4), *r2 = malloc((size_t)nn * 4);
-        ok(c->ops->rmsnorm(c, x, w, r1, rows, dim, 1e-6f, &err), &err);
-        ok(c->ops->layernorm(c, x, w, b, r2, rows, dim, 1e-5f, &err), &err);
-        float *dx = dput(g, x, (size_t)nn * 4), *dw = dput(g, w, (size_t)dim * 4), *dbb = dput(g, b, (size_t)dim * 4);
-        float *dy = dnan(g, (size_t)nn);
-        ok(g->ops->rmsnorm(g, dx, dw, dy, rows, dim, 1e-6f, &err), &err);
-        float *y = dget(g, dy, (size_t)nn);
+        tu_ok(c->ops->rmsnorm(c, x, w, r1, rows, dim, 1e-6f, &err), &err);
+        tu_ok(c->ops->layernorm(c, x, w, b, r2, rows, dim, 1e-5f, &err), &err);
+        float *dx = tu_dput(g, x, (size_t)nn * 4), *dw = tu_dput(g, w, (size_t)dim * 4),
+              *dbb = tu_dput(g, b, (size_t)dim * 4);
+        float *dy = tu_dnan(g, (size_t)nn);
+        tu_ok(g->ops->rmsnorm(g, dx, dw, dy, rows, dim, 1e-6f, &err), &err);
+        float *y = tu_dget(g, dy, (size_t)nn);
         check(s ? "rmsnorm (q/k heads)" : "rmsnorm (hidden)", "cuda", y, r1, (size_t)nn, TOL_F32);
         free(y);
-        ok(g->ops->layernorm(g, dx, dw, dbb, dy, rows, dim, 1e-5f, &err), &err);
-        y = dget(g, dy, (size_t)nn);
+        tu_ok(g->ops->layernorm(g, dx, dw, dbb, dy, rows, dim, 1e-5f, &err), &err);
+        y = tu_dget(g, dy, (size_t)nn);
         check("layernorm", "cuda", y, r2, (size_t)nn, TOL_F32);
-        ok(g->ops->layernorm(g, dx, dw, dbb, dx, rows, dim, 1e-5f, &err), &err); /* in place */
-        float *yi = dget(g, dx, (size_t)nn);
+        tu_ok(g->ops->layernorm(g, dx, dw, dbb, dx, rows, dim, 1e-5f, &err), &err); /* in place */
+        float *yi = tu_dget(g, dx, (size_t)nn);
         assert_memory_equal(yi, y, (size_t)nn * 4);
         free(yi), free(y), free(x), free(w), free(b), free(r1), free(r2);
         g->ops->free(g, dx), g->ops->free(g, dw), g->ops->free(g, dbb), g->ops->free(g, dy);
@@ -316,32 +254,32 @@ static void test_gather_norms_elementwise(void **state) {
     /* SwiGLU, GELU, add (elementwise and broadcast) */
     const int64_t m = 100000;
     float *a = rand_vec((size_t)m, 6.0f), *bb = rand_vec((size_t)m, 2.0f), *r = malloc((size_t)m * 4);
-    float *da = dput(g, a, (size_t)m * 4), *db = dput(g, bb, (size_t)m * 4), *dy = dnan(g, (size_t)m);
-    ok(c->ops->swiglu(c, a, bb, r, m, &err), &err);
-    ok(g->ops->swiglu(g, da, db, dy, m, &err), &err);
-    float *y = dget(g, dy, (size_t)m);
+    float *da = tu_dput(g, a, (size_t)m * 4), *db = tu_dput(g, bb, (size_t)m * 4), *dy = tu_dnan(g, (size_t)m);
+    tu_ok(c->ops->swiglu(c, a, bb, r, m, &err), &err);
+    tu_ok(g->ops->swiglu(g, da, db, dy, m, &err), &err);
+    float *y = tu_dget(g, dy, (size_t)m);
     check("swiglu", "cuda", y, r, (size_t)m, TOL_F32);
     free(y);
-    ok(c->ops->gelu(c, a, r, m, &err), &err);
-    ok(g->ops->gelu(g, da, dy, m, &err), &err);
-    y = dget(g, dy, (size_t)m);
+    tu_ok(c->ops->gelu(c, a, r, m, &err), &err);
+    tu_ok(g->ops->gelu(g, da, dy, m, &err), &err);
+    y = tu_dget(g, dy, (size_t)m);
     check("gelu", "cuda", y, r, (size_t)m, TOL_F32);
     free(y);
-    ok(c->ops->add(c, a, bb, r, 100, 1000, 1000, &err), &err);
-    ok(g->ops->add(g, da, db, dy, 100, 1000, 1000, &err), &err);
-    y = dget(g, dy, (size_t)m);
+    tu_ok(c->ops->add(c, a, bb, r, 100, 1000, 1000, &err), &err);
+    tu_ok(g->ops->add(g, da, db, dy, 100, 1000, 1000, &err), &err);
+    y = tu_dget(g, dy, (size_t)m);
     check("add", "cuda", y, r, (size_t)m, 0.0);
     free(y);
-    ok(c->ops->add(c, a, bb, r, 100, 1000, 0, &err), &err);
-    ok(g->ops->add(g, da, db, dy, 100, 1000, 0, &err), &err);
-    y = dget(g, dy, (size_t)m);
+    tu_ok(c->ops->add(c, a, bb, r, 100, 1000, 0, &err), &err);
+    tu_ok(g->ops->add(g, da, db, dy, 100, 1000, 0, &err), &err);
+    y = tu_dget(g, dy, (size_t)m);
     check("add broadcast", "cuda", y, r, (size_t)m, 0.0);
     free(y), free(a), free(bb), free(r);
     g->ops->free(g, da), g->ops->free(g, db), g->ops->free(g, dy);
 }
 
 static void test_head_rows(void **state) {
-    NEED_GPU(state);
+    TU_NEED_GPU(state);
     fx *f = *state;
     clef_backend *g = f->gpu[G_LT], *c = f->cpu;
     clef_err err;
@@ -350,31 +288,31 @@ static void test_head_rows(void **state) {
     clef_row_span spans[9];
     for (int i = 0; i < n; i++) spans[i] = (clef_row_span){i * 11, i * 11 + 1 + (i * 5) % 9};
     float *ref = malloc((size_t)(n * dim) * 4);
-    ok(c->ops->span_mean(c, x, dim, spans, n, ref, &err), &err);
-    float *dx = dput(g, x, (size_t)(L * dim) * 4), *dy = dnan(g, (size_t)(n * dim));
-    ok(g->ops->span_mean(g, dx, dim, spans, n, dy, &err), &err);
-    float *y = dget(g, dy, (size_t)(n * dim));
+    tu_ok(c->ops->span_mean(c, x, dim, spans, n, ref, &err), &err);
+    float *dx = tu_dput(g, x, (size_t)(L * dim) * 4), *dy = tu_dnan(g, (size_t)(n * dim));
+    tu_ok(g->ops->span_mean(g, dx, dim, spans, n, dy, &err), &err);
+    float *y = tu_dget(g, dy, (size_t)(n * dim));
     check("span_mean", "cuda", y, ref, (size_t)(n * dim), TOL_F32);
     free(y), free(ref);
     /* pair features and both cosine forms */
     float *F = rand_vec((size_t)(nF * dim), 1.0f), *o = rand_vec((size_t)(n * dim), 1.0f);
     int32_t rows[9] = {0, 0, 1, 1, 1, 2, 2, 0, 2};
     float *pf = malloc((size_t)(n * 4 * dim) * 4), cs[9], cs2[9];
-    ok(c->ops->pair_features(c, F, rows, o, n, dim, pf, &err), &err);
-    ok(c->ops->cosine(c, F, rows, o, n, dim, 1e-8f, cs, &err), &err);
-    ok(c->ops->cosine(c, o, NULL, x, n, dim, 1e-12f, cs2, &err), &err);
-    float *dF = dput(g, F, (size_t)(nF * dim) * 4), *dO = dput(g, o, (size_t)(n * dim) * 4);
-    float *dpf = dnan(g, (size_t)(n * 4 * dim)), *dcs = dnan(g, (size_t)n);
-    ok(g->ops->pair_features(g, dF, rows, dO, n, dim, dpf, &err), &err);
-    y = dget(g, dpf, (size_t)(n * 4 * dim));
+    tu_ok(c->ops->pair_features(c, F, rows, o, n, dim, pf, &err), &err);
+    tu_ok(c->ops->cosine(c, F, rows, o, n, dim, 1e-8f, cs, &err), &err);
+    tu_ok(c->ops->cosine(c, o, NULL, x, n, dim, 1e-12f, cs2, &err), &err);
+    float *dF = tu_dput(g, F, (size_t)(nF * dim) * 4), *dO = tu_dput(g, o, (size_t)(n * dim) * 4);
+    float *dpf = tu_dnan(g, (size_t)(n * 4 * dim)), *dcs = tu_dnan(g, (size_t)n);
+    tu_ok(g->ops->pair_features(g, dF, rows, dO, n, dim, dpf, &err), &err);
+    y = tu_dget(g, dpf, (size_t)(n * 4 * dim));
     check("pair_features", "cuda", y, pf, (size_t)(n * 4 * dim), 0.0);
     free(y);
-    ok(g->ops->cosine(g, dF, rows, dO, n, dim, 1e-8f, dcs, &err), &err);
-    y = dget(g, dcs, (size_t)n);
+    tu_ok(g->ops->cosine(g, dF, rows, dO, n, dim, 1e-8f, dcs, &err), &err);
+    y = tu_dget(g, dcs, (size_t)n);
     check("cosine (rows)", "cuda", y, cs, (size_t)n, TOL_F32);
     free(y);
-    ok(g->ops->cosine(g, dO, NULL, dx, n, dim, 1e-12f, dcs, &err), &err);
-    y = dget(g, dcs, (size_t)n);
+    tu_ok(g->ops->cosine(g, dO, NULL, dx, n, dim, 1e-12f, dcs, &err), &err);
+    y = tu_dget(g, dcs, (size_t)n);
     check("cosine", "cuda", y, cs2, (size_t)n, TOL_F32);
     free(y), free(x), free(F), free(o), free(pf);
     g->ops->free(g, dx), g->ops->free(g, dy), g->ops->free(g, dF), g->ops->free(g, dO), g->ops->free(g, dpf);
@@ -382,7 +320,7 @@ static void test_head_rows(void **state) {
 }
 
 static void test_rope(void **state) {
-    NEED_GPU(state);
+    TU_NEED_GPU(state);
     fx *f = *state;
     clef_backend *g = f->gpu[G_LT], *c = f->cpu;
     clef_err err;
@@ -394,13 +332,13 @@ static void test_rope(void **state) {
     clef_rope_desc rc = {.head_dim = D, .section = {24, 20, 20}, .inv_freq = inv};
     float *ref = malloc((size_t)(T * heads * D) * 4);
     memcpy(ref, x, (size_t)(T * heads * D) * 4);
-    ok(c->ops->rope(c, ref, T, heads, pos, &rc, &err), &err);
-    float *dx = dput(g, x, (size_t)(T * heads * D) * 4), *dinv = dput(g, inv, sizeof inv);
-    int32_t *dpos = dput(g, pos, (size_t)(3 * T) * 4);
+    tu_ok(c->ops->rope(c, ref, T, heads, pos, &rc, &err), &err);
+    float *dx = tu_dput(g, x, (size_t)(T * heads * D) * 4), *dinv = tu_dput(g, inv, sizeof inv);
+    int32_t *dpos = tu_dput(g, pos, (size_t)(3 * T) * 4);
     clef_rope_desc rg = rc;
     rg.inv_freq = dinv;
-    ok(g->ops->rope(g, dx, T, heads, dpos, &rg, &err), &err);
-    float *y = dget(g, dx, (size_t)(T * heads * D));
+    tu_ok(g->ops->rope(g, dx, T, heads, dpos, &rg, &err), &err);
+    float *y = tu_dget(g, dx, (size_t)(T * heads * D));
     check("rope (M-RoPE, pos < 4000)", "cuda", y, ref, (size_t)(T * heads * D), TOL_F32);
     free(y), free(x), free(ref), free(pos);
     g->ops->free(g, dx), g->ops->free(g, dinv), g->ops->free(g, dpos);
@@ -424,15 +362,16 @@ static void attention_case(fx *f, const char *what, int64_t n_seg, const int64_t
                         .head_dim = D, .q_stride = qs, .k_stride = ks, .v_stride = ks, .o_stride = os,
                         .scale = 1.0f / sqrtf((float)D), .causal = causal};
     float *ref = malloc((size_t)(nq * os) * 4), *prec_o = NULL;
-    ok(f->cpu->ops->attention(f->cpu, q, k, v, ref, &a, &err), &err);
+    tu_ok(f->cpu->ops->attention(f->cpu, q, k, v, ref, &a, &err), &err);
     for (int gi = 0; gi < N_GPU; gi++) {
         if (gi == G_CUSTOM || gi == G_PRECISE_CUSTOM) continue; /* attention does not depend on the GEMM choice */
         clef_backend *g = f->gpu[gi];
         const size_t kvn = (size_t)(kvrows * ks * (strided ? 1 : 2));
-        float *dq = dput(g, q, (size_t)(nq * qs) * 4), *dkv = dput(g, kv, kvn * 4), *dout = dnan(g, (size_t)(nq * os));
+        float *dq = tu_dput(g, q, (size_t)(nq * qs) * 4), *dkv = tu_dput(g, kv, kvn * 4),
+              *dout = tu_dnan(g, (size_t)(nq * os));
         const float *dk = dkv + (k - kv), *dv = dkv + (v - kv);
-        ok(g->ops->attention(g, dq, dk, dv, dout, &a, &err), &err);
-        float *o = dget(g, dout, (size_t)(nq * os));
+        tu_ok(g->ops->attention(g, dq, dk, dv, dout, &a, &err), &err);
+        float *o = tu_dget(g, dout, (size_t)(nq * os));
         const int tc = D == 64 || D == 72 || D == 128, prec = gi == G_PRECISE || gi == G_PRECISE_T0;
         char w2[96];
         snprintf(w2, sizeof w2, "%s%s", what, !tc ? " [f32]" : prec ? " [tc split]" : " [tc]");
@@ -450,9 +389,9 @@ static void attention_case(fx *f, const char *what, int64_t n_seg, const int64_t
             int64_t q1[2] = {0, ql}, k1[2] = {0, kl};
             clef_attn_desc a1 = a;
             a1.n_seg = 1, a1.q_off = q1, a1.kv_off = k1;
-            float *d1 = dnan(g, (size_t)(ql * os));
-            ok(g->ops->attention(g, dq + qoff[s] * qs, dk + kvoff[s] * ks, dv + kvoff[s] * ks, d1, &a1, &err), &err);
-            float *o1 = dget(g, d1, (size_t)(ql * os));
+            float *d1 = tu_dnan(g, (size_t)(ql * os));
+            tu_ok(g->ops->attention(g, dq + qoff[s] * qs, dk + kvoff[s] * ks, dv + kvoff[s] * ks, d1, &a1, &err), &err);
+            float *o1 = tu_dget(g, d1, (size_t)(ql * os));
             if (memcmp(o1, o + qoff[s] * os, (size_t)(ql * os) * 4) != 0)
                 fail_msg("%s on %s: segment %lld alone differs from packed", what, f->name[gi], (long long)s);
             free(o1);
@@ -466,7 +405,7 @@ static void attention_case(fx *f, const char *what, int64_t n_seg, const int64_t
 }
 
 static void test_attention(void **state) {
-    NEED_GPU(state);
+    TU_NEED_GPU(state);
     fx *f = *state;
     const int64_t off[7] = {0, 1, 64, 128, 193, 330, 337}; /* 1, 63, 64, 65, 137, 7 */
     attention_case(f, "attn causal GQA D=128", 6, off, off, 8, 2, 128, 1, 0);
@@ -484,7 +423,7 @@ static void test_attention(void **state) {
 /* ---- router and experts -------------------------------------------------- */
 
 static void test_router(void **state) {
-    NEED_GPU(state);
+    TU_NEED_GPU(state);
     fx *f = *state;
     clef_backend *g = f->gpu[G_LT], *c = f->cpu;
     clef_err err;
@@ -493,12 +432,12 @@ static void test_router(void **state) {
     l[5 * E + 2] = l[5 * E + 6] = 20.0f; /* an exact tie: lower expert first */
     int32_t *ri = malloc((size_t)(T * k) * 4);
     float *rw = malloc((size_t)(T * k) * 4);
-    ok(c->ops->router_topk(c, l, T, E, k, 1, ri, rw, &err), &err);
-    float *dl = dput(g, l, (size_t)(T * E) * 4), *dw = dnan(g, (size_t)(T * k));
-    int32_t *di = (int32_t *)dnan(g, (size_t)(T * k));
-    ok(g->ops->router_topk(g, dl, T, E, k, 1, di, dw, &err), &err);
-    float *w = dget(g, dw, (size_t)(T * k));
-    int32_t *gi = (int32_t *)dget(g, (const float *)di, (size_t)(T * k));
+    tu_ok(c->ops->router_topk(c, l, T, E, k, 1, ri, rw, &err), &err);
+    float *dl = tu_dput(g, l, (size_t)(T * E) * 4), *dw = tu_dnan(g, (size_t)(T * k));
+    int32_t *di = (int32_t *)tu_dnan(g, (size_t)(T * k));
+    tu_ok(g->ops->router_topk(g, dl, T, E, k, 1, di, dw, &err), &err);
+    float *w = tu_dget(g, dw, (size_t)(T * k));
+    int32_t *gi = (int32_t *)tu_dget(g, (const float *)di, (size_t)(T * k));
     size_t diff = 0;
     for (int64_t i = 0; i < T * k; i++) diff += gi[i] != ri[i];
     printf("  %-34s %-9s %zu of %lld expert choices differ\n", "router top-8 of 128", "cuda", diff,
@@ -513,7 +452,7 @@ static void test_router(void **state) {
 
 /* Experts: T tokens routed by the CPU router over random logits. */
 static void test_moe(void **state) {
-    NEED_GPU(state);
+    TU_NEED_GPU(state);
     fx *f = *state;
     clef_err err;
     /* TB * k >= 8192: big tiles; TB > 8192: two passes of the chunked expert block */
@@ -524,28 +463,29 @@ static void test_moe(void **state) {
         for (int e = 0; e < E; e++) {
             const int64_t r = j == 2 ? H : NI, cc = j == 2 ? NI : H;
             wh[j][e] = rand_bf16((size_t)(r * cc), 1.0f / sqrtf((float)cc));
-            ok(f->cpu->ops->weight_init(f->cpu, &wc[j][e], CLEF_DT_BF16, r, cc, wh[j][e], &err), &err);
+            tu_ok(f->cpu->ops->weight_init(f->cpu, &wc[j][e], CLEF_DT_BF16, r, cc, wh[j][e], &err), &err);
         }
     clef_moe_weights mc = {.n_experts = E, .hidden = H, .inter = NI, .gate = wc[0], .up = wc[1], .down = wc[2]};
     float *x = rand_vec((size_t)(TB * H), 1.0f), *logits = rand_vec((size_t)(TB * E), 2.0f);
     int32_t *idx = malloc((size_t)(TB * k) * 4);
     float *rw = malloc((size_t)(TB * k) * 4);
-    ok(f->cpu->ops->router_topk(f->cpu, logits, TB, E, k, 1, idx, rw, &err), &err);
+    tu_ok(f->cpu->ops->router_topk(f->cpu, logits, TB, E, k, 1, idx, rw, &err), &err);
     float *ref = malloc((size_t)(T * H) * 4), *prec_y = NULL;
-    ok(f->cpu->ops->moe(f->cpu, x, T, idx, rw, k, &mc, ref, &err), &err);
+    tu_ok(f->cpu->ops->moe(f->cpu, x, T, idx, rw, k, &mc, ref, &err), &err);
     for (int gi = 0; gi < N_GPU; gi++) {
         if (gi == G_CUSTOM || gi == G_PRECISE_CUSTOM) continue; /* the experts always use the custom kernel */
         clef_backend *g = f->gpu[gi];
         clef_weight wg[3][16];
         for (int j = 0; j < 3; j++)
             for (int e = 0; e < E; e++)
-                ok(g->ops->weight_init(g, &wg[j][e], CLEF_DT_BF16, wc[j][e].rows, wc[j][e].cols, wh[j][e], &err), &err);
+                tu_ok(g->ops->weight_init(g, &wg[j][e], CLEF_DT_BF16, wc[j][e].rows, wc[j][e].cols, wh[j][e], &err),
+                      &err);
         clef_moe_weights mg = {.n_experts = E, .hidden = H, .inter = NI, .gate = wg[0], .up = wg[1], .down = wg[2]};
-        float *dx = dput(g, x, (size_t)(TB * H) * 4), *dw = dput(g, rw, (size_t)(TB * k) * 4);
-        int32_t *di = dput(g, idx, (size_t)(TB * k) * 4);
-        float *dy = dnan(g, (size_t)(TB * H)), *dy1 = dnan(g, (size_t)(TB * H));
-        ok(g->ops->moe(g, dx, T, di, dw, k, &mg, dy, &err), &err);
-        float *y = dget(g, dy, (size_t)(T * H));
+        float *dx = tu_dput(g, x, (size_t)(TB * H) * 4), *dw = tu_dput(g, rw, (size_t)(TB * k) * 4);
+        int32_t *di = tu_dput(g, idx, (size_t)(TB * k) * 4);
+        float *dy = tu_dnan(g, (size_t)(TB * H)), *dy1 = tu_dnan(g, (size_t)(TB * H));
+        tu_ok(g->ops->moe(g, dx, T, di, dw, k, &mg, dy, &err), &err);
+        float *y = tu_dget(g, dy, (size_t)(T * H));
         check("moe 16 experts top-4 T=300", f->name[gi], y, ref, (size_t)(T * H), f->tol_mm[gi]);
         if (gi == G_PRECISE) {
             prec_y = malloc((size_t)(T * H) * 4);
@@ -556,25 +496,25 @@ static void test_moe(void **state) {
         /* tokens alone, a slice, and the first T rows of a big-tile batch */
         const int64_t picks[3] = {0, 99, T - 1};
         for (int i = 0; i < 3; i++) {
-            ok(g->ops->moe(g, dx + picks[i] * H, 1, di + picks[i] * k, dw + picks[i] * k, k, &mg, dy1, &err), &err);
-            float *y1 = dget(g, dy1, (size_t)H);
+            tu_ok(g->ops->moe(g, dx + picks[i] * H, 1, di + picks[i] * k, dw + picks[i] * k, k, &mg, dy1, &err), &err);
+            float *y1 = tu_dget(g, dy1, (size_t)H);
             if (memcmp(y1, y + picks[i] * H, (size_t)H * 4) != 0)
                 fail_msg("moe on %s: token %lld alone differs from the batch", f->name[gi], (long long)picks[i]);
             free(y1);
         }
-        ok(g->ops->moe(g, dx + 13 * H, 40, di + 13 * k, dw + 13 * k, k, &mg, dy1, &err), &err);
-        float *ys = dget(g, dy1, (size_t)(40 * H));
+        tu_ok(g->ops->moe(g, dx + 13 * H, 40, di + 13 * k, dw + 13 * k, k, &mg, dy1, &err), &err);
+        float *ys = tu_dget(g, dy1, (size_t)(40 * H));
         assert_memory_equal(ys, y + 13 * H, (size_t)(40 * H) * 4);
         free(ys);
-        ok(g->ops->moe(g, dx, TB, di, dw, k, &mg, dy1, &err), &err);
-        float *yb = dget(g, dy1, (size_t)(TB * H));
+        tu_ok(g->ops->moe(g, dx, TB, di, dw, k, &mg, dy1, &err), &err);
+        float *yb = tu_dget(g, dy1, (size_t)(TB * H));
         if (memcmp(yb, y, (size_t)(T * H) * 4) != 0)
             fail_msg("moe on %s: the first %lld tokens differ inside a batch of %lld (big tiles)", f->name[gi],
                      (long long)T, (long long)TB);
         const int64_t late[2] = {8191, 8250}; /* the end of the first pass, inside the second */
         for (int i = 0; i < 2; i++) {
-            ok(g->ops->moe(g, dx + late[i] * H, 1, di + late[i] * k, dw + late[i] * k, k, &mg, dy, &err), &err);
-            float *y1 = dget(g, dy, (size_t)H);
+            tu_ok(g->ops->moe(g, dx + late[i] * H, 1, di + late[i] * k, dw + late[i] * k, k, &mg, dy, &err), &err);
+            float *y1 = tu_dget(g, dy, (size_t)H);
             if (memcmp(y1, yb + late[i] * H, (size_t)H * 4) != 0)
                 fail_msg("moe on %s: token %lld alone differs from the batch of %lld", f->name[gi],
                          (long long)late[i], (long long)TB);

@@ -47,20 +47,11 @@
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 
-static uint64_t rnd64(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
+static uint64_t rnd64(void) { return tu_rand_u64(&rng_state); }
 
-static float frand(void) { return (float)((double)(rnd64() >> 11) / 9007199254740992.0 * 2.0 - 1.0); }
+static float frand(void) { return tu_rand_f32(&rng_state); }
 
-static float *rand_vec(size_t n, float scale) {
-    float *v = malloc((n ? n : 1) * sizeof *v);
-    for (size_t i = 0; i < n; i++) v[i] = frand() * scale;
-    return v;
-}
+static float *rand_vec(size_t n, float scale) { return tu_rand_vec(&rng_state, n, scale); }
 
 typedef struct fx {
     clef_backend *cpu;
@@ -70,15 +61,8 @@ typedef struct fx {
 static const char *const MODE[2] = {"fast", "precise"};
 static const double TOL[2] = {TOL_FAST, TOL_PRECISE};
 
-static void ok(int rc, const clef_err *err) {
-    if (rc != 0) fail_msg("op failed: %d %s", err->status, err->message);
-}
-
 static int setup(void **state) {
-    *state = NULL;
-    int n = clef_cuda_device_count();
-    printf("  CUDA devices: %d\n", n);
-    if (n == 0) return 0;
+    if (tu_cuda_devices(state) == 0) return 0;
     fx *f = calloc(1, sizeof *f);
     clef_err err;
     clef_err_clear(&err);
@@ -90,9 +74,7 @@ static int setup(void **state) {
             return -1;
         }
     }
-    char d[256];
-    clef_cuda_describe(f->gpu[0], d, sizeof d);
-    printf("  device: %s\n", d);
+    tu_print_cuda_device(f->gpu[0]);
     *state = f;
     return 0;
 }
@@ -107,52 +89,9 @@ static int teardown(void **state) {
     return 0;
 }
 
-#define NEED_GPU(state)                                                                                                \
-    do {                                                                                                               \
-        if (!*(state)) {                                                                                               \
-            printf("  no CUDA device: skipped\n");                                                                     \
-            skip();                                                                                                    \
-        }                                                                                                              \
-    } while (0)
-
-static void *dput(clef_backend *g, const void *h, size_t bytes) {
-    clef_err err;
-    void *d = g->ops->alloc(g, bytes ? bytes : 4);
-    assert_non_null(d);
-    if (bytes) ok(g->ops->upload(g, d, h, bytes, &err), &err);
-    return d;
-}
-
-static float *dnan(clef_backend *g, size_t n) {
-    float *h = malloc((n ? n : 1) * sizeof *h);
-    for (size_t i = 0; i < n; i++) h[i] = NAN;
-    float *d = dput(g, h, n * sizeof *h);
-    free(h);
-    return d;
-}
-
-static float *dget(clef_backend *g, const float *d, size_t n) {
-    clef_err err;
-    float *h = malloc((n ? n : 1) * sizeof *h);
-    ok(g->ops->download(g, h, d, n * sizeof *h, &err), &err);
-    return h;
-}
-
-static double rel_l2(const float *got, const float *want, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!isfinite(got[i])) return NAN;
-        double d = (double)got[i] - want[i];
-        num += d * d;
-        den += (double)want[i] * want[i];
-    }
-    return den > 0 ? sqrt(num / den) : sqrt(num);
-}
-
+/* One relative-L2 comparison line (tu_check_rel) for `what` in numeric `mode`. */
 static void check(const char *what, const char *mode, const float *got, const float *want, size_t n, double tol) {
-    double r = rel_l2(got, want, n);
-    printf("  %-40s %-8s rel L2 %.3e  (tol %.0e, %zu values)\n", what, mode, r, tol, n);
-    if (!(r <= tol)) fail_msg("%s (%s): relative L2 error %.3e > %.0e", what, mode, r, tol);
+    tu_check_rel(what, 40, mode, 8, got, want, n, tol);
 }
 
 /* ---- packed random weights ----------------------------------------------- */
@@ -223,7 +162,7 @@ static void free_q(hq *h) {
 /* ---- the dense matmul with a packed weight -------------------------------- */
 
 static void test_matmul_packed(void **state) {
-    NEED_GPU(state);
+    TU_NEED_GPU(state);
     fx *f = *state;
     clef_err err;
     const int64_t T = 77, K = 512, N = 384;
@@ -231,23 +170,24 @@ static void test_matmul_packed(void **state) {
         hq h;
         make_q(&h, (enum qkind)kind, N, K);
         clef_weight wc;
-        ok(f->cpu->ops->weight_init_packed(f->cpu, &wc, &h.q, &err), &err);
+        tu_ok(f->cpu->ops->weight_init_packed(f->cpu, &wc, &h.q, &err), &err);
         float *x = rand_vec((size_t)(T * K), 1.0f), *b = rand_vec((size_t)N, 0.5f), *ref = malloc((size_t)(T * N) * 4);
-        ok(f->cpu->ops->matmul(f->cpu, x, T, &wc, b, ref, &err), &err);
+        tu_ok(f->cpu->ops->matmul(f->cpu, x, T, &wc, b, ref, &err), &err);
         for (int gi = 0; gi < 2; gi++) {
             clef_backend *g = f->gpu[gi];
             clef_weight wg;
-            ok(g->ops->weight_init_packed(g, &wg, &h.q, &err), &err);
+            tu_ok(g->ops->weight_init_packed(g, &wg, &h.q, &err), &err);
             assert_int_equal(wg.quant.type, h.q.quant.type);
-            float *dx = dput(g, x, (size_t)(T * K) * 4), *db = dput(g, b, (size_t)N * 4), *dy = dnan(g, (size_t)(T * N));
-            ok(g->ops->matmul(g, dx, T, &wg, db, dy, &err), &err);
-            float *y = dget(g, dy, (size_t)(T * N));
+            float *dx = tu_dput(g, x, (size_t)(T * K) * 4), *db = tu_dput(g, b, (size_t)N * 4),
+                  *dy = tu_dnan(g, (size_t)(T * N));
+            tu_ok(g->ops->matmul(g, dx, T, &wg, db, dy, &err), &err);
+            float *y = tu_dget(g, dy, (size_t)(T * N));
             char what[96];
             snprintf(what, sizeof what, "matmul %s", QNAME[kind]);
             check(what, MODE[gi], y, ref, (size_t)(T * N), TOL[gi]);
             /* row 40 alone */
-            ok(g->ops->matmul(g, dx + 40 * K, 1, &wg, db, dy, &err), &err);
-            float *y1 = dget(g, dy, (size_t)N);
+            tu_ok(g->ops->matmul(g, dx + 40 * K, 1, &wg, db, dy, &err), &err);
+            float *y1 = tu_dget(g, dy, (size_t)N);
             if (memcmp(y1, y + 40 * N, (size_t)N * 4)) fail_msg("%s (%s): row alone differs", what, MODE[gi]);
             free(y1), free(y);
             g->ops->free(g, dx), g->ops->free(g, db), g->ops->free(g, dy);
@@ -272,48 +212,48 @@ static void moe_case(fx *f, enum qkind kind) {
     for (int j = 0; j < 3; j++)
         for (int e = 0; e < E; e++) {
             make_q(&h[j][e], kind, j == 2 ? H : NI, j == 2 ? NI : H);
-            ok(f->cpu->ops->weight_init_packed(f->cpu, &wc[j][e], &h[j][e].q, &err), &err);
+            tu_ok(f->cpu->ops->weight_init_packed(f->cpu, &wc[j][e], &h[j][e].q, &err), &err);
         }
     clef_moe_weights mc = {.n_experts = E, .hidden = H, .inter = NI, .gate = wc[0], .up = wc[1], .down = wc[2]};
     float *x = rand_vec((size_t)(TB * H), 1.0f), *logits = rand_vec((size_t)(TB * E), 2.0f);
     int32_t *idx = malloc((size_t)(TB * k) * 4);
     float *rw = malloc((size_t)(TB * k) * 4);
-    ok(f->cpu->ops->router_topk(f->cpu, logits, TB, E, k, 1, idx, rw, &err), &err);
+    tu_ok(f->cpu->ops->router_topk(f->cpu, logits, TB, E, k, 1, idx, rw, &err), &err);
     float *ref = malloc((size_t)(T * H) * 4);
-    ok(f->cpu->ops->moe(f->cpu, x, T, idx, rw, k, &mc, ref, &err), &err);
+    tu_ok(f->cpu->ops->moe(f->cpu, x, T, idx, rw, k, &mc, ref, &err), &err);
     for (int gi = 0; gi < 2; gi++) {
         clef_backend *g = f->gpu[gi];
         clef_weight wg[3][E];
         for (int j = 0; j < 3; j++)
-            for (int e = 0; e < E; e++) ok(g->ops->weight_init_packed(g, &wg[j][e], &h[j][e].q, &err), &err);
+            for (int e = 0; e < E; e++) tu_ok(g->ops->weight_init_packed(g, &wg[j][e], &h[j][e].q, &err), &err);
         clef_moe_weights mg = {.n_experts = E, .hidden = H, .inter = NI, .gate = wg[0], .up = wg[1], .down = wg[2]};
-        float *dx = dput(g, x, (size_t)(TB * H) * 4), *dw = dput(g, rw, (size_t)(TB * k) * 4);
-        int32_t *di = dput(g, idx, (size_t)(TB * k) * 4);
-        float *dy = dnan(g, (size_t)(TB * H)), *dy1 = dnan(g, (size_t)(TB * H));
-        ok(g->ops->moe(g, dx, T, di, dw, k, &mg, dy, &err), &err);
-        float *y = dget(g, dy, (size_t)(T * H));
+        float *dx = tu_dput(g, x, (size_t)(TB * H) * 4), *dw = tu_dput(g, rw, (size_t)(TB * k) * 4);
+        int32_t *di = tu_dput(g, idx, (size_t)(TB * k) * 4);
+        float *dy = tu_dnan(g, (size_t)(TB * H)), *dy1 = tu_dnan(g, (size_t)(TB * H));
+        tu_ok(g->ops->moe(g, dx, T, di, dw, k, &mg, dy, &err), &err);
+        float *y = tu_dget(g, dy, (size_t)(T * H));
         char what[96];
         snprintf(what, sizeof what, "moe %s", QNAME[kind]);
         check(what, MODE[gi], y, ref, (size_t)(T * H), TOL[gi]);
         const int64_t picks[3] = {0, 99, T - 1};
         for (int i = 0; i < 3; i++) {
-            ok(g->ops->moe(g, dx + picks[i] * H, 1, di + picks[i] * k, dw + picks[i] * k, k, &mg, dy1, &err), &err);
-            float *y1 = dget(g, dy1, (size_t)H);
+            tu_ok(g->ops->moe(g, dx + picks[i] * H, 1, di + picks[i] * k, dw + picks[i] * k, k, &mg, dy1, &err), &err);
+            float *y1 = tu_dget(g, dy1, (size_t)H);
             if (memcmp(y1, y + picks[i] * H, (size_t)H * 4) != 0)
                 fail_msg("%s (%s): token %lld alone differs from the batch", what, MODE[gi], (long long)picks[i]);
             free(y1);
         }
-        ok(g->ops->moe(g, dx + 13 * H, 40, di + 13 * k, dw + 13 * k, k, &mg, dy1, &err), &err);
-        float *ys = dget(g, dy1, (size_t)(40 * H));
+        tu_ok(g->ops->moe(g, dx + 13 * H, 40, di + 13 * k, dw + 13 * k, k, &mg, dy1, &err), &err);
+        float *ys = tu_dget(g, dy1, (size_t)(40 * H));
         assert_memory_equal(ys, y + 13 * H, (size_t)(40 * H) * 4);
         free(ys);
-        ok(g->ops->moe(g, dx, TB, di, dw, k, &mg, dy1, &err), &err);
-        float *yb = dget(g, dy1, (size_t)(TB * H));
+        tu_ok(g->ops->moe(g, dx, TB, di, dw, k, &mg, dy1, &err), &err);
+        float *yb = tu_dget(g, dy1, (size_t)(TB * H));
         if (memcmp(yb, y, (size_t)(T * H) * 4) != 0)
             fail_msg("%s (%s): the first %lld tokens differ inside a batch of %lld", what, MODE[gi], (long long)T,
                      (long long)TB);
-        ok(g->ops->moe(g, dx + 8250 * H, 1, di + 8250 * k, dw + 8250 * k, k, &mg, dy, &err), &err);
-        float *y1 = dget(g, dy, (size_t)H);
+        tu_ok(g->ops->moe(g, dx + 8250 * H, 1, di + 8250 * k, dw + 8250 * k, k, &mg, dy, &err), &err);
+        float *y1 = tu_dget(g, dy, (size_t)H);
         if (memcmp(y1, yb + 8250 * H, (size_t)H * 4) != 0)
             fail_msg("%s (%s): token 8250 alone differs from the batch of %lld", what, MODE[gi], (long long)TB);
         printf("  %-40s %-8s tokens alone / slice / batch of %lld: bitwise equal\n", what, MODE[gi], (long long)TB);
@@ -331,29 +271,29 @@ static void moe_case(fx *f, enum qkind kind) {
 }
 
 static void test_moe_nvfp4_ct(void **state) {
-    NEED_GPU(state);
+    TU_NEED_GPU(state);
     moe_case(*state, Q_NVFP4_CT);
 }
 static void test_moe_nvfp4_modelopt(void **state) {
-    NEED_GPU(state);
+    TU_NEED_GPU(state);
     moe_case(*state, Q_NVFP4_MO);
 }
 static void test_moe_fp8(void **state) {
-    NEED_GPU(state);
+    TU_NEED_GPU(state);
     moe_case(*state, Q_FP8);
 }
 static void test_moe_int4_sym(void **state) {
-    NEED_GPU(state);
+    TU_NEED_GPU(state);
     moe_case(*state, Q_INT4_SYM);
 }
 static void test_moe_int4_asym(void **state) {
-    NEED_GPU(state);
+    TU_NEED_GPU(state);
     moe_case(*state, Q_INT4_ASYM);
 }
 
 /* An unsupported shape is refused with 500, not computed wrongly. */
 static void test_refuses_bad_shapes(void **state) {
-    NEED_GPU(state);
+    TU_NEED_GPU(state);
     fx *f = *state;
     clef_err err;
     clef_err_clear(&err);
@@ -369,21 +309,8 @@ static void test_refuses_bad_shapes(void **state) {
 
 /* ---- quantized fixtures end to end --------------------------------------- */
 
-static float *run_record(clef_model *m, const clef_record *r, size_t H, clef_err *err) {
-    float *hidden = malloc(r->n_ids * H * sizeof *hidden);
-    float *logits = malloc((clef_record_total_options(r) + 1) * sizeof *logits);
-    int rc = clef_thinker_forward(m, r->input_ids, r->n_ids, hidden, NULL, err);
-    if (rc == 0) rc = clef_head_forward(m, hidden, r, logits, err);
-    free(hidden);
-    if (rc != 0) {
-        free(logits);
-        return NULL;
-    }
-    return logits;
-}
-
 static void test_fixtures(void **state) {
-    NEED_GPU(state);
+    TU_NEED_GPU(state);
     size_t n_base;
     json_value **base = tu_load_goldens("goldens/goldens.jsonl", &n_base);
     for (int fi = 0; fi < QF_N_FORMATS; fi++) {
@@ -411,7 +338,7 @@ static void test_fixtures(void **state) {
                 assert_non_null(b);
                 clef_record r;
                 tu_record_from_golden(b, &r);
-                float *logits = run_record(m, &r, H, &err);
+                float *logits = tu_run_record(m, &r, H, &err);
                 if (!logits) fail_msg("%s/%s on cuda: %s", QF_FORMATS[fi], name, err.message);
                 const json_value *wq = json_get(cases[c], "questions");
                 assert_int_equal(wq->n, r.n_questions);
@@ -512,7 +439,7 @@ static void fill_q(hq *h, enum qkind kind, int64_t rows, int64_t cols) {
 }
 
 static void test_bench_full_shapes(void **state) {
-    NEED_GPU(state);
+    TU_NEED_GPU(state);
     const char *env = getenv("CLEF_QGEMM_BENCH");
     if (!env || strcmp(env, "1")) {
         printf("  CLEF_QGEMM_BENCH unset: timing skipped\n");
@@ -526,10 +453,10 @@ static void test_bench_full_shapes(void **state) {
     float *x = rand_vec((size_t)(TMAX * H), 1.0f), *logits = rand_vec((size_t)(TMAX * E), 2.0f);
     int32_t *idx = malloc((size_t)(TMAX * k) * 4);
     float *rw = malloc((size_t)(TMAX * k) * 4);
-    ok(f->cpu->ops->router_topk(f->cpu, logits, TMAX, E, k, 1, idx, rw, &err), &err);
-    float *dx = dput(g, x, (size_t)(TMAX * H) * 4), *dw = dput(g, rw, (size_t)(TMAX * k) * 4);
-    int32_t *di = dput(g, idx, (size_t)(TMAX * k) * 4);
-    float *dy = dnan(g, (size_t)(TMAX * H));
+    tu_ok(f->cpu->ops->router_topk(f->cpu, logits, TMAX, E, k, 1, idx, rw, &err), &err);
+    float *dx = tu_dput(g, x, (size_t)(TMAX * H) * 4), *dw = tu_dput(g, rw, (size_t)(TMAX * k) * 4);
+    int32_t *di = tu_dput(g, idx, (size_t)(TMAX * k) * 4);
+    float *dy = tu_dnan(g, (size_t)(TMAX * H));
     const double bf16_bytes = 3.0 * E * H * NI * 2;
     size_t bf16_mem = 0;
     printf("  full expert shapes: %d experts, hidden %lld, inter %lld, top-%lld (fast mode)\n", E, (long long)H,
@@ -549,17 +476,17 @@ static void test_bench_full_shapes(void **state) {
                         wb = malloc((size_t)(H * NI) * 2);
                         for (int64_t i = 0; i < H * NI; i++) wb[i] = clef_f32_to_bf16(frand() * 0.03f);
                     }
-                    ok(g->ops->weight_init(g, &wg[j][e], CLEF_DT_BF16, r, cc, wb, &err), &err);
+                    tu_ok(g->ops->weight_init(g, &wg[j][e], CLEF_DT_BF16, r, cc, wb, &err), &err);
                     wbytes += (size_t)(r * cc) * 2;
                 } else {
                     fill_q(&h[j][e], (enum qkind)kind, r, cc);
-                    ok(g->ops->weight_init_packed(g, &wg[j][e], &h[j][e].q, &err), &err);
+                    tu_ok(g->ops->weight_init_packed(g, &wg[j][e], &h[j][e].q, &err), &err);
                     wbytes += clef_qweight_bytes(&h[j][e].q);
                     free_q(&h[j][e]);
                 }
             }
         free(wb);
-        float *tmp = dget(g, dy, 1); /* synchronise: the uploads are done */
+        float *tmp = tu_dget(g, dy, 1); /* synchronise: the uploads are done */
         free(tmp);
         const size_t used = clef_cuda_weight_bytes(g) - used0;
         if (kind < 0) bf16_mem = used;
@@ -579,12 +506,12 @@ static void test_bench_full_shapes(void **state) {
         for (int ti = 0; ti < 2; ti++) {
             const int64_t T = Ts[ti];
             const int reps = T > 1000 ? 5 : 50;
-            ok(g->ops->moe(g, dx, T, di, dw, k, &mg, dy, &err), &err); /* warm-up (tables, scratch) */
-            float *s0 = dget(g, dy, 1);
+            tu_ok(g->ops->moe(g, dx, T, di, dw, k, &mg, dy, &err), &err); /* warm-up (tables, scratch) */
+            float *s0 = tu_dget(g, dy, 1);
             free(s0);
             const double t0 = now_s();
-            for (int rep = 0; rep < reps; rep++) ok(g->ops->moe(g, dx, T, di, dw, k, &mg, dy, &err), &err);
-            float *s1 = dget(g, dy, 1);
+            for (int rep = 0; rep < reps; rep++) tu_ok(g->ops->moe(g, dx, T, di, dw, k, &mg, dy, &err), &err);
+            float *s1 = tu_dget(g, dy, 1);
             free(s1);
             const double ms = (now_s() - t0) * 1e3 / reps;
             const double flop = 2.0 * (double)(T * k) * (double)(3 * H * NI);
@@ -595,7 +522,7 @@ static void test_bench_full_shapes(void **state) {
         }
         /* where the time goes at 300 tokens: the op's parts */
         clef_cuda_set_profile(g, 1);
-        for (int rep = 0; rep < 20; rep++) ok(g->ops->moe(g, dx, 300, di, dw, k, &mg, dy, &err), &err);
+        for (int rep = 0; rep < 20; rep++) tu_ok(g->ops->moe(g, dx, 300, di, dw, k, &mg, dy, &err), &err);
         clef_cuda_profile_dump(g, stdout);
         clef_cuda_set_profile(g, 0);
         for (int j = 0; j < 3; j++)

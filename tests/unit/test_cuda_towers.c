@@ -36,33 +36,17 @@
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 
-static float frand(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (float)((double)(rng_state >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-}
+static float frand(void) { return tu_rand_f32(&rng_state); }
 
-static float *rand_vec(size_t n, float scale) {
-    float *v = malloc((n ? n : 1) * sizeof *v);
-    for (size_t i = 0; i < n; i++) v[i] = frand() * scale;
-    return v;
-}
+static float *rand_vec(size_t n, float scale) { return tu_rand_vec(&rng_state, n, scale); }
 
 /* CPU reference, CUDA default mode, CUDA precise mode. */
 typedef struct fx {
     clef_backend *cpu, *gpu, *precise;
 } fx;
 
-static void ok(int rc, const clef_err *err) {
-    if (rc != 0) fail_msg("op failed: %d %s", err->status, err->message);
-}
-
 static int setup(void **state) {
-    *state = NULL;
-    int n = clef_cuda_device_count();
-    printf("  CUDA devices: %d\n", n);
-    if (n == 0) return 0;
+    if (tu_cuda_devices(state) == 0) return 0;
     fx *f = calloc(1, sizeof *f);
     clef_err err;
     clef_err_clear(&err);
@@ -75,9 +59,7 @@ static int setup(void **state) {
         fprintf(stderr, "backend: %s\n", err.message);
         return -1;
     }
-    char d[256];
-    clef_cuda_describe(f->gpu, d, sizeof d);
-    printf("  device: %s\n", d);
+    tu_print_cuda_device(f->gpu);
     *state = f;
     return 0;
 }
@@ -92,54 +74,9 @@ static int teardown(void **state) {
     return 0;
 }
 
-#define NEED_GPU(state)                                                                                                \
-    do {                                                                                                               \
-        if (!*(state)) {                                                                                               \
-            printf("  no CUDA device: skipped\n");                                                                     \
-            skip();                                                                                                    \
-        }                                                                                                              \
-    } while (0)
-
-static void *dput(clef_backend *g, const void *h, size_t bytes) {
-    clef_err err;
-    void *d = g->ops->alloc(g, bytes ? bytes : 4);
-    assert_non_null(d);
-    if (bytes) ok(g->ops->upload(g, d, h, bytes, &err), &err);
-    return d;
-}
-
-/* Device buffer of n floats filled with NaN (an unwritten output fails). */
-static float *dnan(clef_backend *g, size_t n) {
-    float *h = malloc((n ? n : 1) * sizeof *h);
-    for (size_t i = 0; i < n; i++) h[i] = NAN;
-    float *d = dput(g, h, n * sizeof *h);
-    free(h);
-    return d;
-}
-
-static float *dget(clef_backend *g, const float *d, size_t n) {
-    clef_err err;
-    float *h = malloc((n ? n : 1) * sizeof *h);
-    ok(g->ops->download(g, h, d, n * sizeof *h, &err), &err);
-    return h;
-}
-
-/* ||got - want|| / ||want|| (NaN/inf anywhere gives NaN). */
-static double rel_l2(const float *got, const float *want, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!isfinite(got[i])) return NAN;
-        double d = (double)got[i] - want[i];
-        num += d * d;
-        den += (double)want[i] * want[i];
-    }
-    return den > 0 ? sqrt(num / den) : sqrt(num);
-}
-
+/* One relative-L2 comparison line (tu_check_rel) for `what`. */
 static void check(const char *what, const float *got, const float *want, size_t n, double tol) {
-    double r = rel_l2(got, want, n);
-    printf("  %-40s rel L2 %.3e  (tol %.0e, %zu values)\n", what, r, tol, n);
-    if (!(r <= tol)) fail_msg("%s: relative L2 error %.3e > %.0e", what, r, tol);
+    tu_check_rel(what, 40, NULL, 0, got, want, n, tol);
 }
 
 static void check_bitwise(const char *what, const float *got, const float *want, size_t n) {
@@ -154,20 +91,20 @@ static void check_bitwise(const char *what, const float *got, const float *want,
 /* ---- ops ----------------------------------------------------------------- */
 
 static void test_gelu_tanh(void **state) {
-    NEED_GPU(state);
+    TU_NEED_GPU(state);
     fx *f = *state;
     clef_err err;
     const size_t n = 100003;
     float *x = rand_vec(n, 6.0f), *ref = malloc(n * sizeof *ref);
-    ok(f->cpu->ops->gelu_tanh(f->cpu, x, ref, (int64_t)n, &err), &err);
+    tu_ok(f->cpu->ops->gelu_tanh(f->cpu, x, ref, (int64_t)n, &err), &err);
     clef_backend *g = f->gpu;
-    float *dx = dput(g, x, n * 4), *dy = dnan(g, n);
-    ok(g->ops->gelu_tanh(g, dx, dy, (int64_t)n, &err), &err);
-    float *y = dget(g, dy, n);
+    float *dx = tu_dput(g, x, n * 4), *dy = tu_dnan(g, n);
+    tu_ok(g->ops->gelu_tanh(g, dx, dy, (int64_t)n, &err), &err);
+    float *y = tu_dget(g, dy, n);
     check("gelu_tanh n=100003", y, ref, n, TOL_F32);
     /* in place (y == x) */
-    ok(g->ops->gelu_tanh(g, dx, dx, (int64_t)n, &err), &err);
-    float *y2 = dget(g, dx, n);
+    tu_ok(g->ops->gelu_tanh(g, dx, dx, (int64_t)n, &err), &err);
+    float *y2 = tu_dget(g, dx, n);
     check_bitwise("gelu_tanh in place vs out of place", y2, y, n);
     free(x), free(ref), free(y), free(y2);
     g->ops->free(g, dx), g->ops->free(g, dy);
@@ -184,12 +121,12 @@ static void rope_case(fx *f, int64_t N, int64_t H, int64_t d) {
     for (int64_t r = 0; r < 2 * N; r++) pos[r] = (int32_t)((frand() + 1.0f) * 40.0f); /* 0..80 */
     float *ref = malloc(sizeof(float) * (size_t)n);
     memcpy(ref, x, sizeof(float) * (size_t)n);
-    ok(f->cpu->ops->rope_2d(f->cpu, ref, N, 3 * D, 2 * H, d, pos, inv, &err), &err);
+    tu_ok(f->cpu->ops->rope_2d(f->cpu, ref, N, 3 * D, 2 * H, d, pos, inv, &err), &err);
     clef_backend *g = f->gpu;
-    float *dx = dput(g, x, sizeof(float) * (size_t)n), *dinv = dput(g, inv, sizeof(float) * (size_t)q);
-    int32_t *dpos = dput(g, pos, sizeof(int32_t) * (size_t)(2 * N));
-    ok(g->ops->rope_2d(g, dx, N, 3 * D, 2 * H, d, dpos, dinv, &err), &err);
-    float *y = dget(g, dx, (size_t)n);
+    float *dx = tu_dput(g, x, sizeof(float) * (size_t)n), *dinv = tu_dput(g, inv, sizeof(float) * (size_t)q);
+    int32_t *dpos = tu_dput(g, pos, sizeof(int32_t) * (size_t)(2 * N));
+    tu_ok(g->ops->rope_2d(g, dx, N, 3 * D, 2 * H, d, dpos, dinv, &err), &err);
+    float *y = tu_dget(g, dx, (size_t)n);
     char what[64];
     snprintf(what, sizeof what, "rope_2d N=%lld heads=2x%lld d=%lld", (long long)N, (long long)H, (long long)d);
     check(what, y, ref, (size_t)n, TOL_F32);
@@ -202,13 +139,13 @@ static void rope_case(fx *f, int64_t N, int64_t H, int64_t d) {
 }
 
 static void test_rope_2d(void **state) {
-    NEED_GPU(state);
+    TU_NEED_GPU(state);
     rope_case(*state, 1000, 16, 72);
     rope_case(*state, 77, 2, 16);
 }
 
 static void test_mix_rows(void **state) {
-    NEED_GPU(state);
+    TU_NEED_GPU(state);
     fx *f = *state;
     clef_err err;
     const int64_t rows = 2304, dim = 1152, N = 3001;
@@ -216,13 +153,14 @@ static void test_mix_rows(void **state) {
     int32_t *idx = malloc(sizeof(int32_t) * (size_t)(4 * N));
     for (int64_t i = 0; i < 4 * N; i++) idx[i] = (int32_t)(((double)frand() + 1.0) * 0.5 * (rows - 1));
     float *ref = malloc(sizeof(float) * (size_t)(N * dim));
-    ok(f->cpu->ops->mix_rows(f->cpu, table, dim, idx, w, N, ref, &err), &err);
+    tu_ok(f->cpu->ops->mix_rows(f->cpu, table, dim, idx, w, N, ref, &err), &err);
     clef_backend *g = f->gpu;
-    float *dt = dput(g, table, sizeof(float) * (size_t)(rows * dim)), *dw = dput(g, w, sizeof(float) * (size_t)(4 * N));
-    int32_t *di = dput(g, idx, sizeof(int32_t) * (size_t)(4 * N));
-    float *dout = dnan(g, (size_t)(N * dim));
-    ok(g->ops->mix_rows(g, dt, dim, di, dw, N, dout, &err), &err);
-    float *y = dget(g, dout, (size_t)(N * dim));
+    float *dt = tu_dput(g, table, sizeof(float) * (size_t)(rows * dim)),
+          *dw = tu_dput(g, w, sizeof(float) * (size_t)(4 * N));
+    int32_t *di = tu_dput(g, idx, sizeof(int32_t) * (size_t)(4 * N));
+    float *dout = tu_dnan(g, (size_t)(N * dim));
+    tu_ok(g->ops->mix_rows(g, dt, dim, di, dw, N, dout, &err), &err);
+    float *y = tu_dget(g, dout, (size_t)(N * dim));
     check_bitwise("mix_rows N=3001 dim=1152", y, ref, (size_t)(N * dim));
     free(table), free(w), free(idx), free(ref), free(y);
     g->ops->free(g, dt), g->ops->free(g, dw), g->ops->free(g, di), g->ops->free(g, dout);
@@ -232,11 +170,11 @@ static void im2col_case(fx *f, int64_t B, int64_t Fi, int64_t Ti, int64_t Ci) {
     clef_err err;
     const int64_t Fo = (Fi + 1) / 2, To = (Ti + 1) / 2, n_in = B * Fi * Ti * Ci, n_out = B * Fo * To * Ci * 9;
     float *in = rand_vec((size_t)n_in, 1.0f), *ref = malloc(sizeof(float) * (size_t)n_out);
-    ok(f->cpu->ops->im2col_3x3s2(f->cpu, in, B, Fi, Ti, Ci, ref, &err), &err);
+    tu_ok(f->cpu->ops->im2col_3x3s2(f->cpu, in, B, Fi, Ti, Ci, ref, &err), &err);
     clef_backend *g = f->gpu;
-    float *din = dput(g, in, sizeof(float) * (size_t)n_in), *dout = dnan(g, (size_t)n_out);
-    ok(g->ops->im2col_3x3s2(g, din, B, Fi, Ti, Ci, dout, &err), &err);
-    float *y = dget(g, dout, (size_t)n_out);
+    float *din = tu_dput(g, in, sizeof(float) * (size_t)n_in), *dout = tu_dnan(g, (size_t)n_out);
+    tu_ok(g->ops->im2col_3x3s2(g, din, B, Fi, Ti, Ci, dout, &err), &err);
+    float *y = tu_dget(g, dout, (size_t)n_out);
     char what[80];
     snprintf(what, sizeof what, "im2col_3x3s2 B=%lld F=%lld T=%lld C=%lld", (long long)B, (long long)Fi, (long long)Ti,
              (long long)Ci);
@@ -246,30 +184,30 @@ static void im2col_case(fx *f, int64_t B, int64_t Fi, int64_t Ti, int64_t Ci) {
 }
 
 static void test_im2col(void **state) {
-    NEED_GPU(state);
+    TU_NEED_GPU(state);
     im2col_case(*state, 3, 128, 100, 1); /* conv2d1 of three 100-frame chunks */
     im2col_case(*state, 2, 64, 50, 48);  /* conv2d2-like, fewer channels */
     im2col_case(*state, 1, 31, 7, 5);    /* odd sizes: padding on both ends */
 }
 
 static void test_transpose(void **state) {
-    NEED_GPU(state);
+    TU_NEED_GPU(state);
     fx *f = *state;
     clef_err err;
     const int64_t shapes[3][3] = {{4, 16, 13 * 480}, {1, 33, 65}, {7, 1, 40}};
     for (int s = 0; s < 3; s++) {
         const int64_t B = shapes[s][0], R = shapes[s][1], C = shapes[s][2], n = B * R * C;
         float *x = rand_vec((size_t)n, 1.0f), *ref = malloc(sizeof(float) * (size_t)n);
-        ok(f->cpu->ops->transpose(f->cpu, x, B, R, C, ref, &err), &err);
+        tu_ok(f->cpu->ops->transpose(f->cpu, x, B, R, C, ref, &err), &err);
         /* the CPU reference itself: y[b, c, r] = x[b, r, c] */
         for (int64_t i = 0; i < n; i += 97) {
             const int64_t b = i / (R * C), r = i / C % R, c = i % C;
             if (ref[(b * C + c) * R + r] != x[i]) fail_msg("CPU transpose: element %lld misplaced", (long long)i);
         }
         clef_backend *g = f->gpu;
-        float *dx = dput(g, x, sizeof(float) * (size_t)n), *dy = dnan(g, (size_t)n);
-        ok(g->ops->transpose(g, dx, B, R, C, dy, &err), &err);
-        float *y = dget(g, dy, (size_t)n);
+        float *dx = tu_dput(g, x, sizeof(float) * (size_t)n), *dy = tu_dnan(g, (size_t)n);
+        tu_ok(g->ops->transpose(g, dx, B, R, C, dy, &err), &err);
+        float *y = tu_dget(g, dy, (size_t)n);
         char what[64];
         snprintf(what, sizeof what, "transpose B=%lld R=%lld C=%lld", (long long)B, (long long)R, (long long)C);
         check_bitwise(what, y, ref, (size_t)n);
@@ -352,9 +290,9 @@ static double vision_call(tower_fx *t, clef_towers *tw, const float *pixels, siz
     clef_err err;
     if (clef_vision_forward(t->cpu, pixels, rows, grids, n_items, ref, rds, &err)) fail_msg("%s", err.message);
     if (clef_vision_forward(tw, pixels, rows, grids, n_items, out, ds, &err)) fail_msg("%s", err.message);
-    double worst = rel_l2(out, ref, M * O);
+    double worst = tu_rel_l2(out, ref, M * O);
     for (size_t k = 0; k < nds; k++) {
-        double r = rel_l2(ds + k * M * O, rds + k * M * O, M * O);
+        double r = tu_rel_l2(ds + k * M * O, rds + k * M * O, M * O);
         if (!(r <= worst)) worst = r;
     }
     printf("  vision %-24s %-8s %5zu patches: worst rel L2 %.3e\n", name, mode, rows, worst);
@@ -364,7 +302,7 @@ static double vision_call(tower_fx *t, clef_towers *tw, const float *pixels, siz
 }
 
 static void test_vision_tower(void **state) {
-    NEED_GPU(state);
+    TU_NEED_GPU(state);
     fx *f = *state;
     tower_fx t;
     towers_open(f, &t);
@@ -401,7 +339,7 @@ static void test_vision_tower(void **state) {
 }
 
 static void test_audio_tower(void **state) {
-    NEED_GPU(state);
+    TU_NEED_GPU(state);
     fx *f = *state;
     tower_fx t;
     towers_open(f, &t);
@@ -423,7 +361,7 @@ static void test_audio_tower(void **state) {
             if (clef_audio_forward(mode ? t.precise : t.gpu, m.input_features, m.n_clips, m.n_frames, m.feature_lens,
                                    out, &err))
                 fail_msg("%s", err.message);
-            double r = rel_l2(out, ref, rows * O), tol = mode ? TOL_TOWER_PRECISE : TOL_TOWER_BF16;
+            double r = tu_rel_l2(out, ref, rows * O), tol = mode ? TOL_TOWER_PRECISE : TOL_TOWER_BF16;
             printf("  audio  %-24s %-8s %5zu rows: rel L2 %.3e\n", tu_case_name(c), mode ? "precise" : "default",
                    rows, r);
             if (!(r <= tol)) fail_msg("%s audio: relative L2 %.3e > %.0e", tu_case_name(c), r, tol);
@@ -442,7 +380,7 @@ static void test_audio_tower(void **state) {
  * and 1.65 s of a 1 kHz tone (a 3000-frame batch: 30 full chunks and a
  * partial one, windows of 104 rows and a remainder). */
 static void test_audio_tower_synthetic(void **state) {
-    NEED_GPU(state);
+    TU_NEED_GPU(state);
     fx *f = *state;
     tower_fx t;
     towers_open(f, &t);
@@ -470,7 +408,7 @@ static void test_audio_tower_synthetic(void **state) {
     for (int mode = 0; mode < 2; mode++) {
         for (size_t i = 0; i < rows * O; i++) out[i] = NAN;
         if (clef_audio_forward(mode ? t.precise : t.gpu, feat, 2, frames, lens, out, &err)) fail_msg("%s", err.message);
-        double r = rel_l2(out, ref, rows * O), tol = mode ? TOL_TOWER_PRECISE : TOL_TOWER_BF16;
+        double r = tu_rel_l2(out, ref, rows * O), tol = mode ? TOL_TOWER_PRECISE : TOL_TOWER_BF16;
         printf("  audio  %-24s %-8s %5zu rows: rel L2 %.3e\n", "synthetic 30 s + 1.65 s", mode ? "precise" : "default",
                rows, r);
         if (!(r <= tol)) fail_msg("synthetic audio: relative L2 %.3e > %.0e", r, tol);
