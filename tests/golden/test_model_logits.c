@@ -60,21 +60,6 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* thinker + head over one record; returns the logits (caller frees) or NULL
- * with err. */
-static float *run_record(clef_model *m, const clef_record *r, size_t H, clef_err *err) {
-    float *hidden = malloc(r->n_ids * H * sizeof *hidden);
-    float *logits = malloc((clef_record_total_options(r) + 1) * sizeof *logits);
-    int rc = clef_thinker_forward(m, r->input_ids, r->n_ids, hidden, NULL, err);
-    if (rc == 0) rc = clef_head_forward(m, hidden, r, logits, err);
-    free(hidden);
-    if (rc != 0) {
-        free(logits);
-        return NULL;
-    }
-    return logits;
-}
-
 static void test_logits_all_cases(void **state) {
     fixture *f = *state;
     const size_t H = (size_t)f->ck.config.text.hidden_size;
@@ -90,7 +75,7 @@ static void test_logits_all_cases(void **state) {
         clef_err err;
         clef_err_clear(&err);
         double t0 = now_s();
-        float *logits = run_record(f->m, &r, H, &err);
+        float *logits = tu_run_record(f->m, &r, H, &err);
         double dt = now_s() - t0;
         t_all += dt;
         if (strcmp(name, "question_id_empty") == 0) {
