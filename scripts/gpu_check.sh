@@ -17,9 +17,9 @@
 #   bench_fast    the same in the opt-in fast numerics (CLEF_CUDA_NUMERICS=fast)
 #   towers        `clef bench --towers-only`: the full-width vision tower on a 1-MP image and the audio
 #                 tower on 30 s, CUDA (tests/unit/test_cuda_towers checks them against the CPU)
-#   quant         the full preset's experts quantized in memory (int4, fp8-block, nvfp4): `clef parity`
-#                 BF16 vs each over the 200 generated requests, then `clef bench` per format
-#                 (300 / 1k tokens, 32x1k, GPU memory)
+#   quant_parity  the full preset's experts quantized in memory (QUANT_FORMATS, default int4,
+#                 fp8-block, nvfp4): `clef parity` BF16 vs each over the 200 generated requests
+#   quant_bench   `clef bench` per format (QUANT_BENCH_FORMATS): 300 / 1k tokens, 32x1k, GPU memory
 # usage: scripts/gpu_check.sh [stage ...]        (default: cpuref env tests bench transformers parity)
 # Logs go to $OUT (default /tmp/gpu_check): <stage>.log and summary.txt.  UNPACK (default
 # /tmp/clefgpu) is where the pack is unpacked: two instances on two GPUs need two.
@@ -163,10 +163,12 @@ EOF
             --image-mp 1 --audio-s 30 --iters 5 --profile
         grep -v -E "^(clef|===)" "$OUT/towers.log" | grep -E "^[a-z_0-9]+ |towers" | head -40 >> "$SUM"
         ;;
-    quant)
+    quant_parity)
         run_stage quant_parity ${QUANT_PARITY_TIMEOUT:-300} "$BIN/clef" parity --synthetic full --seed 1 \
             --quant-b ${QUANT_FORMATS:-int4,fp8-block,nvfp4} --device cuda --requests bench/parity/requests_200.jsonl
         grep -E "^(A |B |requests|top-1|total variation|flipped questions|clef parity)" "$OUT/quant_parity.log" >> "$SUM"
+        ;;
+    quant_bench)
         for f in $(echo "${QUANT_BENCH_FORMATS:-int4,fp8-block,nvfp4}" | tr , ' '); do
             run_stage "bench_$f" ${QUANT_BENCH_TIMEOUT:-150} "$BIN/clef" bench --synthetic full --seed 1 --quant "$f" \
                 --device cuda --text-only --runs 1x300,1x1000,32x1000 --iters 5
