@@ -33,6 +33,8 @@ static void parity_usage(FILE *f) {
             "                  Tokenizer --tokenizer F (default\n"
             "                  " CLI_DEFAULT_TOKENIZER ")\n"
             "  --device D      cpu, cuda, cuda:N for both models (default: automatic)\n"
+            "  --numerics-a / --numerics-b fast|precise  CUDA numerics of that side (CLEF_CUDA_NUMERICS while it\n"
+            "                  loads; default precise): e.g. BF16 precise vs BF16 fast\n"
             "  --json prints the report as one JSON object.  Exit status 1 if a model cannot be loaded.\n");
 }
 
@@ -40,6 +42,7 @@ static void parity_usage(FILE *f) {
  * when quant is NULL). */
 typedef struct parity_side {
     const char *dir, *quant;
+    const char *numerics; /* NULL, or CLEF_CUDA_NUMERICS for this side's backend ("fast", "precise") */
     char label[256]; /* printed as "A <label>" */
 } parity_side;
 
@@ -59,7 +62,10 @@ static clef_engine *open_model(const parity_side *side, const parity_common *c) 
     }
     clef_err err;
     clef_err_clear(&err);
+    /* the CUDA backend reads its numerics when it is created (backend/cuda/cuda.h) */
+    if (side->numerics) setenv("CLEF_CUDA_NUMERICS", side->numerics, 1);
     clef_engine *e = clef_engine_open(&opt, &err);
+    if (side->numerics) unsetenv("CLEF_CUDA_NUMERICS");
     if (!e) fprintf(stderr, "clef parity: cannot load %s: %s\n", side->label, err.message);
     return e;
 }
@@ -100,7 +106,8 @@ static void print_report(const char *a, const char *b, const clef_parity_report 
 }
 
 int cli_parity(int argc, char **argv) {
-    const char *models[2] = {NULL, NULL}, *requests = NULL, *m = NULL, *quant[2] = {NULL, NULL};
+    const char *models[2] = {NULL, NULL}, *requests = NULL, *m = NULL, *quant[2] = {NULL, NULL},
+               *numerics[2] = {NULL, NULL};
     parity_common c = {.seed = 1, .tokenizer = CLI_DEFAULT_TOKENIZER};
     size_t n_models = 0;
     int as_json = 0;
@@ -118,6 +125,8 @@ int cli_parity(int argc, char **argv) {
                    (r = arg_str(argc, argv, &i, "--synthetic", &c.synthetic)) ||
                    (r = arg_str(argc, argv, &i, "--quant-a", &quant[0])) ||
                    (r = arg_str(argc, argv, &i, "--quant-b", &quant[1])) ||
+                   (r = arg_str(argc, argv, &i, "--numerics-a", &numerics[0])) ||
+                   (r = arg_str(argc, argv, &i, "--numerics-b", &numerics[1])) ||
                    (r = arg_str(argc, argv, &i, "--tokenizer", &c.tokenizer)) ||
                    (r = arg_str(argc, argv, &i, "--device", &c.device)) ||
                    (r = arg_size(argc, argv, &i, "--seed", &c.seed)) ||
@@ -142,6 +151,13 @@ int cli_parity(int argc, char **argv) {
         parity_usage(stderr);
         return 2;
     }
+    for (int k = 0; k < 2; k++)
+        if (numerics[k] && strcmp(numerics[k], "fast") && strcmp(numerics[k], "precise")) {
+            fprintf(stderr, "clef parity: --numerics-%c must be fast or precise\n", 'a' + k);
+            return 2;
+        }
+    if (numerics[0] && getenv("CLEF_CUDA_PRECISE"))
+        fprintf(stderr, "clef parity: note: CLEF_CUDA_PRECISE is set and overrides --numerics-a/-b\n");
     /* B: one side, or one per format of a --quant-b list */
     char bq[256] = "";
     const char *bquants[8] = {quant[1]};
@@ -166,12 +182,14 @@ int cli_parity(int argc, char **argv) {
             return 2;
         }
     }
-    parity_side a = {.dir = models[0], .quant = quant[0] && strcmp(quant[0], "bf16") ? quant[0] : NULL};
+    parity_side a = {.dir = models[0], .quant = quant[0] && strcmp(quant[0], "bf16") ? quant[0] : NULL,
+                     .numerics = numerics[0]};
     if (synth)
         snprintf(a.label, sizeof a.label, "synthetic:%s:%s seed %zu", c.synthetic, quant[0] ? quant[0] : "bf16",
                  c.seed);
     else
         snprintf(a.label, sizeof a.label, "%s", models[0]);
+    if (numerics[0]) snprintf(a.label + strlen(a.label), sizeof a.label - strlen(a.label), " (%s)", numerics[0]);
     size_t len = 0;
     char *text = read_all(requests, &len);
     if (!text) return 2;
@@ -179,12 +197,14 @@ int cli_parity(int argc, char **argv) {
     memset(&ans_a, 0, sizeof ans_a);
     int rc = answer_all(&a, &c, text, len, &ans_a);
     for (size_t k = 0; rc == 0 && k < n_b; k++) {
-        parity_side b = {.dir = models[1], .quant = bquants[k] && strcmp(bquants[k], "bf16") ? bquants[k] : NULL};
+        parity_side b = {.dir = models[1], .quant = bquants[k] && strcmp(bquants[k], "bf16") ? bquants[k] : NULL,
+                         .numerics = numerics[1]};
         if (synth)
             snprintf(b.label, sizeof b.label, "synthetic:%s:%s seed %zu", c.synthetic,
                      bquants[k] ? bquants[k] : "bf16", c.seed);
         else
             snprintf(b.label, sizeof b.label, "%s", models[1]);
+        if (numerics[1]) snprintf(b.label + strlen(b.label), sizeof b.label - strlen(b.label), " (%s)", numerics[1]);
         clef_parity_answers ans_b;
         memset(&ans_b, 0, sizeof ans_b);
         rc = answer_all(&b, &c, text, len, &ans_b);
