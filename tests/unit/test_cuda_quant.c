@@ -20,9 +20,15 @@
  *   precise: |dlogit| <= 5e-4; fast: |dlogit| <= 0.1 and per-question
  *   total-variation distance <= 0.02 (test_cuda_golden.c's fast bounds).
  *
+ * Every GPU comparison runs with both packed kernels of cuda_qgemm.cu (v2,
+ * the default, and v1: CLEF_CUDA_QGEMM=v1) and checks that they agree to
+ * TOL_AGREE (1e-6 relative L2: f32 summation order).  Host-only checks (no
+ * GPU): the register FP4 decode of v2 (CK_FP4X2_BF16_BITS) on all 256
+ * bytes.
+ *
  * With CLEF_QGEMM_BENCH=1 it also times the moe op at the full model's
  * expert shapes (128 experts, hidden 2048, inter 768, top-8) for 300 and
- * 32000 tokens, BF16 and every packed format, and checks that packed INT4 /
+ * 32000 tokens, fast and precise, both kernels, BF16 and every packed format, and checks that packed INT4 /
  * NVFP4 experts take at most 0.3x the device weight memory of BF16 ones
  * (clef_cuda_weight_bytes: the packed bytes + scales, no bf16 copy). */
 #define _GNU_SOURCE /* nftw (quant_fixture.h); before any include */
@@ -36,6 +42,7 @@
 
 #include "backend/cpu/cpu.h"
 #include "backend/cuda/cuda.h"
+#include "backend/cuda/cuda_qbits.h"
 #include "io/checkpoint.h"
 #include "model/model.h"
 #include "quant/qweight.h"
@@ -92,6 +99,135 @@ static int teardown(void **state) {
 /* One relative-L2 comparison line (tu_check_rel) for `what` in numeric `mode`. */
 static void check(const char *what, const char *mode, const float *got, const float *want, size_t n, double tol) {
     tu_check_rel(what, 40, mode, 8, got, want, n, tol);
+}
+
+/* ---- the two packed-weight kernels ---------------------------------------- */
+
+/* Kernels of cuda_qgemm.cu (ck_qgemm_version reads CLEF_CUDA_QGEMM at every
+ * launch): index 0 = the default (v2), 1 = the first kernel (v1). */
+enum { NKERN = 2 };
+static const char *const KERN[NKERN] = {"v2", "v1"};
+#define TOL_AGREE 1e-6 /* v2 vs v1: f32 summation order only (precise: hi/lo per chunk) */
+
+static void use_kernel(int ki) {
+    if (ki == 1)
+        setenv("CLEF_CUDA_QGEMM", "v1", 1);
+    else
+        unsetenv("CLEF_CUDA_QGEMM");
+}
+
+/* v2 against v1 on the same inputs: within TOL_AGREE (printed: bitwise or not). */
+static void check_agree(const char *what, const char *mode, const float *v2, const float *v1, size_t n) {
+    const int same = memcmp(v2, v1, n * 4) == 0;
+    const double d = tu_rel_l2(v2, v1, n);
+    printf("  %-40s %-8s v2 vs v1: rel L2 %.3e%s (tol %.0e)\n", what, mode, d, same ? " (bitwise equal)" : "",
+           TOL_AGREE);
+    if (!(d <= TOL_AGREE)) fail_msg("%s (%s): v2 differs from v1 by rel L2 %.3e", what, mode, d);
+}
+
+/* ---- host-only checks of kernel v2's arithmetic (no GPU needed) ----------- */
+
+/* The value of a bf16 bit pattern, decoded by its definition (sign, 8-bit
+ * exponent with bias 127, 7-bit mantissa, subnormals at exponent 0), in
+ * double: independent of the host's f32 denormal mode. */
+static double bf16_value(uint32_t b) {
+    const int sgn = (b >> 15) & 1, ex = (b >> 7) & 0xFF, man = b & 0x7F;
+    const double v = ex ? ldexp(1.0 + man / 128.0, ex - 127) : ldexp(man / 128.0, -126);
+    return sgn ? -v : v;
+}
+
+/* Round a double to bf16 (nearest even) by its definition; returns the value. */
+static double bf16_round(double v) {
+    if (v == 0.0) return v;
+    int ex;
+    frexp(v, &ex); /* |v| in [2^(ex-1), 2^ex) */
+    const double ulp = ldexp(1.0, (ex - 1 < -126 ? -126 : ex - 1) - 7);
+    return nearbyint(v / ulp) * ulp;
+}
+
+/* CK_FP4X2_BF16_BITS times 2^126 (bf16 CK_BF16_2POW126) is each FP4 value of
+ * all 256 bytes exactly (sign of zero included), and times every finite
+ * E4M3 scale the product is still exact in bf16 (so the kernel's two bf16
+ * multiplies never round), as the v1 table decode. */
+static void test_fp4_register_decode_host(void **state) {
+    (void)state;
+    static const double mag[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
+    assert_true(bf16_value(CK_BF16_2POW126) == ldexp(1.0, 126));
+    int checked = 0;
+    for (uint32_t b = 0; b < 256; b++) {
+        const uint32_t w = CK_FP4X2_BF16_BITS(b);
+        for (int hf = 0; hf < 2; hf++) {
+            const uint32_t nib = (b >> (4 * hf)) & 15u, bits = (w >> (16 * hf)) & 0xFFFFu;
+            const double want = (nib & 8u) ? -mag[nib & 7u] : mag[nib & 7u];
+            const double t = bf16_value(bits) * ldexp(1.0, 126);
+            if (bf16_round(t) != t || t != want || signbit(t) != signbit(want))
+                fail_msg("byte 0x%02x half %d: bits 0x%04x decode %g, want %g", b, hf, bits, t, want);
+            for (uint32_t e8 = 0; e8 < 256; e8++) { /* every finite E4M3 scale (0x7F/0xFF: NaN) */
+                if ((e8 & 0x7F) == 0x7F) continue;
+                const int ex = (e8 >> 3) & 15, mn = e8 & 7;
+                double sc = ex ? ldexp(1.0 + mn / 8.0, ex - 7) : ldexp(mn / 8.0, -6);
+                if (e8 & 0x80) sc = -sc;
+                const double p = t * sc;
+                if (bf16_round(p) != p) fail_msg("fp4 %g * scale %g = %g is not exact in bf16", t, sc, p);
+                checked++;
+            }
+        }
+    }
+    printf("  fp4 register decode: 512 nibbles exact, %d fp4 x e4m3 products exact in bf16\n", checked);
+}
+
+/* Kernel v2's pipeline (cuda_qgemm.cu qgemm2_kernel), replayed as epochs
+ * between barriers for every stage count it uses (2, 3, 4) and 1..12 K steps:
+ * prologue copies stages 0..S-2 (one commit group each); iteration kt:
+ * wait_group(S-2), dequantize stage kt (the thread's own copies) into
+ * Wd[kt & 1], barrier kt, copy stage kt+S-1 into slot (kt+S-1) % S, commit,
+ * MMAs read the activation slot kt % S and Wd[kt & 1].  Checks: a stage's
+ * copies are complete at its wait; every cross-thread reader of a slot or Wd
+ * buffer is separated by a barrier from its writer; a slot is rewritten only
+ * after a barrier that follows every read of its previous stage. */
+static void test_v2_pipeline_host(void **state) {
+    (void)state;
+    enum { KMAX = 12 };
+    int cases = 0;
+    for (int S = 2; S <= 4; S++)
+        for (int kt_n = 1; kt_n <= KMAX; kt_n++) {
+            /* epoch e: after barrier e-1, before barrier e (prologue: epoch 0);
+             * iteration kt: pre-barrier part in epoch kt, post-barrier in kt+1 */
+            int issue[KMAX + 8], slot[KMAX + 8], group[KMAX + 8];
+            int committed = 0;
+            for (int t = 0; t < S - 1; t++) { /* prologue */
+                if (t < kt_n) issue[t] = 0, slot[t] = t, group[t] = committed;
+                committed++;
+            }
+            int last_as_read[4] = {-1, -1, -1, -1}; /* epoch of the last activation read of each slot */
+            int last_wd_read[2] = {-1, -1}, wd_written[2] = {-1, -1};
+            for (int kt = 0; kt < kt_n; kt++) {
+                const int complete = committed - (S - 2); /* groups 0..complete-1 done after wait_group(S-2) */
+                if (!(group[kt] < complete)) fail_msg("S=%d K steps %d: stage %d not complete at its wait", S, kt_n, kt);
+                if (slot[kt] != kt % S) fail_msg("S=%d: stage %d in slot %d", S, kt, slot[kt]);
+                /* dequant (own copies) -> Wd[kt&1] in epoch kt: the buffer's last readers were before */
+                if (!(last_wd_read[kt & 1] < kt)) fail_msg("S=%d: Wd[%d] rewritten while read", S, kt & 1);
+                wd_written[kt & 1] = kt;
+                /* barrier kt; copies of stage kt+S-1 issued in epoch kt+1 */
+                const int t = kt + S - 1;
+                if (t < kt_n) {
+                    issue[t] = kt + 1, slot[t] = t % S, group[t] = committed;
+                    if (!(last_as_read[t % S] < kt + 1))
+                        fail_msg("S=%d K steps %d: slot %d rewritten (stage %d) in the epoch of a read", S, kt_n,
+                                 t % S, t);
+                    for (int u = t - S + 1; u < t; u++) /* the S-1 stages in flight use other slots */
+                        if (u >= 0 && slot[u] == slot[t]) fail_msg("S=%d: stages %d and %d share a slot", S, u, t);
+                }
+                committed++;
+                /* MMAs in epoch kt+1: the activation copies (any thread's, complete by the waits of
+                 * epoch kt) and Wd[kt&1] (written in epoch kt) are behind barrier kt */
+                if (!(issue[kt] <= kt && wd_written[kt & 1] == kt)) fail_msg("S=%d: stage %d read too early", S, kt);
+                last_as_read[kt % S] = kt + 1;
+                last_wd_read[kt & 1] = kt + 1;
+            }
+            cases++;
+        }
+    printf("  v2 pipeline schedule: %d (stages, K steps) cases hazard-free\n", cases);
 }
 
 /* ---- packed random weights ----------------------------------------------- */
@@ -180,16 +316,26 @@ static void test_matmul_packed(void **state) {
             assert_int_equal(wg.quant.type, h.q.quant.type);
             float *dx = tu_dput(g, x, (size_t)(T * K) * 4), *db = tu_dput(g, b, (size_t)N * 4),
                   *dy = tu_dnan(g, (size_t)(T * N));
-            tu_ok(g->ops->matmul(g, dx, T, &wg, db, dy, &err), &err);
-            float *y = tu_dget(g, dy, (size_t)(T * N));
+            float *yk[NKERN] = {NULL};
+            for (int ki = 0; ki < NKERN; ki++) {
+                use_kernel(ki);
+                tu_ok(g->ops->matmul(g, dx, T, &wg, db, dy, &err), &err);
+                float *y = tu_dget(g, dy, (size_t)(T * N));
+                char what[96];
+                snprintf(what, sizeof what, "matmul %s [%s]", QNAME[kind], KERN[ki]);
+                check(what, MODE[gi], y, ref, (size_t)(T * N), TOL[gi]);
+                /* row 40 alone */
+                tu_ok(g->ops->matmul(g, dx + 40 * K, 1, &wg, db, dy, &err), &err);
+                float *y1 = tu_dget(g, dy, (size_t)N);
+                if (memcmp(y1, y + 40 * N, (size_t)N * 4)) fail_msg("%s (%s): row alone differs", what, MODE[gi]);
+                free(y1);
+                yk[ki] = y;
+            }
+            use_kernel(0);
             char what[96];
             snprintf(what, sizeof what, "matmul %s", QNAME[kind]);
-            check(what, MODE[gi], y, ref, (size_t)(T * N), TOL[gi]);
-            /* row 40 alone */
-            tu_ok(g->ops->matmul(g, dx + 40 * K, 1, &wg, db, dy, &err), &err);
-            float *y1 = tu_dget(g, dy, (size_t)N);
-            if (memcmp(y1, y + 40 * N, (size_t)N * 4)) fail_msg("%s (%s): row alone differs", what, MODE[gi]);
-            free(y1), free(y);
+            check_agree(what, MODE[gi], yk[0], yk[1], (size_t)(T * N));
+            free(yk[0]), free(yk[1]);
             g->ops->free(g, dx), g->ops->free(g, db), g->ops->free(g, dy);
             g->ops->weight_release(g, &wg);
         }
@@ -230,34 +376,46 @@ static void moe_case(fx *f, enum qkind kind) {
         float *dx = tu_dput(g, x, (size_t)(TB * H) * 4), *dw = tu_dput(g, rw, (size_t)(TB * k) * 4);
         int32_t *di = tu_dput(g, idx, (size_t)(TB * k) * 4);
         float *dy = tu_dnan(g, (size_t)(TB * H)), *dy1 = tu_dnan(g, (size_t)(TB * H));
-        tu_ok(g->ops->moe(g, dx, T, di, dw, k, &mg, dy, &err), &err);
-        float *y = tu_dget(g, dy, (size_t)(T * H));
-        char what[96];
-        snprintf(what, sizeof what, "moe %s", QNAME[kind]);
-        check(what, MODE[gi], y, ref, (size_t)(T * H), TOL[gi]);
-        const int64_t picks[3] = {0, 99, T - 1};
-        for (int i = 0; i < 3; i++) {
-            tu_ok(g->ops->moe(g, dx + picks[i] * H, 1, di + picks[i] * k, dw + picks[i] * k, k, &mg, dy1, &err), &err);
-            float *y1 = tu_dget(g, dy1, (size_t)H);
-            if (memcmp(y1, y + picks[i] * H, (size_t)H * 4) != 0)
-                fail_msg("%s (%s): token %lld alone differs from the batch", what, MODE[gi], (long long)picks[i]);
-            free(y1);
+        float *yk[NKERN] = {NULL};
+        for (int ki = 0; ki < NKERN; ki++) {
+            use_kernel(ki);
+            tu_ok(g->ops->moe(g, dx, T, di, dw, k, &mg, dy, &err), &err);
+            float *y = tu_dget(g, dy, (size_t)(T * H));
+            char what[96];
+            snprintf(what, sizeof what, "moe %s [%s]", QNAME[kind], KERN[ki]);
+            check(what, MODE[gi], y, ref, (size_t)(T * H), TOL[gi]);
+            const int64_t picks[3] = {0, 99, T - 1};
+            for (int i = 0; i < 3; i++) {
+                tu_ok(g->ops->moe(g, dx + picks[i] * H, 1, di + picks[i] * k, dw + picks[i] * k, k, &mg, dy1, &err), &err);
+                float *y1 = tu_dget(g, dy1, (size_t)H);
+                if (memcmp(y1, y + picks[i] * H, (size_t)H * 4) != 0)
+                    fail_msg("%s (%s): token %lld alone differs from the batch", what, MODE[gi], (long long)picks[i]);
+                free(y1);
+            }
+            tu_ok(g->ops->moe(g, dx + 13 * H, 40, di + 13 * k, dw + 13 * k, k, &mg, dy1, &err), &err);
+            float *ys = tu_dget(g, dy1, (size_t)(40 * H));
+            assert_memory_equal(ys, y + 13 * H, (size_t)(40 * H) * 4);
+            free(ys);
+            tu_ok(g->ops->moe(g, dx, TB, di, dw, k, &mg, dy1, &err), &err);
+            float *yb = tu_dget(g, dy1, (size_t)(TB * H));
+            if (memcmp(yb, y, (size_t)(T * H) * 4) != 0)
+                fail_msg("%s (%s): the first %lld tokens differ inside a batch of %lld", what, MODE[gi], (long long)T,
+                         (long long)TB);
+            tu_ok(g->ops->moe(g, dx + 8250 * H, 1, di + 8250 * k, dw + 8250 * k, k, &mg, dy, &err), &err);
+            float *y1 = tu_dget(g, dy, (size_t)H);
+            if (memcmp(y1, yb + 8250 * H, (size_t)H * 4) != 0)
+                fail_msg("%s (%s): token 8250 alone differs from the batch of %lld", what, MODE[gi], (long long)TB);
+            printf("  %-40s %-8s tokens alone / slice / batch of %lld: bitwise equal\n", what, MODE[gi], (long long)TB);
+            free(y1), free(yb);
+            yk[ki] = y;
         }
-        tu_ok(g->ops->moe(g, dx + 13 * H, 40, di + 13 * k, dw + 13 * k, k, &mg, dy1, &err), &err);
-        float *ys = tu_dget(g, dy1, (size_t)(40 * H));
-        assert_memory_equal(ys, y + 13 * H, (size_t)(40 * H) * 4);
-        free(ys);
-        tu_ok(g->ops->moe(g, dx, TB, di, dw, k, &mg, dy1, &err), &err);
-        float *yb = tu_dget(g, dy1, (size_t)(TB * H));
-        if (memcmp(yb, y, (size_t)(T * H) * 4) != 0)
-            fail_msg("%s (%s): the first %lld tokens differ inside a batch of %lld", what, MODE[gi], (long long)T,
-                     (long long)TB);
-        tu_ok(g->ops->moe(g, dx + 8250 * H, 1, di + 8250 * k, dw + 8250 * k, k, &mg, dy, &err), &err);
-        float *y1 = tu_dget(g, dy, (size_t)H);
-        if (memcmp(y1, yb + 8250 * H, (size_t)H * 4) != 0)
-            fail_msg("%s (%s): token 8250 alone differs from the batch of %lld", what, MODE[gi], (long long)TB);
-        printf("  %-40s %-8s tokens alone / slice / batch of %lld: bitwise equal\n", what, MODE[gi], (long long)TB);
-        free(y1), free(yb), free(y);
+        use_kernel(0);
+        {
+            char what[96];
+            snprintf(what, sizeof what, "moe %s", QNAME[kind]);
+            check_agree(what, MODE[gi], yk[0], yk[1], (size_t)(T * H));
+        }
+        free(yk[0]), free(yk[1]);
         g->ops->free(g, dx), g->ops->free(g, dw), g->ops->free(g, di), g->ops->free(g, dy), g->ops->free(g, dy1);
         for (int j = 0; j < 3; j++)
             for (int e = 0; e < E; e++) g->ops->weight_release(g, &wg[j][e]);
@@ -447,93 +605,100 @@ static void test_bench_full_shapes(void **state) {
     }
     fx *f = *state;
     clef_err err;
-    clef_backend *g = f->gpu[0];
     enum { E = 128 };
     const int64_t H = 2048, NI = 768, k = 8, TMAX = 32000;
     float *x = rand_vec((size_t)(TMAX * H), 1.0f), *logits = rand_vec((size_t)(TMAX * E), 2.0f);
     int32_t *idx = malloc((size_t)(TMAX * k) * 4);
     float *rw = malloc((size_t)(TMAX * k) * 4);
     tu_ok(f->cpu->ops->router_topk(f->cpu, logits, TMAX, E, k, 1, idx, rw, &err), &err);
-    float *dx = tu_dput(g, x, (size_t)(TMAX * H) * 4), *dw = tu_dput(g, rw, (size_t)(TMAX * k) * 4);
-    int32_t *di = tu_dput(g, idx, (size_t)(TMAX * k) * 4);
-    float *dy = tu_dnan(g, (size_t)(TMAX * H));
     const double bf16_bytes = 3.0 * E * H * NI * 2;
-    size_t bf16_mem = 0;
-    printf("  full expert shapes: %d experts, hidden %lld, inter %lld, top-%lld (fast mode)\n", E, (long long)H,
-           (long long)NI, (long long)k);
-    for (int kind = -1; kind < Q_KINDS; kind++) {
-        if (kind == Q_NVFP4_MO || kind == Q_INT4_ASYM) continue; /* same kernels as their siblings */
-        clef_weight wg[3][E];
-        hq h[3][E];
-        uint16_t *wb = NULL;
-        const size_t used0 = clef_cuda_weight_bytes(g);
-        size_t wbytes = 0;
-        for (int j = 0; j < 3; j++)
-            for (int e = 0; e < E; e++) {
-                const int64_t r = j == 2 ? H : NI, cc = j == 2 ? NI : H;
-                if (kind < 0) {
-                    if (!wb) {
-                        wb = malloc((size_t)(H * NI) * 2);
-                        for (int64_t i = 0; i < H * NI; i++) wb[i] = clef_f32_to_bf16(frand() * 0.03f);
+    for (int gi = 0; gi < 2; gi++) {
+        clef_backend *g = f->gpu[gi];
+        float *dx = tu_dput(g, x, (size_t)(TMAX * H) * 4), *dw = tu_dput(g, rw, (size_t)(TMAX * k) * 4);
+        int32_t *di = tu_dput(g, idx, (size_t)(TMAX * k) * 4);
+        float *dy = tu_dnan(g, (size_t)(TMAX * H));
+        size_t bf16_mem = 0;
+        printf("  full expert shapes: %d experts, hidden %lld, inter %lld, top-%lld (%s mode)\n", E, (long long)H,
+               (long long)NI, (long long)k, MODE[gi]);
+        for (int kind = -1; kind < Q_KINDS; kind++) {
+            if (kind == Q_NVFP4_MO || kind == Q_INT4_ASYM) continue; /* same kernels as their siblings */
+            clef_weight wg[3][E];
+            hq h[3][E];
+            uint16_t *wb = NULL;
+            const size_t used0 = clef_cuda_weight_bytes(g);
+            size_t wbytes = 0;
+            for (int j = 0; j < 3; j++)
+                for (int e = 0; e < E; e++) {
+                    const int64_t r = j == 2 ? H : NI, cc = j == 2 ? NI : H;
+                    if (kind < 0) {
+                        if (!wb) {
+                            wb = malloc((size_t)(H * NI) * 2);
+                            for (int64_t i = 0; i < H * NI; i++) wb[i] = clef_f32_to_bf16(frand() * 0.03f);
+                        }
+                        tu_ok(g->ops->weight_init(g, &wg[j][e], CLEF_DT_BF16, r, cc, wb, &err), &err);
+                        wbytes += (size_t)(r * cc) * 2;
+                    } else {
+                        fill_q(&h[j][e], (enum qkind)kind, r, cc);
+                        tu_ok(g->ops->weight_init_packed(g, &wg[j][e], &h[j][e].q, &err), &err);
+                        wbytes += clef_qweight_bytes(&h[j][e].q);
+                        free_q(&h[j][e]);
                     }
-                    tu_ok(g->ops->weight_init(g, &wg[j][e], CLEF_DT_BF16, r, cc, wb, &err), &err);
-                    wbytes += (size_t)(r * cc) * 2;
-                } else {
-                    fill_q(&h[j][e], (enum qkind)kind, r, cc);
-                    tu_ok(g->ops->weight_init_packed(g, &wg[j][e], &h[j][e].q, &err), &err);
-                    wbytes += clef_qweight_bytes(&h[j][e].q);
-                    free_q(&h[j][e]);
                 }
-            }
-        free(wb);
-        float *tmp = tu_dget(g, dy, 1); /* synchronise: the uploads are done */
-        free(tmp);
-        const size_t used = clef_cuda_weight_bytes(g) - used0;
-        if (kind < 0) bf16_mem = used;
-        clef_moe_weights mg = {.n_experts = E, .hidden = H, .inter = NI, .gate = wg[0], .up = wg[1], .down = wg[2]};
-        const char *name = kind < 0 ? "bf16" : QNAME[kind];
-        printf("  %-28s weights %.1f MiB (device weight memory +%.1f MiB, %.3fx bf16; driver: %.1f GiB used)\n", name,
-               (double)wbytes / 1048576.0, (double)used / 1048576.0, bf16_mem ? (double)used / (double)bf16_mem : 1.0,
-               (double)clef_cuda_used_bytes(g) / 1073741824.0);
-        /* symmetric INT4 leaves its all-7 qzeros on the host: up to 1.3% below clef_qweight_bytes */
-        if (!((double)used >= 0.985 * (double)wbytes && (double)used <= 1.01 * (double)wbytes + 3.0 * E * 768))
-            fail_msg("%s: %zu bytes of device weight memory for %zu bytes of weights", name, used, wbytes);
-        if (kind == Q_NVFP4_CT || kind == Q_INT4_SYM)
-            if (!((double)used <= 0.3 * (double)bf16_mem))
-                fail_msg("%s experts take %.1f MiB of device memory, more than 0.3x bf16 (%.1f MiB)", name,
-                         (double)used / 1048576.0, (double)bf16_mem / 1048576.0);
-        const int64_t Ts[2] = {300, TMAX};
-        for (int ti = 0; ti < 2; ti++) {
-            const int64_t T = Ts[ti];
-            const int reps = T > 1000 ? 5 : 50;
-            tu_ok(g->ops->moe(g, dx, T, di, dw, k, &mg, dy, &err), &err); /* warm-up (tables, scratch) */
-            float *s0 = tu_dget(g, dy, 1);
-            free(s0);
-            const double t0 = now_s();
-            for (int rep = 0; rep < reps; rep++) tu_ok(g->ops->moe(g, dx, T, di, dw, k, &mg, dy, &err), &err);
-            float *s1 = tu_dget(g, dy, 1);
-            free(s1);
-            const double ms = (now_s() - t0) * 1e3 / reps;
-            const double flop = 2.0 * (double)(T * k) * (double)(3 * H * NI);
-            /* bytes: every expert's weights once (at 300 tokens nearly every expert is hit) */
-            const double bytes = kind < 0 ? bf16_bytes : (double)wbytes;
-            printf("  %-28s T=%-6lld %8.3f ms/layer  %7.1f GB/s weights  %6.1f TFLOP/s\n", name, (long long)T, ms,
-                   bytes / (ms * 1e-3) / 1e9, flop / (ms * 1e-3) / 1e12);
+            free(wb);
+            float *tmp = tu_dget(g, dy, 1); /* synchronise: the uploads are done */
+            free(tmp);
+            const size_t used = clef_cuda_weight_bytes(g) - used0;
+            if (kind < 0) bf16_mem = used;
+            clef_moe_weights mg = {.n_experts = E, .hidden = H, .inter = NI, .gate = wg[0], .up = wg[1], .down = wg[2]};
+            const char *name = kind < 0 ? "bf16" : QNAME[kind];
+            printf("  %-28s weights %.1f MiB (device weight memory +%.1f MiB, %.3fx bf16; driver: %.1f GiB used)\n", name,
+                   (double)wbytes / 1048576.0, (double)used / 1048576.0, bf16_mem ? (double)used / (double)bf16_mem : 1.0,
+                   (double)clef_cuda_used_bytes(g) / 1073741824.0);
+            /* symmetric INT4 leaves its all-7 qzeros on the host: up to 1.3% below clef_qweight_bytes */
+            if (!((double)used >= 0.985 * (double)wbytes && (double)used <= 1.01 * (double)wbytes + 3.0 * E * 768))
+                fail_msg("%s: %zu bytes of device weight memory for %zu bytes of weights", name, used, wbytes);
+            if (kind == Q_NVFP4_CT || kind == Q_INT4_SYM)
+                if (!((double)used <= 0.3 * (double)bf16_mem))
+                    fail_msg("%s experts take %.1f MiB of device memory, more than 0.3x bf16 (%.1f MiB)", name,
+                             (double)used / 1048576.0, (double)bf16_mem / 1048576.0);
+            const int64_t Ts[2] = {300, TMAX};
+            for (int ki = 0; ki < (kind < 0 ? 1 : NKERN); ki++)
+                for (int ti = 0; ti < 2; ti++) {
+                    use_kernel(ki);
+                    const int64_t T = Ts[ti];
+                    const int reps = T > 1000 ? 5 : 50;
+                    tu_ok(g->ops->moe(g, dx, T, di, dw, k, &mg, dy, &err), &err); /* warm-up (tables, scratch) */
+                    float *s0 = tu_dget(g, dy, 1);
+                    free(s0);
+                    const double t0 = now_s();
+                    for (int rep = 0; rep < reps; rep++) tu_ok(g->ops->moe(g, dx, T, di, dw, k, &mg, dy, &err), &err);
+                    float *s1 = tu_dget(g, dy, 1);
+                    free(s1);
+                    const double ms = (now_s() - t0) * 1e3 / reps;
+                    const double flop = 2.0 * (double)(T * k) * (double)(3 * H * NI);
+                    /* bytes: every expert's weights once (at 300 tokens nearly every expert is hit) */
+                    const double bytes = kind < 0 ? bf16_bytes : (double)wbytes;
+                    printf("  %-28s %-4s %-8s T=%-6lld %8.3f ms/layer  %7.1f GB/s weights  %6.1f TFLOP/s\n", name,
+                           kind < 0 ? "" : KERN[ki], MODE[gi], (long long)T, ms, bytes / (ms * 1e-3) / 1e9,
+                           flop / (ms * 1e-3) / 1e12);
+                }
+            use_kernel(0);
+            /* where the time goes at 300 tokens: the op's parts */
+            clef_cuda_set_profile(g, 1);
+            for (int rep = 0; rep < 20; rep++) tu_ok(g->ops->moe(g, dx, 300, di, dw, k, &mg, dy, &err), &err);
+            clef_cuda_profile_dump(g, stdout);
+            clef_cuda_set_profile(g, 0);
+            for (int j = 0; j < 3; j++)
+                for (int e = 0; e < E; e++) g->ops->weight_release(g, &wg[j][e]);
         }
-        /* where the time goes at 300 tokens: the op's parts */
-        clef_cuda_set_profile(g, 1);
-        for (int rep = 0; rep < 20; rep++) tu_ok(g->ops->moe(g, dx, 300, di, dw, k, &mg, dy, &err), &err);
-        clef_cuda_profile_dump(g, stdout);
-        clef_cuda_set_profile(g, 0);
-        for (int j = 0; j < 3; j++)
-            for (int e = 0; e < E; e++) g->ops->weight_release(g, &wg[j][e]);
+        g->ops->free(g, dx), g->ops->free(g, dw), g->ops->free(g, di), g->ops->free(g, dy);
     }
-    g->ops->free(g, dx), g->ops->free(g, dw), g->ops->free(g, di), g->ops->free(g, dy);
     free(x), free(logits), free(idx), free(rw);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fp4_register_decode_host), cmocka_unit_test(test_v2_pipeline_host),
         cmocka_unit_test(test_refuses_bad_shapes), cmocka_unit_test(test_matmul_packed),
         cmocka_unit_test(test_moe_nvfp4_ct),       cmocka_unit_test(test_moe_nvfp4_modelopt),
         cmocka_unit_test(test_moe_fp8),            cmocka_unit_test(test_moe_int4_sym),
