@@ -444,30 +444,41 @@ __global__ void __launch_bounds__(QTHREADS, 2) qgemm_kernel(const ck_qgemm_args 
  *  - NVFP4 decoded in registers (CK_FP4X2_BF16_BITS, times 2^126, times the
  *    FP8 scale: all exact), no shared-memory table. */
 constexpr int Q2_SMEM_2BLOCKS = 112 * 1024; /* two blocks per SM below this */
+static_assert(QTHREADS % QBN == 0, "INT4 units of a thread share their weight row");
 
-template <int BM, int SPLIT> __host__ __device__ constexpr int q2_bytes(int s) {
-    return s * SPLIT * BM * QPITCH * 2 + s * PK_STAGE_BYTES + 2 * QBN * QPITCH * 2;
+/* packed bytes of one unit (16 K values of one weight row) in a stage:
+ * FP8 16, NVFP4 / INT4 8; then the aux words (NVFP4 scale word, INT4 zero
+ * word; FP8 none) */
+template <int QT> __host__ __device__ constexpr int q2_ubytes() { return QT == CK_QT_FP8 ? 16 : 8; }
+template <int QT> __host__ __device__ constexpr int q2_pk_bytes() {
+    return UNITS * q2_ubytes<QT>() + (QT == CK_QT_FP8 ? 0 : UNITS * 4);
 }
-template <int BM, int SPLIT> __host__ __device__ constexpr int q2_stages() {
-    return q2_bytes<BM, SPLIT>(4) <= Q2_SMEM_2BLOCKS   ? 4
-         : q2_bytes<BM, SPLIT>(3) <= Q2_SMEM_2BLOCKS ? 3
-         : q2_bytes<BM, SPLIT>(2) <= Q2_SMEM_2BLOCKS ? 2
-                                                     : 3;
+template <int QT, int BM, int SPLIT> __host__ __device__ constexpr int q2_bytes(int s) {
+    return s * SPLIT * BM * QPITCH * 2 + s * q2_pk_bytes<QT>() + 2 * QBN * QPITCH * 2;
 }
-template <int BM, int SPLIT> __host__ __device__ constexpr int q2_smem() {
-    return q2_bytes<BM, SPLIT>(q2_stages<BM, SPLIT>());
+/* the deepest ring (4, 3, 2 stages) that leaves room for two blocks per SM; else 3 stages, one block */
+template <int QT, int BM, int SPLIT> __host__ __device__ constexpr int q2_stages() {
+    return q2_bytes<QT, BM, SPLIT>(4) <= Q2_SMEM_2BLOCKS   ? 4
+         : q2_bytes<QT, BM, SPLIT>(3) <= Q2_SMEM_2BLOCKS ? 3
+         : q2_bytes<QT, BM, SPLIT>(2) <= Q2_SMEM_2BLOCKS ? 2
+                                                         : 3;
 }
-template <int BM, int SPLIT> __host__ __device__ constexpr int q2_min_blocks() {
-    return q2_smem<BM, SPLIT>() <= Q2_SMEM_2BLOCKS ? 2 : 1;
+template <int QT, int BM, int SPLIT> __host__ __device__ constexpr int q2_smem() {
+    return q2_bytes<QT, BM, SPLIT>(q2_stages<QT, BM, SPLIT>());
 }
-static_assert(q2_smem<128, 2>() <= 227 * 1024, "v2 BM 128 precise fits one block");
-static_assert(32 * (QBN + 4) * 4 <= q2_smem<32, 1>(), "epilogue tile fits");
-static_assert(64 * (QBN + 4) * 4 <= q2_smem<64, 1>(), "epilogue tile fits");
-static_assert(128 * (QBN + 4) * 4 <= q2_smem<128, 1>(), "epilogue tile fits");
+template <int QT, int BM, int SPLIT> __host__ __device__ constexpr int q2_min_blocks() {
+    return q2_smem<QT, BM, SPLIT>() <= Q2_SMEM_2BLOCKS ? 2 : 1;
+}
+static_assert(q2_smem<CK_QT_NVFP4, 128, 2>() <= 227 * 1024, "v2 BM 128 precise fits one block");
+static_assert(q2_smem<CK_QT_FP8, 64, 2>() <= 227 * 1024, "v2 fits");
+static_assert(32 * (QBN + 4) * 4 <= q2_smem<CK_QT_INT4, 32, 1>(), "epilogue tile fits");
+static_assert(64 * (QBN + 4) * 4 <= q2_smem<CK_QT_INT4, 64, 1>(), "epilogue tile fits");
+static_assert(128 * (QBN + 4) * 4 <= q2_smem<CK_QT_NVFP4, 128, 1>(), "epilogue tile fits");
 
 template <int QT, int BM, int SPLIT>
-__global__ void __launch_bounds__(QTHREADS, q2_min_blocks<BM, SPLIT>()) qgemm2_kernel(const ck_qgemm_args a) {
-    constexpr int QBM = BM, QSTAGES = q2_stages<BM, SPLIT>();
+__global__ void __launch_bounds__(QTHREADS, q2_min_blocks<QT, BM, SPLIT>()) qgemm2_kernel(const ck_qgemm_args a) {
+    constexpr int QBM = BM, QSTAGES = q2_stages<QT, BM, SPLIT>();
+    constexpr int UB = q2_ubytes<QT>(), PKB = q2_pk_bytes<QT>();
     constexpr int QWARPS_M = q_warps_m<BM>(), QWARPS_N = 8 / QWARPS_M;
     constexpr int WTM = QBM / QWARPS_M, WTN = QBN / QWARPS_N;
     constexpr int MI = WTM / 16, NI = WTN / 8;
@@ -476,8 +487,8 @@ __global__ void __launch_bounds__(QTHREADS, q2_min_blocks<BM, SPLIT>()) qgemm2_k
     constexpr bool FOLD = QT != CK_QT_NVFP4;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16 *As = reinterpret_cast<bf16 *>(smem_raw);                            /* [STAGES][SPLIT][BM][PITCH] */
-    unsigned char *Pk = smem_raw + QSTAGES * SPLIT * A_TILE * 2;             /* [STAGES][PK_STAGE_BYTES] */
-    bf16 *Wd0 = reinterpret_cast<bf16 *>(Pk + QSTAGES * PK_STAGE_BYTES);     /* [2][BN][PITCH] */
+    unsigned char *Pk = smem_raw + QSTAGES * SPLIT * A_TILE * 2;             /* [STAGES][PKB] */
+    bf16 *Wd0 = reinterpret_cast<bf16 *>(Pk + QSTAGES * PKB);                /* [2][BN][PITCH] */
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm = warp / QWARPS_N, wn = warp % QWARPS_N;
@@ -528,6 +539,30 @@ __global__ void __launch_bounds__(QTHREADS, q2_min_blocks<BM, SPLIT>()) qgemm2_k
         u_n[i] = (int)(a.mode == CK_GEMM_GATEUP ? nt * 64 + (u_r[i] & 63) : nt * QBN + u_r[i]);
     }
     const int64_t R = N;
+    /* each unit's matrix pointers, read once (not per K step): u_q = the row's
+     * packed data (NVFP4 / FP8: row n; INT4: column n of word row 0), u_x =
+     * NVFP4 scales (base) / INT4 zero word of column n (word row 0) */
+    const unsigned char *u_q[UNITS_PER_THREAD], *u_x[UNITS_PER_THREAD];
+#pragma unroll
+    for (int i = 0; i < UNITS_PER_THREAD; i++) {
+        if (QT == CK_QT_INT4 && i > 0) { /* INT4: every unit of a thread is the same weight row (u % QBN) */
+            u_q[i] = u_q[0], u_x[i] = u_x[0];
+            continue;
+        }
+        const ck_qmat *m = qmat_of(a, e, u_r[i]);
+        const int64_t n = u_n[i] < N ? u_n[i] : 0;
+        const unsigned char *q = static_cast<const unsigned char *>(m->q);
+        if (QT == CK_QT_NVFP4) {
+            u_q[i] = q + n * (K / 2);
+            u_x[i] = static_cast<const unsigned char *>(m->scale);
+        } else if (QT == CK_QT_FP8) {
+            u_q[i] = q + n * K;
+            u_x[i] = nullptr;
+        } else {
+            u_q[i] = q + n * 4;
+            u_x[i] = a.has_zeros ? static_cast<const unsigned char *>(m->zeros) + (n / 8) * 4 : nullptr;
+        }
+    }
 
     auto load_stage = [&](int kt, int stage) {
         const int64_t k0 = (int64_t)kt * QBK;
@@ -540,29 +575,26 @@ __global__ void __launch_bounds__(QTHREADS, q2_min_blocks<BM, SPLIT>()) qgemm2_k
             for (int h = 0; h < SPLIT; h++) /* h = 1: the lo half, columns K.. of the row */
                 cp_async16(as + h * A_TILE + a_dst[i], ok ? a_src[i] + h * K + kc : A, ok);
         }
-        unsigned char *pk = Pk + stage * PK_STAGE_BYTES;
-        uint32_t *aux = reinterpret_cast<uint32_t *>(pk + UNITS * 16);
+        unsigned char *pk = Pk + stage * PKB;
+        uint32_t *aux = reinterpret_cast<uint32_t *>(pk + UNITS * UB);
 #pragma unroll
         for (int i = 0; i < UNITS_PER_THREAD; i++) {
             const int u = tid + i * QTHREADS;
             int64_t kk = k0 + u_kc[i] * 16;
             const bool ok = u_n[i] < N && kk < K;
-            const ck_qmat *m = qmat_of(a, e, u_r[i]);
             const int64_t n = ok ? u_n[i] : 0;
             kk = ok ? kk : 0;
             if (QT == CK_QT_NVFP4) {
-                const unsigned char *q = static_cast<const unsigned char *>(m->q) + n * (K / 2) + kk / 2;
-                cp_async8(pk + u * 16, q, ok);
+                cp_async8(pk + u * UB, u_q[i] + kk / 2, ok);
                 const int64_t si = n * (K / 16) + kk / 16;
-                cp_async4(aux + u, static_cast<const unsigned char *>(m->scale) + (si & ~(int64_t)3), ok);
+                cp_async4(aux + u, u_x[i] + (si & ~(int64_t)3), ok);
             } else if (QT == CK_QT_FP8) {
-                cp_async16(pk + u * 16, static_cast<const unsigned char *>(m->q) + n * K + kk, ok);
+                cp_async16(pk + u * UB, u_q[i] + kk, ok);
             } else {
-                const uint32_t *q = static_cast<const uint32_t *>(m->q) + (kk / 8) * R + n;
-                cp_async4(pk + u * 16, q, ok);
-                cp_async4(pk + u * 16 + 4, q + R, ok);
-                if (a.has_zeros)
-                    cp_async4(aux + u, static_cast<const uint32_t *>(m->zeros) + (kk / a.group) * (R / 8) + n / 8, ok);
+                const unsigned char *q = u_q[i] + (kk / 8) * R * 4; /* word row kk / 8, column n */
+                cp_async4(pk + u * UB, q, ok);
+                cp_async4(pk + u * UB + 4, q + R * 4, ok);
+                if (a.has_zeros) cp_async4(aux + u, u_x[i] + (kk / a.group) * (R / 8) * 4, ok);
             }
         }
     };
@@ -570,8 +602,8 @@ __global__ void __launch_bounds__(QTHREADS, q2_min_blocks<BM, SPLIT>()) qgemm2_k
     /* this thread's own packed units of stage `stage` -> bf16 tile wd */
     auto dequant_stage = [&](int kt, int stage, bf16 *wd) {
         const int64_t k0 = (int64_t)kt * QBK;
-        const unsigned char *pk = Pk + stage * PK_STAGE_BYTES;
-        const uint32_t *aux = reinterpret_cast<const uint32_t *>(pk + UNITS * 16);
+        const unsigned char *pk = Pk + stage * PKB;
+        const uint32_t *aux = reinterpret_cast<const uint32_t *>(pk + UNITS * UB);
 #pragma unroll
         for (int i = 0; i < UNITS_PER_THREAD; i++) {
             const int u = tid + i * QTHREADS;
@@ -584,14 +616,14 @@ __global__ void __launch_bounds__(QTHREADS, q2_min_blocks<BM, SPLIT>()) qgemm2_k
                 const float2 sf = __half22float2(sh);
                 const __nv_bfloat162 s2 = __floats2bfloat162_rn(sf.x, sf.y);
                 const __nv_bfloat162 p126 = bf2(CK_BF16_2POW126 | (CK_BF16_2POW126 << 16));
-                const uint2 d = *reinterpret_cast<const uint2 *>(pk + u * 16);
+                const uint2 d = *reinterpret_cast<const uint2 *>(pk + u * UB);
 #pragma unroll
                 for (int j = 0; j < 8; j++) {
                     const uint32_t byte = ((j < 4 ? d.x : d.y) >> (8 * (j & 3))) & 0xFFu;
                     outw[j] = u32_of(__hmul2(__hmul2(bf2(CK_FP4X2_BF16_BITS(byte)), p126), s2));
                 }
             } else if (QT == CK_QT_FP8) {
-                const uint4 d = *reinterpret_cast<const uint4 *>(pk + u * 16);
+                const uint4 d = *reinterpret_cast<const uint4 *>(pk + u * UB);
                 const uint32_t w4[4] = {d.x, d.y, d.z, d.w};
 #pragma unroll
                 for (int j = 0; j < 8; j++) {
@@ -600,7 +632,7 @@ __global__ void __launch_bounds__(QTHREADS, q2_min_blocks<BM, SPLIT>()) qgemm2_k
                     outw[j] = pack_bf16(f.x, f.y);
                 }
             } else {
-                const uint2 d = *reinterpret_cast<const uint2 *>(pk + u * 16);
+                const uint2 d = *reinterpret_cast<const uint2 *>(pk + u * UB);
                 const int z = a.has_zeros ? (int)((aux[u] >> (4 * (int)(u_n[i] & 7))) & 15u) + 1 : 8;
                 const __nv_bfloat162 zz = __floats2bfloat162_rn(128.0f + (float)z, 128.0f + (float)z);
 #pragma unroll
@@ -783,7 +815,7 @@ __global__ void __launch_bounds__(QTHREADS, q2_min_blocks<BM, SPLIT>()) qgemm2_k
 }
 
 template <int QT, int QBM, int SPLIT> cudaError_t launch_q2(const ck_qgemm_args *a, cudaStream_t st) {
-    constexpr int smem = q2_smem<QBM, SPLIT>();
+    constexpr int smem = q2_smem<QT, QBM, SPLIT>();
     cudaError_t e = cudaFuncSetAttribute(qgemm2_kernel<QT, QBM, SPLIT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return e;
     const int64_t nt = a->mode == CK_GEMM_GATEUP ? (a->N + 63) / 64 : (a->N + QBN - 1) / QBN;
