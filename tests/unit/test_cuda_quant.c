@@ -24,7 +24,8 @@
  * the default, and v1: CLEF_CUDA_QGEMM=v1) and checks that they agree to
  * TOL_AGREE (1e-6 relative L2: f32 summation order).  Host-only checks (no
  * GPU): the register FP4 decode of v2 (CK_FP4X2_BF16_BITS) on all 256
- * bytes.
+ * bytes, v2's pipeline schedule, and v2's packed-unit addressing replayed
+ * against the CPU decode for every format.
  *
  * With CLEF_QGEMM_BENCH=1 it also times the moe op at the full model's
  * expert shapes (128 experts, hidden 2048, inter 768, top-8) for 300 and
@@ -293,6 +294,82 @@ static void make_q(hq *h, enum qkind kind, int64_t rows, int64_t cols) {
 
 static void free_q(hq *h) {
     free(h->data), free(h->scale), free(h->zeros);
+}
+
+/* ---- host emulation of kernel v2's packed-unit addressing ------------------ */
+
+/* Weight element (n, kk + j), j < 16, as kernel v2 (qgemm2_kernel) fetches
+ * and decodes it: the byte arithmetic of its load_stage (u_q / u_x pointers
+ * read once, K offsets per step), the nibble / byte order of its
+ * dequant_stage, the scale of its fold (FP8 block, INT4 group) or epilogue
+ * (NVFP4 global), all applied here in f32 per element.  Mirrors the kernel's
+ * expressions; compared with the CPU decode (clef_qweight_rows_f32). */
+static void v2_emulate_unit(const clef_qweight *w, int64_t n, int64_t kk, float out[16]) {
+    const int64_t K = w->cols, R = w->rows;
+    const unsigned char *q = w->data;
+    const clef_wquant *qt = &w->quant;
+    if (qt->type == CLEF_QT_NVFP4) {
+        const unsigned char *u_q = q + n * (K / 2), *u_x = qt->scale;
+        const unsigned char *d = u_q + kk / 2;                       /* cp_async8 */
+        const int64_t si = n * (K / 16) + kk / 16;
+        uint32_t word;                                               /* cp_async4 of the aligned word */
+        memcpy(&word, u_x + (si & ~(int64_t)3), 4);
+        const uint8_t sb = (uint8_t)((word >> (8 * (int)(si & 3))) & 0xFFu);
+        for (int j = 0; j < 8; j++) { /* outw[j]: low half = element 2j (low nibble) */
+            const uint8_t byte = d[j];
+            for (int hf = 0; hf < 2; hf++) {
+                const float v = clef_fp4e2m1_to_f32((uint8_t)((byte >> (4 * hf)) & 15u)) * clef_fp8e4m3_to_f32(sb);
+                out[2 * j + hf] = qt->global_div ? v / qt->global : v * qt->global;
+            }
+        }
+    } else if (qt->type == CLEF_QT_FP8_BLOCK) {
+        const unsigned char *d = q + n * K + kk;                     /* cp_async16 */
+        const int64_t nbc = (K + qt->block_c - 1) / qt->block_c;
+        const float sc = ((const float *)qt->scale)[(n / qt->block_r) * nbc + kk / qt->block_c];
+        for (int j = 0; j < 16; j++) out[j] = clef_fp8e4m3_to_f32(d[j]) * sc;
+    } else {
+        const unsigned char *u_q = q + n * 4;
+        const unsigned char *u_x = qt->zeros ? (const unsigned char *)qt->zeros + (n / 8) * 4 : NULL;
+        const unsigned char *qa = u_q + (kk / 8) * R * 4;            /* word row kk / 8, column n */
+        uint32_t d[2], zw = 0;
+        memcpy(&d[0], qa, 4);
+        memcpy(&d[1], qa + R * 4, 4);
+        if (u_x) memcpy(&zw, u_x + (kk / qt->group) * (R / 8) * 4, 4);
+        const int z = u_x ? (int)((zw >> (4 * (int)(n & 7))) & 15u) + 1 : 8;
+        const float sc = clef_f16_to_f32(((const uint16_t *)qt->scale)[(kk / qt->group) * R + n]);
+        for (int j = 0; j < 16; j++) out[j] = (float)((int)((d[j / 8] >> (4 * (j % 8))) & 15u) - z) * sc;
+    }
+}
+
+/* Every element of a [96, 384] weight of every format through v2's
+ * addressing equals the CPU decode (relative 1e-6: the CPU may round the
+ * NVFP4 global / scales in another order). */
+static void test_v2_addressing_host(void **state) {
+    (void)state;
+    const int64_t N = 96, K = 384;
+    for (int kind = 0; kind < Q_KINDS; kind++) {
+        hq h;
+        make_q(&h, (enum qkind)kind, N, K);
+        float *ref = malloc((size_t)(N * K) * 4);
+        clef_qweight_rows_f32(&h.q, 0, N, ref);
+        int64_t bad = 0;
+        double worst = 0;
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t kk = 0; kk < K; kk += 16) {
+                float v[16];
+                v2_emulate_unit(&h.q, n, kk, v);
+                for (int j = 0; j < 16; j++) {
+                    const double want = ref[n * K + kk + j], d = fabs((double)v[j] - want);
+                    if (!(d <= 1e-6 * fabs(want) + 1e-30)) bad++;
+                    if (d > worst) worst = d;
+                }
+            }
+        printf("  v2 addressing %-28s %lld x %lld elements: %lld differ from the CPU decode (max |d| %.2e)\n",
+               QNAME[kind], (long long)N, (long long)K, (long long)bad, worst);
+        if (bad) fail_msg("%s: %lld elements of v2's addressing differ from the CPU decode", QNAME[kind], (long long)bad);
+        free(ref);
+        free_q(&h);
+    }
 }
 
 /* ---- the dense matmul with a packed weight -------------------------------- */
@@ -699,6 +776,7 @@ static void test_bench_full_shapes(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fp4_register_decode_host), cmocka_unit_test(test_v2_pipeline_host),
+        cmocka_unit_test(test_v2_addressing_host),
         cmocka_unit_test(test_refuses_bad_shapes), cmocka_unit_test(test_matmul_packed),
         cmocka_unit_test(test_moe_nvfp4_ct),       cmocka_unit_test(test_moe_nvfp4_modelopt),
         cmocka_unit_test(test_moe_fp8),            cmocka_unit_test(test_moe_int4_sym),
