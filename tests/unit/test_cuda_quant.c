@@ -23,7 +23,7 @@
  * Every GPU comparison runs with both packed kernels of cuda_qgemm.cu (v2,
  * the default, and v1: CLEF_CUDA_QGEMM=v1) and checks that they agree to
  * TOL_AGREE (1e-6 relative L2: f32 summation order).  Host-only checks (no
- * GPU): the register FP4 decode of v2 (CK_FP4X2_BF16_BITS) on all 256
+ * GPU): the register FP4 decode of v2 (cuda_qbits.h) on all 256
  * bytes, v2's pipeline schedule, and v2's packed-unit addressing replayed
  * against the CPU decode for every format.
  *
@@ -146,30 +146,45 @@ static double bf16_round(double v) {
     return nearbyint(v / ulp) * ulp;
 }
 
-/* CK_FP4X2_BF16_BITS times 2^126 (bf16 CK_BF16_2POW126) is each FP4 value of
- * all 256 bytes exactly (sign of zero included), and times every finite
- * E4M3 scale the product is still exact in bf16 (so the kernel's two bf16
- * multiplies never round), as the v1 table decode. */
+/* CUDA's __byte_perm(x, y, s): result byte i = byte (s >> 4i) & 7 of the
+ * 8 bytes y:x (x = bytes 0..3). */
+static uint32_t byte_perm(uint32_t x, uint32_t y, uint32_t sel) {
+    const uint64_t xy = (uint64_t)x | ((uint64_t)y << 32);
+    uint32_t r = 0;
+    for (int i = 0; i < 4; i++) r |= (uint32_t)((xy >> (8 * ((sel >> (4 * i)) & 7u))) & 0xFFu) << (8 * i);
+    return r;
+}
+
+/* Kernel v2's register FP4 decode (cuda_qbits.h), replayed in exact
+ * arithmetic for all 256 bytes and every finite E4M3 scale: each step's
+ * value is representable in bf16 (no rounding anywhere, no subnormal), and
+ * the result is fp4 * scale with the sign of zero of the v1 table. */
 static void test_fp4_register_decode_host(void **state) {
     (void)state;
     static const double mag[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
-    assert_true(bf16_value(CK_BF16_2POW126) == ldexp(1.0, 126));
     int checked = 0;
     for (uint32_t b = 0; b < 256; b++) {
-        const uint32_t w = CK_FP4X2_BF16_BITS(b);
+        const uint32_t t2 = byte_perm(CK_FP4_T2_LO, CK_FP4_T2_HI, CK_FP4X2_PRMT_SEL(b));
+        const uint32_t w = (t2 & 0x00FF00FFu) | CK_BF16X2_128, sg = CK_FP4X2_SIGN(b);
         for (int hf = 0; hf < 2; hf++) {
-            const uint32_t nib = (b >> (4 * hf)) & 15u, bits = (w >> (16 * hf)) & 0xFFFFu;
+            const uint32_t nib = (b >> (4 * hf)) & 15u;
             const double want = (nib & 8u) ? -mag[nib & 7u] : mag[nib & 7u];
-            const double t = bf16_value(bits) * ldexp(1.0, 126);
-            if (bf16_round(t) != t || t != want || signbit(t) != signbit(want))
-                fail_msg("byte 0x%02x half %d: bits 0x%04x decode %g, want %g", b, hf, bits, t, want);
+            const double x = bf16_value((w >> (16 * hf)) & 0xFFFFu), c = bf16_value(CK_BF16X2_128 & 0xFFFFu);
+            double t = x - c; /* __hsub2: exact when representable */
+            if (bf16_round(t) != t || ((w >> (16 * hf)) & 0x7F80u) != 0x4300u)
+                fail_msg("byte 0x%02x half %d: 128 + T step not exact (bits 0x%04x)", b, hf, (w >> (16 * hf)) & 0xFFFFu);
+            if ((sg >> (16 * hf)) & 0x8000u) t = -t; /* OR of the sign bit into +T (T >= 0) */
+            if (t != 2 * want || signbit(t) != signbit(want))
+                fail_msg("byte 0x%02x half %d: decode %g, want %g", b, hf, t / 2, want);
             for (uint32_t e8 = 0; e8 < 256; e8++) { /* every finite E4M3 scale (0x7F/0xFF: NaN) */
                 if ((e8 & 0x7F) == 0x7F) continue;
                 const int ex = (e8 >> 3) & 15, mn = e8 & 7;
                 double sc = ex ? ldexp(1.0 + mn / 8.0, ex - 7) : ldexp(mn / 8.0, -6);
                 if (e8 & 0x80) sc = -sc;
-                const double p = t * sc;
-                if (bf16_round(p) != p) fail_msg("fp4 %g * scale %g = %g is not exact in bf16", t, sc, p);
+                const double sh = sc / 2, p = t * sh;
+                if (bf16_round(sh) != sh || fabs(sh) < ldexp(1.0, -126) * (sh != 0))
+                    fail_msg("scale %g / 2 not a normal bf16", sc);
+                if (bf16_round(p) != p || p != want * sc) fail_msg("fp4 %g * scale %g = %g not exact in bf16", want, sc, p);
                 checked++;
             }
         }

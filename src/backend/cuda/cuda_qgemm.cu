@@ -441,8 +441,9 @@ __global__ void __launch_bounds__(QTHREADS, 2) qgemm_kernel(const ck_qgemm_args 
  *    then lo) into the same accumulator: the weights are read and
  *    dequantized once instead of twice.  (Summation order: per 16-wide chunk
  *    hi then lo, instead of all hi chunks then all lo chunks.)
- *  - NVFP4 decoded in registers (CK_FP4X2_BF16_BITS, times 2^126, times the
- *    FP8 scale: all exact), no shared-memory table. */
+ *  - NVFP4 decoded in registers (cuda_qbits.h: a byte-permute table of
+ *    2 * |fp4|, the 128 + T bf16 trick of INT4, the sign, times the FP8
+ *    scale / 2: all exact, no subnormals), no shared-memory table. */
 constexpr int Q2_SMEM_2BLOCKS = 112 * 1024; /* two blocks per SM below this */
 static_assert(QTHREADS % QBN == 0, "INT4 units of a thread share their weight row");
 
@@ -614,13 +615,15 @@ __global__ void __launch_bounds__(QTHREADS, q2_min_blocks<QT, BM, SPLIT>()) qgem
                 const uint32_t sb = (aux[u] >> (8 * (int)(si & 3))) & 0xFFu;
                 const __half2 sh = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(sb | (sb << 8)), __NV_E4M3);
                 const float2 sf = __half22float2(sh);
-                const __nv_bfloat162 s2 = __floats2bfloat162_rn(sf.x, sf.y);
-                const __nv_bfloat162 p126 = bf2(CK_BF16_2POW126 | (CK_BF16_2POW126 << 16));
+                const __nv_bfloat162 sh2 = __floats2bfloat162_rn(0.5f * sf.x, 0.5f * sf.y); /* scale / 2: exact */
+                const __nv_bfloat162 c128 = bf2(CK_BF16X2_128);
                 const uint2 d = *reinterpret_cast<const uint2 *>(pk + u * UB);
 #pragma unroll
                 for (int j = 0; j < 8; j++) {
                     const uint32_t byte = ((j < 4 ? d.x : d.y) >> (8 * (j & 3))) & 0xFFu;
-                    outw[j] = u32_of(__hmul2(__hmul2(bf2(CK_FP4X2_BF16_BITS(byte)), p126), s2));
+                    const uint32_t t2 = __byte_perm(CK_FP4_T2_LO, CK_FP4_T2_HI, CK_FP4X2_PRMT_SEL(byte));
+                    const uint32_t mag = u32_of(__hsub2(bf2((t2 & 0x00FF00FFu) | CK_BF16X2_128), c128));
+                    outw[j] = u32_of(__hmul2(bf2(mag | CK_FP4X2_SIGN(byte)), sh2));
                 }
             } else if (QT == CK_QT_FP8) {
                 const uint4 d = *reinterpret_cast<const uint4 *>(pk + u * UB);
