@@ -22,7 +22,7 @@
  *
  * Every GPU comparison runs with both packed kernels of cuda_qgemm.cu (v2,
  * the default, and v1: CLEF_CUDA_QGEMM=v1) and checks that they agree to
- * TOL_AGREE (1e-6 relative L2: f32 summation order).  Host-only checks (no
+ * TOL_AGREE (a quarter of the mode's tolerance: f32 summation order).  Host-only checks (no
  * GPU): the register FP4 decode of v2 (cuda_qbits.h) on all 256
  * bytes, v2's pipeline schedule, and v2's packed-unit addressing replayed
  * against the CPU decode for every format.
@@ -108,7 +108,12 @@ static void check(const char *what, const char *mode, const float *got, const fl
  * launch): index 0 = the default (v2), 1 = the first kernel (v1). */
 enum { NKERN = 2 };
 static const char *const KERN[NKERN] = {"v2", "v1"};
-#define TOL_AGREE 1e-6 /* v2 vs v1: f32 summation order only (precise: hi/lo per chunk) */
+/* v2 vs v1: a quarter of the mode's CPU tolerance.  The kernels differ by
+ * f32 summation order only (precise: hi/lo per chunk; fast: none), but a
+ * 1-ulp f32 change of a SwiGLU output can move its bf16 rounding (fast:
+ * 2^-9, precise lo part: ~2^-18) before the down GEMM; an indexing error
+ * would give O(1). */
+static const double TOL_AGREE[2] = {TOL_FAST / 4, TOL_PRECISE / 4};
 
 static void use_kernel(int ki) {
     if (ki == 1)
@@ -118,12 +123,12 @@ static void use_kernel(int ki) {
 }
 
 /* v2 against v1 on the same inputs: within TOL_AGREE (printed: bitwise or not). */
-static void check_agree(const char *what, const char *mode, const float *v2, const float *v1, size_t n) {
+static void check_agree(const char *what, int gi, const float *v2, const float *v1, size_t n) {
     const int same = memcmp(v2, v1, n * 4) == 0;
     const double d = tu_rel_l2(v2, v1, n);
-    printf("  %-40s %-8s v2 vs v1: rel L2 %.3e%s (tol %.0e)\n", what, mode, d, same ? " (bitwise equal)" : "",
-           TOL_AGREE);
-    if (!(d <= TOL_AGREE)) fail_msg("%s (%s): v2 differs from v1 by rel L2 %.3e", what, mode, d);
+    printf("  %-40s %-8s v2 vs v1: rel L2 %.3e%s (tol %.1e)\n", what, MODE[gi], d, same ? " (bitwise equal)" : "",
+           TOL_AGREE[gi]);
+    if (!(d <= TOL_AGREE[gi])) fail_msg("%s (%s): v2 differs from v1 by rel L2 %.3e", what, MODE[gi], d);
 }
 
 /* ---- host-only checks of kernel v2's arithmetic (no GPU needed) ----------- */
@@ -426,7 +431,7 @@ static void test_matmul_packed(void **state) {
             use_kernel(0);
             char what[96];
             snprintf(what, sizeof what, "matmul %s", QNAME[kind]);
-            check_agree(what, MODE[gi], yk[0], yk[1], (size_t)(T * N));
+            check_agree(what, gi, yk[0], yk[1], (size_t)(T * N));
             free(yk[0]), free(yk[1]);
             g->ops->free(g, dx), g->ops->free(g, db), g->ops->free(g, dy);
             g->ops->weight_release(g, &wg);
@@ -505,7 +510,7 @@ static void moe_case(fx *f, enum qkind kind) {
         {
             char what[96];
             snprintf(what, sizeof what, "moe %s", QNAME[kind]);
-            check_agree(what, MODE[gi], yk[0], yk[1], (size_t)(T * H));
+            check_agree(what, gi, yk[0], yk[1], (size_t)(T * H));
         }
         free(yk[0]), free(yk[1]);
         g->ops->free(g, dx), g->ops->free(g, dw), g->ops->free(g, di), g->ops->free(g, dy), g->ops->free(g, dy1);
