@@ -15,6 +15,10 @@
 #   transformers  bench/bench_transformers.py (the peer baseline on the same card; BENCH_IMPLS=grouped_mm
 #                 skips its slow eager loop)
 #   bench_fast    the same in the opt-in fast numerics (CLEF_CUDA_NUMERICS=fast)
+#   quant_small   `small` with its experts quantized: CUDA vs the CPU's answers for the same weights
+#                 (bench/parity/cpu_answers_small_seed1_<format>.jsonl), then BF16 vs each format
+#   numerics_full `clef parity` on `full`: BF16 precise vs BF16 fast (how much the random 48-layer
+#                 model amplifies a small perturbation)
 #   towers        `clef bench --towers-only`: the full-width vision tower on a 1-MP image and the audio
 #                 tower on 30 s, CUDA (tests/unit/test_cuda_towers checks them against the CPU)
 #   quant_parity  the full preset's experts quantized in memory (QUANT_FORMATS, default int4,
@@ -157,6 +161,24 @@ EOF
         CLEF_CUDA_NUMERICS=fast run_stage bench_fast 150 "$BIN/clef" bench --synthetic full --seed 1 --device cuda \
             --text-only --runs 1x300,1x1000,32x1000 --iters 5
         grep -v -E "^(clef|===)" "$OUT/bench_fast.log" | grep -E "^[a-z_0-9]+ |run " | head -40 >> "$SUM"
+        ;;
+    quant_small) # the quantized CUDA path end to end on `small` against the CPU's answers for the same
+        # quantized weights (bench/parity/cpu_answers_small_seed1_<format>.jsonl), then BF16 vs each format
+        for f in int4 fp8-block nvfp4; do
+            R=bench/parity/cpu_answers_small_seed1_$f.jsonl
+            [ -s "$R" ] || continue
+            run_stage "devcheck_$f" 150 "$BIN/clef" devcheck --synthetic small --seed 1 --quant "$f" --device cuda \
+                --requests bench/parity/requests_200.jsonl --reference "$R" --batches 1,8
+            note "small $f cuda vs cpu: $(grep -E "^parity top-1|^parity total|^batch invariance: batches|^devcheck" "$OUT/devcheck_$f.log" | tr '\n' ' ')"
+        done
+        run_stage parity_small_quant 200 "$BIN/clef" parity --synthetic small --seed 1 --quant-b int4,fp8-block,nvfp4 \
+            --device cuda --requests bench/parity/requests_200.jsonl
+        grep -E "^(A |B |requests|top-1|total variation|flipped questions)" "$OUT/parity_small_quant.log" >> "$SUM"
+        ;;
+    numerics_full) # the full random model's sensitivity: BF16 precise vs BF16 fast over the 200 requests
+        run_stage numerics_full 240 "$BIN/clef" parity --synthetic full --seed 1 --numerics-b fast --device cuda \
+            --requests bench/parity/requests_200.jsonl
+        grep -E "^(A |B |requests|top-1|total variation|flipped questions)" "$OUT/numerics_full.log" >> "$SUM"
         ;;
     towers)
         run_stage towers 120 "$BIN/clef" bench --synthetic full --seed 1 --device cuda --towers-only \
