@@ -20,18 +20,18 @@
  *   precise: |dlogit| <= 5e-4; fast: |dlogit| <= 0.1 and per-question
  *   total-variation distance <= 0.02 (test_cuda_golden.c's fast bounds).
  *
- * Every GPU comparison runs with both packed kernels of cuda_qgemm.cu (v2,
- * the default, and v1: CLEF_CUDA_QGEMM=v1) and checks that they agree to
- * TOL_AGREE (a quarter of the mode's tolerance: f32 summation order).  Host-only checks (no
+ * The packed kernel is cuda_qgemm.cu's qgemm2_kernel (v2; the first kernel,
+ * v1, was removed after v2 matched it on the H200).  Host-only checks (no
  * GPU): the register FP4 decode of v2 (cuda_qbits.h) on all 256
  * bytes, v2's pipeline schedule, and v2's packed-unit addressing replayed
  * against the CPU decode for every format.
  *
  * With CLEF_QGEMM_BENCH=1 it also times the moe op at the full model's
  * expert shapes (128 experts, hidden 2048, inter 768, top-8) for 300 and
- * 32000 tokens, fast and precise, both kernels, BF16 and every packed format, and checks that packed INT4 /
- * NVFP4 experts take at most 0.3x the device weight memory of BF16 ones
- * (clef_cuda_weight_bytes: the packed bytes + scales, no bf16 copy). */
+ * 32000 tokens, fast and precise, BF16 and every packed format, and checks
+ * that packed INT4 / NVFP4 experts take at most 0.3x the device weight
+ * memory of BF16 ones (clef_cuda_weight_bytes: the packed bytes + scales,
+ * no bf16 copy). */
 #define _GNU_SOURCE /* nftw (quant_fixture.h); before any include */
 #include <math.h>
 #include <stdio.h>
@@ -102,35 +102,6 @@ static void check(const char *what, const char *mode, const float *got, const fl
     tu_check_rel(what, 40, mode, 8, got, want, n, tol);
 }
 
-/* ---- the two packed-weight kernels ---------------------------------------- */
-
-/* Kernels of cuda_qgemm.cu (ck_qgemm_version reads CLEF_CUDA_QGEMM at every
- * launch): index 0 = the default (v2), 1 = the first kernel (v1). */
-enum { NKERN = 2 };
-static const char *const KERN[NKERN] = {"v2", "v1"};
-/* v2 vs v1: a quarter of the mode's CPU tolerance.  The kernels differ by
- * f32 summation order only (precise: hi/lo per chunk; fast: none), but a
- * 1-ulp f32 change of a SwiGLU output can move its bf16 rounding (fast:
- * 2^-9, precise lo part: ~2^-18) before the down GEMM; an indexing error
- * would give O(1). */
-static const double TOL_AGREE[2] = {TOL_FAST / 4, TOL_PRECISE / 4};
-
-static void use_kernel(int ki) {
-    if (ki == 1)
-        setenv("CLEF_CUDA_QGEMM", "v1", 1);
-    else
-        unsetenv("CLEF_CUDA_QGEMM");
-}
-
-/* v2 against v1 on the same inputs: within TOL_AGREE (printed: bitwise or not). */
-static void check_agree(const char *what, int gi, const float *v2, const float *v1, size_t n) {
-    const int same = memcmp(v2, v1, n * 4) == 0;
-    const double d = tu_rel_l2(v2, v1, n);
-    printf("  %-40s %-8s v2 vs v1: rel L2 %.3e%s (tol %.1e)\n", what, MODE[gi], d, same ? " (bitwise equal)" : "",
-           TOL_AGREE[gi]);
-    if (!(d <= TOL_AGREE[gi])) fail_msg("%s (%s): v2 differs from v1 by rel L2 %.3e", what, MODE[gi], d);
-}
-
 /* ---- host-only checks of kernel v2's arithmetic (no GPU needed) ----------- */
 
 /* The value of a bf16 bit pattern, decoded by its definition (sign, 8-bit
@@ -163,7 +134,7 @@ static uint32_t byte_perm(uint32_t x, uint32_t y, uint32_t sel) {
 /* Kernel v2's register FP4 decode (cuda_qbits.h), replayed in exact
  * arithmetic for all 256 bytes and every finite E4M3 scale: each step's
  * value is representable in bf16 (no rounding anywhere, no subnormal), and
- * the result is fp4 * scale with the sign of zero of the v1 table. */
+ * the result is fp4 * scale with the sign of zero of the nibble (8 = -0). */
 static void test_fp4_register_decode_host(void **state) {
     (void)state;
     static const double mag[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
@@ -413,26 +384,16 @@ static void test_matmul_packed(void **state) {
             assert_int_equal(wg.quant.type, h.q.quant.type);
             float *dx = tu_dput(g, x, (size_t)(T * K) * 4), *db = tu_dput(g, b, (size_t)N * 4),
                   *dy = tu_dnan(g, (size_t)(T * N));
-            float *yk[NKERN] = {NULL};
-            for (int ki = 0; ki < NKERN; ki++) {
-                use_kernel(ki);
-                tu_ok(g->ops->matmul(g, dx, T, &wg, db, dy, &err), &err);
-                float *y = tu_dget(g, dy, (size_t)(T * N));
-                char what[96];
-                snprintf(what, sizeof what, "matmul %s [%s]", QNAME[kind], KERN[ki]);
-                check(what, MODE[gi], y, ref, (size_t)(T * N), TOL[gi]);
-                /* row 40 alone */
-                tu_ok(g->ops->matmul(g, dx + 40 * K, 1, &wg, db, dy, &err), &err);
-                float *y1 = tu_dget(g, dy, (size_t)N);
-                if (memcmp(y1, y + 40 * N, (size_t)N * 4)) fail_msg("%s (%s): row alone differs", what, MODE[gi]);
-                free(y1);
-                yk[ki] = y;
-            }
-            use_kernel(0);
+            tu_ok(g->ops->matmul(g, dx, T, &wg, db, dy, &err), &err);
+            float *y = tu_dget(g, dy, (size_t)(T * N));
             char what[96];
             snprintf(what, sizeof what, "matmul %s", QNAME[kind]);
-            check_agree(what, gi, yk[0], yk[1], (size_t)(T * N));
-            free(yk[0]), free(yk[1]);
+            check(what, MODE[gi], y, ref, (size_t)(T * N), TOL[gi]);
+            /* row 40 alone */
+            tu_ok(g->ops->matmul(g, dx + 40 * K, 1, &wg, db, dy, &err), &err);
+            float *y1 = tu_dget(g, dy, (size_t)N);
+            if (memcmp(y1, y + 40 * N, (size_t)N * 4)) fail_msg("%s (%s): row alone differs", what, MODE[gi]);
+            free(y1), free(y);
             g->ops->free(g, dx), g->ops->free(g, db), g->ops->free(g, dy);
             g->ops->weight_release(g, &wg);
         }
@@ -473,46 +434,34 @@ static void moe_case(fx *f, enum qkind kind) {
         float *dx = tu_dput(g, x, (size_t)(TB * H) * 4), *dw = tu_dput(g, rw, (size_t)(TB * k) * 4);
         int32_t *di = tu_dput(g, idx, (size_t)(TB * k) * 4);
         float *dy = tu_dnan(g, (size_t)(TB * H)), *dy1 = tu_dnan(g, (size_t)(TB * H));
-        float *yk[NKERN] = {NULL};
-        for (int ki = 0; ki < NKERN; ki++) {
-            use_kernel(ki);
-            tu_ok(g->ops->moe(g, dx, T, di, dw, k, &mg, dy, &err), &err);
-            float *y = tu_dget(g, dy, (size_t)(T * H));
-            char what[96];
-            snprintf(what, sizeof what, "moe %s [%s]", QNAME[kind], KERN[ki]);
-            check(what, MODE[gi], y, ref, (size_t)(T * H), TOL[gi]);
-            const int64_t picks[3] = {0, 99, T - 1};
-            for (int i = 0; i < 3; i++) {
-                tu_ok(g->ops->moe(g, dx + picks[i] * H, 1, di + picks[i] * k, dw + picks[i] * k, k, &mg, dy1, &err), &err);
-                float *y1 = tu_dget(g, dy1, (size_t)H);
-                if (memcmp(y1, y + picks[i] * H, (size_t)H * 4) != 0)
-                    fail_msg("%s (%s): token %lld alone differs from the batch", what, MODE[gi], (long long)picks[i]);
-                free(y1);
-            }
-            tu_ok(g->ops->moe(g, dx + 13 * H, 40, di + 13 * k, dw + 13 * k, k, &mg, dy1, &err), &err);
-            float *ys = tu_dget(g, dy1, (size_t)(40 * H));
-            assert_memory_equal(ys, y + 13 * H, (size_t)(40 * H) * 4);
-            free(ys);
-            tu_ok(g->ops->moe(g, dx, TB, di, dw, k, &mg, dy1, &err), &err);
-            float *yb = tu_dget(g, dy1, (size_t)(TB * H));
-            if (memcmp(yb, y, (size_t)(T * H) * 4) != 0)
-                fail_msg("%s (%s): the first %lld tokens differ inside a batch of %lld", what, MODE[gi], (long long)T,
-                         (long long)TB);
-            tu_ok(g->ops->moe(g, dx + 8250 * H, 1, di + 8250 * k, dw + 8250 * k, k, &mg, dy, &err), &err);
-            float *y1 = tu_dget(g, dy, (size_t)H);
-            if (memcmp(y1, yb + 8250 * H, (size_t)H * 4) != 0)
-                fail_msg("%s (%s): token 8250 alone differs from the batch of %lld", what, MODE[gi], (long long)TB);
-            printf("  %-40s %-8s tokens alone / slice / batch of %lld: bitwise equal\n", what, MODE[gi], (long long)TB);
-            free(y1), free(yb);
-            yk[ki] = y;
+        tu_ok(g->ops->moe(g, dx, T, di, dw, k, &mg, dy, &err), &err);
+        float *y = tu_dget(g, dy, (size_t)(T * H));
+        char what[96];
+        snprintf(what, sizeof what, "moe %s", QNAME[kind]);
+        check(what, MODE[gi], y, ref, (size_t)(T * H), TOL[gi]);
+        const int64_t picks[3] = {0, 99, T - 1};
+        for (int i = 0; i < 3; i++) {
+            tu_ok(g->ops->moe(g, dx + picks[i] * H, 1, di + picks[i] * k, dw + picks[i] * k, k, &mg, dy1, &err), &err);
+            float *y1 = tu_dget(g, dy1, (size_t)H);
+            if (memcmp(y1, y + picks[i] * H, (size_t)H * 4) != 0)
+                fail_msg("%s (%s): token %lld alone differs from the batch", what, MODE[gi], (long long)picks[i]);
+            free(y1);
         }
-        use_kernel(0);
-        {
-            char what[96];
-            snprintf(what, sizeof what, "moe %s", QNAME[kind]);
-            check_agree(what, gi, yk[0], yk[1], (size_t)(T * H));
-        }
-        free(yk[0]), free(yk[1]);
+        tu_ok(g->ops->moe(g, dx + 13 * H, 40, di + 13 * k, dw + 13 * k, k, &mg, dy1, &err), &err);
+        float *ys = tu_dget(g, dy1, (size_t)(40 * H));
+        assert_memory_equal(ys, y + 13 * H, (size_t)(40 * H) * 4);
+        free(ys);
+        tu_ok(g->ops->moe(g, dx, TB, di, dw, k, &mg, dy1, &err), &err);
+        float *yb = tu_dget(g, dy1, (size_t)(TB * H));
+        if (memcmp(yb, y, (size_t)(T * H) * 4) != 0)
+            fail_msg("%s (%s): the first %lld tokens differ inside a batch of %lld", what, MODE[gi], (long long)T,
+                     (long long)TB);
+        tu_ok(g->ops->moe(g, dx + 8250 * H, 1, di + 8250 * k, dw + 8250 * k, k, &mg, dy, &err), &err);
+        float *y1 = tu_dget(g, dy, (size_t)H);
+        if (memcmp(y1, yb + 8250 * H, (size_t)H * 4) != 0)
+            fail_msg("%s (%s): token 8250 alone differs from the batch of %lld", what, MODE[gi], (long long)TB);
+        printf("  %-40s %-8s tokens alone / slice / batch of %lld: bitwise equal\n", what, MODE[gi], (long long)TB);
+        free(y1), free(yb), free(y);
         g->ops->free(g, dx), g->ops->free(g, dw), g->ops->free(g, di), g->ops->free(g, dy), g->ops->free(g, dy1);
         for (int j = 0; j < 3; j++)
             for (int e = 0; e < E; e++) g->ops->weight_release(g, &wg[j][e]);
@@ -759,27 +708,23 @@ static void test_bench_full_shapes(void **state) {
                     fail_msg("%s experts take %.1f MiB of device memory, more than 0.3x bf16 (%.1f MiB)", name,
                              (double)used / 1048576.0, (double)bf16_mem / 1048576.0);
             const int64_t Ts[2] = {300, TMAX};
-            for (int ki = 0; ki < (kind < 0 ? 1 : NKERN); ki++)
-                for (int ti = 0; ti < 2; ti++) {
-                    use_kernel(ki);
-                    const int64_t T = Ts[ti];
-                    const int reps = T > 1000 ? 5 : 50;
-                    tu_ok(g->ops->moe(g, dx, T, di, dw, k, &mg, dy, &err), &err); /* warm-up (tables, scratch) */
-                    float *s0 = tu_dget(g, dy, 1);
-                    free(s0);
-                    const double t0 = now_s();
-                    for (int rep = 0; rep < reps; rep++) tu_ok(g->ops->moe(g, dx, T, di, dw, k, &mg, dy, &err), &err);
-                    float *s1 = tu_dget(g, dy, 1);
-                    free(s1);
-                    const double ms = (now_s() - t0) * 1e3 / reps;
-                    const double flop = 2.0 * (double)(T * k) * (double)(3 * H * NI);
-                    /* bytes: every expert's weights once (at 300 tokens nearly every expert is hit) */
-                    const double bytes = kind < 0 ? bf16_bytes : (double)wbytes;
-                    printf("  %-28s %-4s %-8s T=%-6lld %8.3f ms/layer  %7.1f GB/s weights  %6.1f TFLOP/s\n", name,
-                           kind < 0 ? "" : KERN[ki], MODE[gi], (long long)T, ms, bytes / (ms * 1e-3) / 1e9,
-                           flop / (ms * 1e-3) / 1e12);
-                }
-            use_kernel(0);
+            for (int ti = 0; ti < 2; ti++) {
+                const int64_t T = Ts[ti];
+                const int reps = T > 1000 ? 5 : 50;
+                tu_ok(g->ops->moe(g, dx, T, di, dw, k, &mg, dy, &err), &err); /* warm-up (tables, scratch) */
+                float *s0 = tu_dget(g, dy, 1);
+                free(s0);
+                const double t0 = now_s();
+                for (int rep = 0; rep < reps; rep++) tu_ok(g->ops->moe(g, dx, T, di, dw, k, &mg, dy, &err), &err);
+                float *s1 = tu_dget(g, dy, 1);
+                free(s1);
+                const double ms = (now_s() - t0) * 1e3 / reps;
+                const double flop = 2.0 * (double)(T * k) * (double)(3 * H * NI);
+                /* bytes: every expert's weights once (at 300 tokens nearly every expert is hit) */
+                const double bytes = kind < 0 ? bf16_bytes : (double)wbytes;
+                printf("  %-28s %-8s T=%-6lld %8.3f ms/layer  %7.1f GB/s weights  %6.1f TFLOP/s\n", name, MODE[gi],
+                       (long long)T, ms, bytes / (ms * 1e-3) / 1e9, flop / (ms * 1e-3) / 1e12);
+            }
             /* where the time goes at 300 tokens: the op's parts */
             clef_cuda_set_profile(g, 1);
             for (int rep = 0; rep < 20; rep++) tu_ok(g->ops->moe(g, dx, 300, di, dw, k, &mg, dy, &err), &err);

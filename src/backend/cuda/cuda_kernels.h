@@ -134,15 +134,6 @@ int ck_qgemm_bm(int qtype, int64_t rows, int64_t n_experts);
 
 cudaError_t ck_qgemm(const ck_qgemm_args *a, cudaStream_t st);
 
-/* Which packed-weight kernel ck_qgemm runs: 2 (default: dequantize straight
- * from the thread's own cp.async bytes into a double-buffered bf16 tile, one
- * barrier per 64-wide K step, FP4 decoded in registers, and in the precise
- * mode each dequantized tile feeds both the hi and the lo MMA) or 1 (the
- * first kernel) when the environment variable CLEF_CUDA_QGEMM is "v1"; read
- * at every call (so a test can compare both).  Both give results within
- * f32 summation order of each other (same weights, same scales). */
-int ck_qgemm_version(void);
-
 /* Y[r, n] = sum_k x[r, k] * W[n, k] (+ bias[n]) for f32 weights, one thread
  * per output, k ascending (fallback for F32/F16 checkpoints). */
 cudaError_t ck_gemm_f32(const float *x, int64_t M, int64_t K, const float *W, int64_t N, const float *bias, float *Y,

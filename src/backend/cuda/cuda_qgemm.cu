@@ -5,10 +5,12 @@
  * gate/up GEMM with the SwiGLU fused, the down GEMM), with the tile plan of
  * ck_moe_plan (BM = ck_gemm_bm(0) = 64 rows per tile).
  *
- * Kernel: a 4-stage cp.async ring brings the bf16 activation tiles and the
- * PACKED weight bytes of each 64-wide K step into shared memory; each K step
- * the block dequantizes its 128 x 64 packed weights to a bf16 tile, then
- * runs mma.sync m16n8k16 (bf16 -> f32) as the bf16 kernel of cuda_gemm.cu.
+ * Kernel (qgemm2_kernel): a 2- to 4-stage cp.async ring brings the bf16
+ * activation tiles and the PACKED weight bytes of each 64-wide K step into
+ * shared memory; each K step every thread dequantizes the packed units it
+ * copied itself into a double-buffered 128 x 64 bf16 tile, then the block
+ * runs mma.sync m16n8k16 (bf16 -> f32) as the bf16 kernel of cuda_gemm.cu
+ * (details at the kernel).
  * Weight elements on the tensor cores are always exact in bf16:
  *   NVFP4:  fp4(q) * fp8(scale16) (2 x 4 significant bits: exact); the
  *           per-tensor global is applied to the f32 sum in the epilogue
@@ -29,12 +31,12 @@
  * 16-wide chunks, folded at fixed K positions; it depends on its own row
  * only (no split-K, no atomics).
  *
- * Two kernels: qgemm2_kernel (v2, the default; see its comment: one barrier
- * per K step, dequantization from the thread's own copies into a double
- * buffer, FP4 decoded in registers, precise mode dequantizing once for the
- * hi and lo MMAs) and qgemm_kernel (v1, CLEF_CUDA_QGEMM=v1).  Same tiles,
- * same weights and scales: v2 fast = v1 fast up to nothing (same order);
- * precise differs by f32 summation order only (hi/lo interleaved per chunk).
+ * History: this is the second version of the kernel (v2).  The first one
+ * (v1: one shared-memory dequantization pass per K step behind two
+ * barriers, an FP4 lookup table, precise mode dequantizing the weights
+ * twice) was removed after v2 matched it on the H200 (bitwise in fast mode,
+ * within 2e-6 precise) and was faster at every measured shape
+ * (docs/BENCHMARKS.md, "Quantized checkpoints").
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -42,8 +44,6 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_qbits.h"
@@ -59,20 +59,10 @@ constexpr int QPITCH = QBK + 8; /* bf16 row pitch of the smem tiles */
 constexpr int QTHREADS = 256; /* 8 warps */
 constexpr int UNITS = QBN * (QBK / 16); /* 16-wide K chunks of one weight row per stage: 512 */
 constexpr int UNITS_PER_THREAD = UNITS / QTHREADS;
-/* packed stage: [UNITS][16 bytes] data + [UNITS] aux words (NVFP4 scale word, INT4 zero word) */
-constexpr int PK_STAGE_BYTES = UNITS * 16 + UNITS * 4;
-constexpr int LUT_BYTES = 256 * 4; /* NVFP4: byte -> bf16x2 of its two FP4 values */
 
 /* Tile shapes: BM rows (32 for a few rows per expert, 64, 128 for many),
- * warps 1x8 (BM 32) or 2x4; pipeline depth 4 (3 at BM 128: two blocks per SM). */
-template <int BM> __host__ __device__ constexpr int q_stages() { return BM == 128 ? 3 : 4; }
+ * warps 1x8 (BM 32) or 2x4. */
 template <int BM> __host__ __device__ constexpr int q_warps_m() { return BM == 32 ? 1 : 2; }
-template <int BM> constexpr int q_smem_bytes() {
-    return q_stages<BM>() * BM * QPITCH * 2 + q_stages<BM>() * PK_STAGE_BYTES + QBN * QPITCH * 2 + LUT_BYTES;
-}
-static_assert(32 * (QBN + 4) * 4 <= q_smem_bytes<32>(), "epilogue tile fits");
-static_assert(64 * (QBN + 4) * 4 <= q_smem_bytes<64>(), "epilogue tile fits");
-static_assert(128 * (QBN + 4) * 4 <= q_smem_bytes<128>(), "epilogue tile fits");
 
 /* 4- and 8-byte async copies (cache at all levels); valid = 0 fills zeros. */
 __device__ __forceinline__ void cp_async4(void *dst, const void *src, bool valid) {
@@ -82,13 +72,6 @@ __device__ __forceinline__ void cp_async4(void *dst, const void *src, bool valid
 __device__ __forceinline__ void cp_async8(void *dst, const void *src, bool valid) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
                  "r"(valid ? 8 : 0));
-}
-
-/* FP4 E2M1 nibble -> f32 (0, 0.5, 1, 1.5, 2, 3, 4, 6 and negatives). */
-__device__ __forceinline__ float fp4_value(uint32_t nib) {
-    const uint32_t e = (nib >> 1) & 3u, m = nib & 1u;
-    const float mag = e ? __uint_as_float(((e + 126u) << 23) | (m << 22)) : 0.5f * (float)m;
-    return (nib & 8u) ? -mag : mag;
 }
 
 /* bf16x2 (a, b) from two floats exact in bf16. */
@@ -102,332 +85,10 @@ __device__ __forceinline__ const ck_qmat *qmat_of(const ck_qgemm_args &a, int e,
     return &a.W0[e];
 }
 
-template <int QT, int BM>
-__global__ void __launch_bounds__(QTHREADS, 2) qgemm_kernel(const ck_qgemm_args a) {
-    constexpr int QBM = BM, QSTAGES = q_stages<BM>();
-    constexpr int QWARPS_M = q_warps_m<BM>(), QWARPS_N = 8 / QWARPS_M;
-    constexpr int WTM = QBM / QWARPS_M, WTN = QBN / QWARPS_N; /* 32x16, 32x32, 64x32 */
-    constexpr int MI = WTM / 16, NI = WTN / 8;
-    constexpr int A_CHUNKS = QBM * (QBK / 8) / QTHREADS;
-    constexpr bool FOLD = QT != CK_QT_NVFP4;
-    extern __shared__ __align__(16) unsigned char smem_raw[];
-    bf16 *As = reinterpret_cast<bf16 *>(smem_raw);                          /* [STAGES][BM][PITCH] */
-    unsigned char *Pk = smem_raw + QSTAGES * QBM * QPITCH * 2;             /* [STAGES][PK_STAGE_BYTES] */
-    bf16 *Wd = reinterpret_cast<bf16 *>(Pk + QSTAGES * PK_STAGE_BYTES);    /* [BN][PITCH] */
-    uint32_t *lut = reinterpret_cast<uint32_t *>(Wd + QBN * QPITCH);       /* [256] (NVFP4) */
-
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int wm = warp / QWARPS_N, wn = warp % QWARPS_N;
-    if (QT == CK_QT_NVFP4) /* read after the main loop's first barrier */
-        lut[tid] = pack_bf16(fp4_value((uint32_t)tid & 15u), fp4_value((uint32_t)tid >> 4));
-    const int64_t n_tiles_n = a.mode == CK_GEMM_GATEUP ? (a.N + 63) / 64 : (a.N + QBN - 1) / QBN;
-    const int64_t mt = blockIdx.x / n_tiles_n, nt = blockIdx.x % n_tiles_n;
-
-    int64_t row0, rows;
-    int e = 0;
-    if (a.mode == CK_GEMM_DENSE) {
-        row0 = mt * QBM;
-        rows = a.M - row0 < QBM ? a.M - row0 : QBM;
-    } else {
-        if (mt >= *a.n_tiles) return;
-        e = a.tile_expert[mt];
-        row0 = a.tile_row0[mt];
-        const int64_t end = a.expert_end[e];
-        rows = end - row0 < QBM ? end - row0 : QBM;
-    }
-    const bf16 *A = reinterpret_cast<const bf16 *>(a.A);
-    const int64_t K = a.K, KA = a.K * a.split, N = a.N;
-
-    /* activation chunks (as the bf16 kernel) */
-    const bf16 *a_src[A_CHUNKS];
-    int a_dst[A_CHUNKS], a_col[A_CHUNKS];
-#pragma unroll
-    for (int i = 0; i < A_CHUNKS; i++) {
-        const int c = tid + i * QTHREADS, r = c / (QBK / 8);
-        a_col[i] = (c % (QBK / 8)) * 8;
-        a_dst[i] = r * QPITCH + a_col[i];
-        if (r < rows) {
-            int64_t p = row0 + r;
-            if (a.mode == CK_GEMM_GATEUP) p = a.row_src[p];
-            a_src[i] = A + p * a.lda;
-        } else {
-            a_src[i] = nullptr;
-        }
-    }
-    /* weight units: unit u = tile row r (weight row n) x 16-wide K chunk kc.
-     * Row-major formats: 4 consecutive threads read one row's 64 K values;
-     * INT4 ([K/8, N] words): consecutive threads read consecutive rows. */
-    int u_r[UNITS_PER_THREAD], u_kc[UNITS_PER_THREAD];
-    int u_n[UNITS_PER_THREAD]; /* weight row (N < 2^31, checked by the launcher) */
-#pragma unroll
-    for (int i = 0; i < UNITS_PER_THREAD; i++) {
-        const int u = tid + i * QTHREADS;
-        if (QT == CK_QT_INT4) {
-            u_r[i] = u % QBN;
-            u_kc[i] = u / QBN;
-        } else {
-            u_r[i] = u / 4;
-            u_kc[i] = u % 4;
-        }
-        u_n[i] = (int)(a.mode == CK_GEMM_GATEUP ? nt * 64 + (u_r[i] & 63) : nt * QBN + u_r[i]);
-    }
-    const int64_t R = N; /* rows of every weight matrix of the launch */
-
-    auto load_stage = [&](int kt, int stage) {
-        const int64_t k0 = (int64_t)kt * QBK;
-        bf16 *as = As + stage * QBM * QPITCH;
-#pragma unroll
-        for (int i = 0; i < A_CHUNKS; i++) {
-            const int64_t kc = k0 + a_col[i];
-            const bool ok = a_src[i] && kc < KA;
-            cp_async16(as + a_dst[i], ok ? a_src[i] + kc : A, ok);
-        }
-        unsigned char *pk = Pk + stage * PK_STAGE_BYTES;
-        uint32_t *aux = reinterpret_cast<uint32_t *>(pk + UNITS * 16);
-#pragma unroll
-        for (int i = 0; i < UNITS_PER_THREAD; i++) {
-            const int u = tid + i * QTHREADS;
-            int64_t kk = k0 + u_kc[i] * 16;
-            const bool ok = u_n[i] < N && kk < KA;
-            if (kk >= K) kk -= K; /* split: the lo half reuses the weight columns */
-            const ck_qmat *m = qmat_of(a, e, u_r[i]);
-            const int64_t n = ok ? u_n[i] : 0;
-            kk = ok ? kk : 0;
-            if (QT == CK_QT_NVFP4) {
-                const unsigned char *q = static_cast<const unsigned char *>(m->q) + n * (K / 2) + kk / 2;
-                cp_async8(pk + u * 16, q, ok);
-                const int64_t si = n * (K / 16) + kk / 16;
-                cp_async4(aux + u, static_cast<const unsigned char *>(m->scale) + (si & ~(int64_t)3), ok);
-            } else if (QT == CK_QT_FP8) {
-                cp_async16(pk + u * 16, static_cast<const unsigned char *>(m->q) + n * K + kk, ok);
-            } else {
-                const uint32_t *q = static_cast<const uint32_t *>(m->q) + (kk / 8) * R + n;
-                cp_async4(pk + u * 16, q, ok);
-                cp_async4(pk + u * 16 + 4, q + R, ok);
-                if (a.has_zeros)
-                    cp_async4(aux + u, static_cast<const uint32_t *>(m->zeros) + (kk / a.group) * (R / 8) + n / 8, ok);
-            }
-        }
-    };
-
-    /* packed stage -> bf16 tile Wd */
-    auto dequant_stage = [&](int kt, int stage) {
-        const int64_t k0 = (int64_t)kt * QBK;
-        const unsigned char *pk = Pk + stage * PK_STAGE_BYTES;
-        const uint32_t *aux = reinterpret_cast<const uint32_t *>(pk + UNITS * 16);
-#pragma unroll
-        for (int i = 0; i < UNITS_PER_THREAD; i++) {
-            const int u = tid + i * QTHREADS;
-            uint32_t outw[8];
-            if (QT == CK_QT_NVFP4) {
-                /* fp4 * fp8 scale: both exact in bf16 and so is the product (<= 6 significant bits) */
-                int64_t kk = k0 + u_kc[i] * 16;
-                if (kk >= K) kk -= K;
-                const int64_t si = u_n[i] * (K / 16) + kk / 16;
-                const uint32_t sb = (aux[u] >> (8 * (int)(si & 3))) & 0xFFu;
-                const __half2 sh = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(sb | (sb << 8)), __NV_E4M3);
-                const float2 sf = __half22float2(sh);
-                const __nv_bfloat162 s2 = __floats2bfloat162_rn(sf.x, sf.y);
-                const uint2 d = *reinterpret_cast<const uint2 *>(pk + u * 16);
-#pragma unroll
-                for (int j = 0; j < 8; j++) {
-                    const uint32_t byte = ((j < 4 ? d.x : d.y) >> (8 * (j & 3))) & 0xFFu;
-                    outw[j] = u32_of(__hmul2(bf2(lut[byte]), s2));
-                }
-            } else if (QT == CK_QT_FP8) {
-                /* e4m3 pairs -> f16x2 (exact, hardware) -> f32 -> bf16x2 (exact: 4 significant bits) */
-                const uint4 d = *reinterpret_cast<const uint4 *>(pk + u * 16);
-                const uint32_t w4[4] = {d.x, d.y, d.z, d.w};
-#pragma unroll
-                for (int j = 0; j < 8; j++) {
-                    const uint32_t pair = (w4[j >> 1] >> (16 * (j & 1))) & 0xFFFFu;
-                    const float2 f = __half22float2(__nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)pair, __NV_E4M3));
-                    outw[j] = pack_bf16(f.x, f.y);
-                }
-            } else {
-                /* nibble n -> bf16 128 + n (0x4300 | n), minus bf16 (128 + zero): exact small integers */
-                const uint2 d = *reinterpret_cast<const uint2 *>(pk + u * 16);
-                const int z = a.has_zeros ? (int)((aux[u] >> (4 * (int)(u_n[i] & 7))) & 15u) + 1 : 8;
-                const __nv_bfloat162 zz = __floats2bfloat162_rn(128.0f + (float)z, 128.0f + (float)z);
-#pragma unroll
-                for (int j = 0; j < 8; j++) {
-                    const uint32_t t = (j < 4 ? d.x : d.y) >> (8 * (j & 3));
-                    const uint32_t p = (t & 0xFu) | ((t & 0xF0u) << 12) | 0x43004300u;
-                    outw[j] = u32_of(__hsub2(bf2(p), zz));
-                }
-            }
-            uint4 *dst = reinterpret_cast<uint4 *>(Wd + u_r[i] * QPITCH + u_kc[i] * 16);
-            dst[0] = make_uint4(outw[0], outw[1], outw[2], outw[3]);
-            dst[1] = make_uint4(outw[4], outw[5], outw[6], outw[7]);
-        }
-    };
-
-    float acc[MI][NI][4], part[FOLD ? MI : 1][FOLD ? NI : 1][4];
-#pragma unroll
-    for (int i = 0; i < MI; i++)
-#pragma unroll
-        for (int j = 0; j < NI; j++)
-#pragma unroll
-            for (int q = 0; q < 4; q++) acc[i][j][q] = 0.0f;
-    if (FOLD) {
-#pragma unroll
-        for (int i = 0; i < (FOLD ? MI : 1); i++)
-#pragma unroll
-            for (int j = 0; j < (FOLD ? NI : 1); j++)
-#pragma unroll
-                for (int q = 0; q < 4; q++) part[i][j][q] = 0.0f;
-    }
-    const int g = lane >> 2, tig = lane & 3;
-    /* this thread's output columns (tile-relative c, weight row n, its matrix) */
-    const ck_qmat *cm = qmat_of(a, e, wn * WTN); /* uniform per warp (a warp's 32 columns are all gate or all up) */
-    int cn[NI][2];
-#pragma unroll
-    for (int ni = 0; ni < NI; ni++)
-#pragma unroll
-        for (int q = 0; q < 2; q++) {
-            const int c = wn * WTN + ni * 8 + tig * 2 + q;
-            cn[ni][q] = (int)(a.mode == CK_GEMM_GATEUP ? nt * 64 + (c & 63) : nt * QBN + c);
-        }
-    const int fold_g = (int)(QT == CK_QT_FP8 ? a.block_c : a.group); /* K width of one scale group */
-    /* scale index of each column without the group: FP8 (n / Br) * ceil(K / Bc), INT4 n */
-    int srow[NI][2];
-    if (FOLD) {
-        const int nbc = (int)((K + a.block_c - 1) / (QT == CK_QT_FP8 ? a.block_c : 1));
-#pragma unroll
-        for (int ni = 0; ni < NI; ni++)
-#pragma unroll
-            for (int q = 0; q < 2; q++) {
-                const int n = cn[ni][q] < N ? cn[ni][q] : 0;
-                srow[ni][q] = QT == CK_QT_FP8 ? (n / (int)a.block_r) * nbc : n;
-            }
-    }
-
-    const int ktiles = (int)((KA + QBK - 1) / QBK);
-#pragma unroll
-    for (int s = 0; s < QSTAGES - 1; s++) {
-        if (s < ktiles) load_stage(s, s);
-        cp_async_commit();
-    }
-    for (int kt = 0; kt < ktiles; kt++) {
-        cp_async_wait<QSTAGES - 2>();
-        __syncthreads(); /* stage kt landed; every warp is done with Wd of kt - 1 */
-        if (kt + QSTAGES - 1 < ktiles) load_stage(kt + QSTAGES - 1, (kt + QSTAGES - 1) % QSTAGES);
-        cp_async_commit();
-        dequant_stage(kt, kt % QSTAGES);
-        __syncthreads();
-        const bf16 *as = As + (kt % QSTAGES) * QBM * QPITCH;
-#pragma unroll
-        for (int ks = 0; ks < QBK / 16; ks++) {
-            int64_t kk = (int64_t)kt * QBK + ks * 16;
-            if (kk >= KA) break;
-            uint32_t af[MI][4], bfr[NI][2];
-#pragma unroll
-            for (int mi = 0; mi < MI; mi++)
-                ldsm_x4(af[mi][0], af[mi][1], af[mi][2], af[mi][3],
-                        as + (wm * WTM + mi * 16 + (lane & 15)) * QPITCH + ks * 16 + (lane >> 4) * 8);
-#pragma unroll
-            for (int nj = 0; nj < NI / 2; nj++)
-                ldsm_x4(bfr[2 * nj][0], bfr[2 * nj][1], bfr[2 * nj + 1][0], bfr[2 * nj + 1][1],
-                        Wd + (wn * WTN + nj * 16 + (lane & 7) + ((lane >> 4) << 3)) * QPITCH + ks * 16 +
-                            ((lane >> 3) & 1) * 8);
-            if (!FOLD) {
-#pragma unroll
-                for (int mi = 0; mi < MI; mi++)
-#pragma unroll
-                    for (int ni = 0; ni < NI; ni++) mma16816(acc[mi][ni], af[mi], bfr[ni][0], bfr[ni][1]);
-            } else {
-#pragma unroll
-                for (int mi = 0; mi < (FOLD ? MI : 1); mi++)
-#pragma unroll
-                    for (int ni = 0; ni < (FOLD ? NI : 1); ni++) mma16816(part[mi][ni], af[mi], bfr[ni][0], bfr[ni][1]);
-                if (kk >= K) kk -= K;
-                const int kki = (int)kk;
-                if ((kki + 16) % fold_g == 0 || kki + 16 == K) { /* last chunk of a scale group: fold */
-                    const int grp = kki / fold_g;
-                    float sc[NI][2];
-#pragma unroll
-                    for (int ni = 0; ni < NI; ni++)
-#pragma unroll
-                        for (int q = 0; q < 2; q++) {
-                            if (QT == CK_QT_FP8)
-                                sc[ni][q] = __ldg(static_cast<const float *>(cm->scale) + srow[ni][q] + grp);
-                            else
-                                sc[ni][q] = __half2float(
-                                    __ldg(static_cast<const __half *>(cm->scale) + (int64_t)grp * R + srow[ni][q]));
-                        }
-#pragma unroll
-                    for (int mi = 0; mi < (FOLD ? MI : 1); mi++)
-#pragma unroll
-                        for (int ni = 0; ni < (FOLD ? NI : 1); ni++)
-#pragma unroll
-                            for (int q = 0; q < 4; q++) {
-                                acc[mi][ni][q] = fmaf(part[mi][ni][q], sc[ni][q & 1], acc[mi][ni][q]);
-                                part[mi][ni][q] = 0.0f;
-                            }
-                }
-            }
-        }
-    }
-    cp_async_wait<0>();
-
-    /* NVFP4: the per-tensor scale of each column's matrix */
-    float gs = 1.0f;
-    int gdiv = 0;
-    if (QT == CK_QT_NVFP4) {
-        gs = cm->global;
-        gdiv = a.global_div;
-    }
-    auto fin = [&](float v) { return QT == CK_QT_NVFP4 ? (gdiv ? v / gs : v * gs) : v; };
-
-    if (a.mode != CK_GEMM_GATEUP) {
-#pragma unroll
-        for (int mi = 0; mi < MI; mi++)
-#pragma unroll
-            for (int ni = 0; ni < NI; ni++)
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const int r = wm * WTM + mi * 16 + g + h * 8;
-                    if (r >= rows) continue;
-                    float *y = a.Y + (row0 + r) * a.ldy;
-#pragma unroll
-                    for (int q = 0; q < 2; q++) {
-                        const int64_t n = cn[ni][q];
-                        if (n < N) y[n] = fin(acc[mi][ni][h * 2 + q]);
-                    }
-                }
-        return;
-    }
-    __syncthreads();
-    float *Cs = reinterpret_cast<float *>(smem_raw); /* [BM][BN + 4] */
-#pragma unroll
-    for (int mi = 0; mi < MI; mi++)
-#pragma unroll
-        for (int ni = 0; ni < NI; ni++)
-#pragma unroll
-            for (int h = 0; h < 2; h++)
-#pragma unroll
-                for (int q = 0; q < 2; q++)
-                    Cs[(wm * WTM + mi * 16 + g + h * 8) * (QBN + 4) + wn * WTN + ni * 8 + tig * 2 + q] =
-                        fin(acc[mi][ni][h * 2 + q]);
-    __syncthreads();
-    bf16 *H = reinterpret_cast<bf16 *>(a.H);
-    const int64_t ldh = N * a.split;
-    for (int i = tid; i < QBM * 64; i += QTHREADS) {
-        const int r = i >> 6, j = i & 63;
-        const int64_t col = nt * 64 + j;
-        if (r >= rows || col >= N) continue;
-        const float gv = Cs[r * (QBN + 4) + j], uv = Cs[r * (QBN + 4) + 64 + j];
-        const float hv = gv / (1.0f + expf(-gv)) * uv; /* silu(g) * u, as the CPU backend */
-        const bf16 hb = __float2bfloat16_rn(hv);
-        bf16 *hr = H + (row0 + r) * ldh;
-        hr[col] = hb;
-        if (a.split == 2) hr[N + col] = __float2bfloat16_rn(hv - __bfloat162float(hb));
-    }
-}
-
-/* ---- kernel v2 (default) ---------------------------------------------------
- * The same tiles, unit assignment, ldmatrix fragments, fold and epilogue as
- * qgemm_kernel, with three changes:
+/* ---- the kernel (v2) ------------------------------------------------------
+ * Tiles BM x 128 (GATEUP: 64 gate + 64 up columns), 8 warps, ldmatrix
+ * fragments and mma.sync as the bf16 kernel; the fold of the header comment;
+ * epilogue: Y (DENSE, DOWN) or silu(gate) * up to H (GATEUP).  Its design:
  *  - each thread dequantizes exactly the packed units it copied itself
  *    (cp.async.wait_group makes them visible to it), into a DOUBLE-buffered
  *    bf16 tile Wd[kt & 1]; so one barrier per 64-wide K step:
@@ -834,19 +495,6 @@ template <int QT, int QBM> cudaError_t launch_v2(const ck_qgemm_args *a, cudaStr
     return a->split == 2 ? launch_q2<QT, QBM, 2>(a, st) : launch_q2<QT, QBM, 1>(a, st);
 }
 
-template <int QT, int QBM> cudaError_t launch_q(const ck_qgemm_args *a, cudaStream_t st) {
-    constexpr int smem = q_smem_bytes<QBM>();
-    cudaError_t e = cudaFuncSetAttribute(qgemm_kernel<QT, QBM>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (e != cudaSuccess) return e;
-    const int64_t nt = a->mode == CK_GEMM_GATEUP ? (a->N + 63) / 64 : (a->N + QBN - 1) / QBN;
-    const int64_t mt = a->mode == CK_GEMM_DENSE ? (a->M + QBM - 1) / QBM : a->max_tiles;
-    const int64_t blocks = mt * nt;
-    if (blocks <= 0) return cudaSuccess;
-    if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
-    qgemm_kernel<QT, QBM><<<(unsigned)blocks, QTHREADS, smem, st>>>(*a);
-    return cudaGetLastError();
-}
-
 } /* namespace */
 
 extern "C" {
@@ -857,45 +505,23 @@ int ck_qgemm_bm(int qtype, int64_t rows, int64_t n_experts) {
     return 64;
 }
 
-int ck_qgemm_version(void) {
-    const char *v = getenv("CLEF_CUDA_QGEMM");
-    return v && (!strcmp(v, "v1") || !strcmp(v, "1")) ? 1 : 2;
-}
-
 cudaError_t ck_qgemm(const ck_qgemm_args *a, cudaStream_t st) {
     if (a->K < 16 || a->K % 16 || a->split < 1 || a->split > 2 || a->N < 1 || a->N > 0x7fff0000LL)
         return cudaErrorInvalidValue;
     const int bm = a->bm;
-    if (ck_qgemm_version() == 2) {
-        switch (a->qtype) {
-        case CK_QT_NVFP4:
-            return bm == 32 ? launch_v2<CK_QT_NVFP4, 32>(a, st)
-                 : bm == 64 ? launch_v2<CK_QT_NVFP4, 64>(a, st)
-                 : bm == 128 ? launch_v2<CK_QT_NVFP4, 128>(a, st) : cudaErrorInvalidValue;
-        case CK_QT_FP8:
-            if (a->block_c % 16 || a->block_r < 1) return cudaErrorInvalidValue;
-            return bm == 32 ? launch_v2<CK_QT_FP8, 32>(a, st)
-                 : bm == 64 ? launch_v2<CK_QT_FP8, 64>(a, st) : cudaErrorInvalidValue;
-        case CK_QT_INT4:
-            if (a->group < 16 || a->group % 16 || a->N % 8) return cudaErrorInvalidValue;
-            return bm == 32 ? launch_v2<CK_QT_INT4, 32>(a, st)
-                 : bm == 64 ? launch_v2<CK_QT_INT4, 64>(a, st) : cudaErrorInvalidValue;
-        default: return cudaErrorInvalidValue;
-        }
-    }
     switch (a->qtype) {
     case CK_QT_NVFP4:
-        return bm == 32 ? launch_q<CK_QT_NVFP4, 32>(a, st)
-             : bm == 64 ? launch_q<CK_QT_NVFP4, 64>(a, st)
-             : bm == 128 ? launch_q<CK_QT_NVFP4, 128>(a, st) : cudaErrorInvalidValue;
+        return bm == 32 ? launch_v2<CK_QT_NVFP4, 32>(a, st)
+             : bm == 64 ? launch_v2<CK_QT_NVFP4, 64>(a, st)
+             : bm == 128 ? launch_v2<CK_QT_NVFP4, 128>(a, st) : cudaErrorInvalidValue;
     case CK_QT_FP8:
         if (a->block_c % 16 || a->block_r < 1) return cudaErrorInvalidValue;
-        return bm == 32 ? launch_q<CK_QT_FP8, 32>(a, st)
-             : bm == 64 ? launch_q<CK_QT_FP8, 64>(a, st) : cudaErrorInvalidValue;
+        return bm == 32 ? launch_v2<CK_QT_FP8, 32>(a, st)
+             : bm == 64 ? launch_v2<CK_QT_FP8, 64>(a, st) : cudaErrorInvalidValue;
     case CK_QT_INT4:
         if (a->group < 16 || a->group % 16 || a->N % 8) return cudaErrorInvalidValue;
-        return bm == 32 ? launch_q<CK_QT_INT4, 32>(a, st)
-             : bm == 64 ? launch_q<CK_QT_INT4, 64>(a, st) : cudaErrorInvalidValue;
+        return bm == 32 ? launch_v2<CK_QT_INT4, 32>(a, st)
+             : bm == 64 ? launch_v2<CK_QT_INT4, 64>(a, st) : cudaErrorInvalidValue;
     default: return cudaErrorInvalidValue;
     }
 }
