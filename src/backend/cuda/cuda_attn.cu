@@ -320,13 +320,6 @@ __global__ void __launch_bounds__(F32_WARPS * 32) attn_f32_kernel(
     for (int d = lane; d < D; d += 32) out[row * o_stride + (int64_t)h * D + d] = acc[d] * inv;
 }
 
-unsigned grid_for(int64_t n, int threads) {
-    int64_t b = (n + threads - 1) / threads;
-    if (b < 1) b = 1;
-    if (b > 65535LL * 16) b = 65535LL * 16;
-    return (unsigned)b;
-}
-
 /* Raise a kernel's dynamic shared memory limit once per device. */
 template <typename F> cudaError_t allow_smem(F *fn, int bytes, unsigned *done_mask) {
     int dev = 0;
