@@ -1072,6 +1072,29 @@ static const void *const *moe_pointers(cuda_ctx *c, const clef_moe_weights *ex, 
  * changes no value. */
 #define MOE_CHUNK_TOKENS 8192
 
+/* The routing plan of one pass of the expert block (ck_moe_plan): tokens
+ * permuted by expert into tiles of BM rows, as device arrays carved from
+ * SLOT_MOE_IX: per-expert row ends, the source token of each permuted row,
+ * each (token, slot)'s permuted row, and each tile's expert and first row. */
+typedef struct moe_plan {
+    int32_t *end, *row_tok, *slot_pos, *t_exp, *t_row, *n_tiles;
+    int64_t max_tiles;
+} moe_plan;
+
+static int moe_plan_make(cuda_ctx *c, const int32_t *idx, int64_t T, int64_t k, int64_t E, int BM, moe_plan *p,
+                         clef_err *err) {
+    const int64_t TK = T * k;
+    p->max_tiles = (TK + BM - 1) / BM + E;
+    int32_t *ix = cu_slot(c, SLOT_MOE_IX, (size_t)(2 * E + 2 * TK + 2 * p->max_tiles + 1) * sizeof(int32_t), err);
+    if (!ix) return -1;
+    int32_t *cnt = ix;
+    p->end = cnt + E, p->row_tok = p->end + E, p->slot_pos = p->row_tok + TK, p->t_exp = p->slot_pos + TK;
+    p->t_row = p->t_exp + p->max_tiles, p->n_tiles = p->t_row + p->max_tiles;
+    return cu_check(ck_moe_plan(idx, T, (int)k, (int)E, BM, cnt, p->end, p->row_tok, p->slot_pos, p->t_exp, p->t_row,
+                                p->n_tiles, c->st),
+                    "moe permutation", err);
+}
+
 /* One pass of the grouped expert block over T tokens: permutation on the
  * device, the gate/up GEMM with SwiGLU fused, the down GEMM, the ordered
  * combine. */
@@ -1086,15 +1109,12 @@ static int moe_pass(cuda_ctx *c, const float *x, int64_t T, const int32_t *idx, 
                     : split == 2 && (c->tune & 1) && TK <= 32 * E ? 2
                                                                    : 0,
               BM = ck_gemm_bm(big);
-    const int64_t max_tiles = (TK + BM - 1) / BM + E;
-    int32_t *ix = cu_slot(c, SLOT_MOE_IX, (size_t)(2 * E + 2 * TK + 2 * max_tiles + 1) * sizeof(int32_t), err);
-    if (!ix) return op_end(c, -1);
-    int32_t *cnt = ix, *end = cnt + E, *row_tok = end + E, *slot_pos = row_tok + TK, *t_exp = slot_pos + TK,
-            *t_row = t_exp + max_tiles, *n_tiles = t_row + max_tiles;
-    if (cu_check(ck_moe_plan(idx, T, (int)k, (int)E, BM, cnt, end, row_tok, slot_pos, t_exp, t_row, n_tiles, c->st),
-                 "moe permutation", err))
-        return op_end(c, -1);
+    moe_plan pl;
+    if (moe_plan_make(c, idx, T, k, E, BM, &pl, err)) return op_end(c, -1);
     op_end(c, 0);
+    int32_t *end = pl.end, *row_tok = pl.row_tok, *slot_pos = pl.slot_pos, *t_exp = pl.t_exp, *t_row = pl.t_row,
+            *n_tiles = pl.n_tiles;
+    const int64_t max_tiles = pl.max_tiles;
 
     op_begin(c, "moe: input to bf16", 1);
     const uint16_t *a16 = convert_rows(c, x, T, H, H, split, err);
@@ -1207,15 +1227,12 @@ static int moe_pass_packed(cuda_ctx *c, const float *x, int64_t T, const int32_t
     ck_qgemm_args fmt = {0};
     qargs_format(&fmt, &ex->gate[0]);
     const int split = c->precise_parts & PRECISE_EXPERTS ? 2 : 1, BM = ck_qgemm_bm(fmt.qtype, TK, E);
-    const int64_t max_tiles = (TK + BM - 1) / BM + E;
-    int32_t *ix = cu_slot(c, SLOT_MOE_IX, (size_t)(2 * E + 2 * TK + 2 * max_tiles + 1) * sizeof(int32_t), err);
-    if (!ix) return op_end(c, -1);
-    int32_t *cnt = ix, *end = cnt + E, *row_tok = end + E, *slot_pos = row_tok + TK, *t_exp = slot_pos + TK,
-            *t_row = t_exp + max_tiles, *n_tiles = t_row + max_tiles;
-    if (cu_check(ck_moe_plan(idx, T, (int)k, (int)E, BM, cnt, end, row_tok, slot_pos, t_exp, t_row, n_tiles, c->st),
-                 "moe permutation", err))
-        return op_end(c, -1);
+    moe_plan pl;
+    if (moe_plan_make(c, idx, T, k, E, BM, &pl, err)) return op_end(c, -1);
     op_end(c, 0);
+    int32_t *end = pl.end, *row_tok = pl.row_tok, *slot_pos = pl.slot_pos, *t_exp = pl.t_exp, *t_row = pl.t_row,
+            *n_tiles = pl.n_tiles;
+    const int64_t max_tiles = pl.max_tiles;
 
     op_begin(c, "moe: input to bf16", 1);
     const uint16_t *a16 = convert_rows(c, x, T, H, H, split, err);
