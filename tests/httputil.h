@@ -112,6 +112,11 @@ static HU_UNUSED void hu_start_nowait(hu_server *s, const char *const *args, con
     snprintf(model, sizeof model, "%s/tiny-clef-omni", CLEF_FIXTURES);
     const char *argv[64] = {CLEF_BINARY, "serve", "--model", model, "--port", "0", "--threads", "1"};
     int argc = 8;
+    for (size_t i = 0; args && args[i]; i++)
+        if (!strcmp(args[i], "--synthetic")) { /* a synthetic model instead of the tiny fixture */
+            argv[2] = "--threads", argv[3] = "1", argc = 6;
+            break;
+        }
     for (size_t i = 0; args && args[i] && argc < 62; i++) argv[argc++] = args[i];
     argv[argc] = NULL;
     pid_t pid = fork();

@@ -11,12 +11,17 @@
 static void serve_usage(FILE *f) {
     clef_limits d = clef_limits_default();
     fprintf(f,
-            "usage: clef serve --model DIR [options]\n"
+            "usage: clef serve (--model DIR | --synthetic tiny|small|full [--seed N] [--quant F]\n"
+            "                   [--tokenizer F]) [options]\n"
             "  Serves SystemOne decisions over HTTP: POST /v1/systemone, GET /v1/models, GET /healthz,\n"
             "  GET /metrics (see docs/API.md).  The model loads in the background; /healthz answers 503\n"
             "  until it is ready.  SIGINT/SIGTERM stop accepting, finish queued work and exit 0.\n"
             "\n"
-            "  --model DIR               checkpoint directory (required)\n"
+            "  --model DIR               checkpoint directory\n"
+            "  --synthetic P             instead of --model: random weights of preset P drawn into memory\n"
+            "                            (no files; full needs ~61 GB), for --seed N (default 1); --quant F\n"
+            "                            quantizes its experts in memory (int4, fp8-block, nvfp4,\n"
+            "                            nvfp4-modelopt); --tokenizer F (default " CLI_DEFAULT_TOKENIZER ")\n"
             "  --host ADDR               address to bind (default 127.0.0.1; 0.0.0.0 or :: for all)\n"
             "  --port N                  TCP port (default %d; 0 = any free port, logged on stderr)\n"
             "  --served-model-name NAME  pin the model name: a request whose \"model\" differs gets 404;\n"
@@ -128,11 +133,15 @@ static int positive(const char *flag, size_t v) {
 
 int cli_serve(int argc, char **argv) {
     clef_server_options o = {.port = 8000, .limits = clef_limits_default()};
-    size_t port = 8000, body_mb = CLEF_SERVER_DEFAULT_MAX_BODY >> 20, threads = 0;
+    size_t port = 8000, body_mb = CLEF_SERVER_DEFAULT_MAX_BODY >> 20, threads = 0, seed = 1;
     media_flags mf = media_flags_default(&o.limits.media);
     for (int i = 1; i < argc; i++) {
         int r;
         if ((r = arg_str(argc, argv, &i, "--model", &o.model_dir)) || (r = arg_str(argc, argv, &i, "--host", &o.host)) ||
+            (r = arg_str(argc, argv, &i, "--synthetic", &o.synthetic)) ||
+            (r = arg_str(argc, argv, &i, "--quant", &o.synthetic_quant)) ||
+            (r = arg_str(argc, argv, &i, "--tokenizer", &o.tokenizer)) ||
+            (r = arg_size(argc, argv, &i, "--seed", &seed)) ||
             (r = arg_size(argc, argv, &i, "--port", &port)) ||
             (r = arg_str(argc, argv, &i, "--served-model-name", &o.served_model_name)) ||
             (r = arg_str(argc, argv, &i, "--api-key", &o.api_key)) ||
@@ -162,10 +171,13 @@ int cli_serve(int argc, char **argv) {
             return 2;
         }
     }
-    if (!o.model_dir) {
+    if (!o.model_dir == !o.synthetic || (o.synthetic_quant && !o.synthetic)) {
+        fprintf(stderr, "clef serve: give --model DIR or --synthetic P (--quant needs --synthetic)\n\n");
         serve_usage(stderr);
         return 2;
     }
+    o.seed = seed;
+    if (o.synthetic && !o.tokenizer) o.tokenizer = CLI_DEFAULT_TOKENIZER;
     if (port > 65535) {
         fprintf(stderr, "clef serve: --port must be 0..65535\n");
         return 2;

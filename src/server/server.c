@@ -38,10 +38,16 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
 }
 
 /* The name GET /v1/models lists: the pinned name, else the directory's
- * base name ("tests/fixtures/tiny-clef-omni/" -> "tiny-clef-omni"). */
+ * base name ("tests/fixtures/tiny-clef-omni/" -> "tiny-clef-omni"), or
+ * "synthetic-<preset>[-<format>]" for a synthetic model. */
 static void listed_name(const clef_server_options *o, char *out, size_t cap) {
     if (o->served_model_name) {
         snprintf(out, cap, "%s", o->served_model_name);
+        return;
+    }
+    if (!o->model_dir) {
+        snprintf(out, cap, "synthetic-%s%s%s", o->synthetic, o->synthetic_quant ? "-" : "",
+                 o->synthetic_quant ? o->synthetic_quant : "");
         return;
     }
     size_t end = strlen(o->model_dir);
@@ -56,9 +62,9 @@ static void listed_name(const clef_server_options *o, char *out, size_t cap) {
  * own date is the best "release_date" a directory carries. */
 static void release_date(const char *dir, char *out, size_t cap) {
     char path[4096];
-    snprintf(path, sizeof path, "%s/config.json", dir);
+    snprintf(path, sizeof path, "%s/config.json", dir ? dir : "");
     struct stat st;
-    time_t t = stat(path, &st) == 0 ? st.st_mtime : time(NULL);
+    time_t t = dir && stat(path, &st) == 0 ? st.st_mtime : time(NULL); /* synthetic: today */
     struct tm tm;
     gmtime_r(&t, &tm);
     strftime(out, cap, "%Y-%m-%d", &tm);
@@ -80,6 +86,10 @@ static void on_batch(void *ctx, size_t n_records, size_t n_tokens, double second
 static void *load_model(void *arg) {
     clef_server *s = arg;
     clef_engine_options eo = {.model_dir = s->opt.model_dir,
+                              .synthetic = s->opt.synthetic,
+                              .seed = s->opt.seed,
+                              .synthetic_quant = s->opt.synthetic_quant,
+                              .tokenizer = s->opt.tokenizer,
                               .n_threads = s->opt.n_threads,
                               .device = s->opt.device,
                               .max_length = s->opt.max_length,
@@ -176,7 +186,8 @@ static int wait_for_stop(clef_server *s) {
             return 0;
         }
         if (atomic_load_explicit(&s->state, memory_order_acquire) == SERVER_FAILED) {
-            say("clef serve: cannot load the model from %s: %s", s->opt.model_dir, s->load_err.message);
+            say("clef serve: cannot load the model from %s%s: %s", s->opt.model_dir ? "" : "synthetic preset ",
+                s->opt.model_dir ? s->opt.model_dir : s->opt.synthetic, s->load_err.message);
             return 1;
         }
         struct timespec tick = {0, 50 * 1000 * 1000};
@@ -230,8 +241,9 @@ int clef_server_run(const clef_server_options *opt) {
         return 1;
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    say("clef serve: listening on http://%s%s%s:%u (model %s loading from %s)", strchr(s->opt.host, ':') ? "[" : "",
-        s->opt.host, strchr(s->opt.host, ':') ? "]" : "", di ? di->port : s->opt.port, s->listed_name, s->opt.model_dir);
+    say("clef serve: listening on http://%s%s%s:%u (model %s loading from %s%s)", strchr(s->opt.host, ':') ? "[" : "",
+        s->opt.host, strchr(s->opt.host, ':') ? "]" : "", di ? di->port : s->opt.port, s->listed_name,
+        s->opt.model_dir ? "" : "synthetic preset ", s->opt.model_dir ? s->opt.model_dir : s->opt.synthetic);
     if (pthread_create(&s->loader, NULL, load_model, s) != 0) {
         say("clef serve: cannot start the loader thread");
         MHD_stop_daemon(s->daemon);

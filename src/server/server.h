@@ -24,6 +24,7 @@
 #define CLEF_SERVER_SERVER_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "decision/request.h"
 
@@ -32,7 +33,14 @@
 #define CLEF_SERVER_DEFAULT_MAX_CONNECTIONS 256
 
 typedef struct clef_server_options {
-    const char *model_dir;         /* checkpoint directory, required */
+    const char *model_dir;         /* checkpoint directory; required unless `synthetic` is set */
+    const char *synthetic;         /* NULL, or a synthetic preset ("tiny", "small", "full"): random
+                                      weights drawn into memory for `seed` (io/synth.h), no files */
+    uint64_t seed;                 /* with `synthetic` */
+    const char *synthetic_quant;   /* with `synthetic`: NULL (BF16) or a quantized format (int4,
+                                      fp8-block, nvfp4, nvfp4-modelopt), quantized in memory */
+    const char *tokenizer;         /* tokenizer.json; NULL = <model_dir>/tokenizer.json (required
+                                      with `synthetic`) */
     const char *host;              /* address to bind (IPv4 or IPv6 literal or name); NULL = "127.0.0.1" */
     unsigned port;                 /* TCP port; 0 = one the kernel picks (logged on stderr) */
     const char *served_model_name; /* pinned name: a request whose "model" differs gets 404; NULL =
