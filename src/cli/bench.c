@@ -132,6 +132,14 @@ static int parse_runs(const char *spec, bench_args *a) {
     return a->n_runs ? 0 : -1;
 }
 
+/* A whole decimal number ("1", "0.5", "2e1"), or NaN for anything else
+ * ("1abc", "", "0x10"), which every range check then refuses. */
+static double decimal(const char *s) {
+    char *end;
+    double v = strtod(s, &end);
+    return end != s && *end == '\0' && !strpbrk(s, "xXnN") ? v : NAN;
+}
+
 /* Parse the flags; returns -1 to exit 0 (--help), 0 ok, 2 bad usage. */
 static int parse_args(int argc, char **argv, bench_args *a) {
     *a = (bench_args){.seed = 1, .tokens = 300, .batch = 1, .iters = 5};
@@ -177,8 +185,8 @@ static int parse_args(int argc, char **argv, bench_args *a) {
     if (a->synthetic && !a->tokenizer) a->tokenizer = CLI_DEFAULT_TOKENIZER;
     if ((a->text_only && (a->towers_only || a->image_mp || a->audio_s)) ||
         (a->towers_only && (!a->synthetic || (!a->image_mp && !a->audio_s))) ||
-        (a->image_mp && !(strtod(a->image_mp, NULL) > 0 && strtod(a->image_mp, NULL) <= 64)) ||
-        (a->audio_s && !(strtod(a->audio_s, NULL) >= 0.1 && strtod(a->audio_s, NULL) <= 3600))) {
+        (a->image_mp && !(decimal(a->image_mp) > 0 && decimal(a->image_mp) <= 64)) ||
+        (a->audio_s && !(decimal(a->audio_s) >= 0.1 && decimal(a->audio_s) <= 3600))) {
         fprintf(stderr, "clef bench: --towers-only needs --synthetic and --image-mp or --audio-s; --image-mp in "
                         "(0, 64], --audio-s in [0.1, 3600]; --text-only takes none of the three\n");
         return 2;

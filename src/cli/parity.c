@@ -193,6 +193,13 @@ int cli_parity(int argc, char **argv) {
     size_t len = 0;
     char *text = read_all(requests, &len);
     if (!text) return 2;
+    size_t nonblank = 0;
+    while (nonblank < len && strchr(" \t\r\n", text[nonblank]) && text[nonblank]) nonblank++;
+    if (nonblank == len) { /* 0/0 questions would report 100% agreement */
+        fprintf(stderr, "clef parity: %s holds no requests (a JSON object per line)\n", requests);
+        free(text);
+        return 2;
+    }
     clef_parity_answers ans_a;
     memset(&ans_a, 0, sizeof ans_a);
     int rc = answer_all(&a, &c, text, len, &ans_a);

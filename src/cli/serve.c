@@ -1,11 +1,15 @@
 /* clef serve — the SystemOne HTTP server (src/server/server.h). */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/args.h"
 #include "cli/cli.h"
 #include "engine/scheduler.h"
+#include "io/synth.h"
+#include "quant/convert.h"
 #include "server/server.h"
 
 static void serve_usage(FILE *f) {
@@ -177,7 +181,30 @@ int cli_serve(int argc, char **argv) {
         return 2;
     }
     o.seed = seed;
-    if (o.synthetic && !o.tokenizer) o.tokenizer = CLI_DEFAULT_TOKENIZER;
+    int default_tokenizer = o.synthetic && !o.tokenizer;
+    if (default_tokenizer) o.tokenizer = CLI_DEFAULT_TOKENIZER;
+    /* Refuse what the loader thread would refuse, before the port is bound:
+     * a bad preset, format or tokenizer is a usage error (exit 2), not a
+     * server that listens and then exits 1. */
+    clef_err err;
+    clef_err_clear(&err);
+    clef_quant_format qf;
+    if (o.synthetic && !clef_synth_preset_find(o.synthetic, &err)) {
+        fprintf(stderr, "clef serve: --synthetic: %s\n", err.message);
+        return 2;
+    }
+    if (o.synthetic_quant && clef_quant_format_parse(o.synthetic_quant, &qf) != 0) {
+        fprintf(stderr, "clef serve: --quant: unknown quantized format '%s' (int4, fp8-block, nvfp4 or nvfp4-modelopt)\n",
+                o.synthetic_quant);
+        return 2;
+    }
+    if (o.tokenizer && access(o.tokenizer, R_OK) != 0) {
+        fprintf(stderr, "clef serve: --tokenizer %s: %s%s\n", o.tokenizer, strerror(errno),
+                default_tokenizer
+                    ? " (the default tokenizer is relative to the repository root: run from there or give --tokenizer F)"
+                    : "");
+        return 2;
+    }
     if (port > 65535) {
         fprintf(stderr, "clef serve: --port must be 0..65535\n");
         return 2;
