@@ -7,7 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "cli/cli.h"
 #include "util/buf.h"
 
 int arg_str(int argc, char **argv, int *i, const char *name, const char **out) {
@@ -82,4 +84,13 @@ char *read_all_max(const char *path, size_t max_bytes, size_t *len) {
     clef_buf_reserve(&b, 0);
     *len = b.len;
     return b.data;
+}
+
+const char *cli_default_tokenizer(void) {
+    if (access(CLI_DEFAULT_TOKENIZER, R_OK) == 0) return CLI_DEFAULT_TOKENIZER;
+#ifdef CLEF_SOURCE_DIR
+    static const char in_source[] = CLEF_SOURCE_DIR "/" CLI_DEFAULT_TOKENIZER;
+    if (access(in_source, R_OK) == 0) return in_source;
+#endif
+    return CLI_DEFAULT_TOKENIZER;
 }

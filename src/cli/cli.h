@@ -16,8 +16,16 @@ int cli_parity(int argc, char **argv);
 int cli_synth(int argc, char **argv);
 int cli_devcheck(int argc, char **argv);
 
-/* Tokenizer used with synthetic weights when --tokenizer is not given. */
+/* Tokenizer used with synthetic weights when --tokenizer is not given (as
+ * written in usage texts: relative to the repository root). */
 #define CLI_DEFAULT_TOKENIZER "tests/fixtures/tiny-clef-omni/tokenizer.json"
+
+/* The default tokenizer's path to open: CLI_DEFAULT_TOKENIZER when it is
+ * readable from the working directory, else the same file in the source tree
+ * the binary was built from (CLEF_SOURCE_DIR), so `clef ... --synthetic P`
+ * works from any directory; CLI_DEFAULT_TOKENIZER when neither exists (the
+ * load error then names it).  Static storage. */
+const char *cli_default_tokenizer(void);
 
 /* Append a triage-style request body (a 2-option choice and a noul question) whose state
  * holds about tokens + 16 words, so that cutting the state to a max_length

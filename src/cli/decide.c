@@ -78,7 +78,7 @@ typedef struct model_source {
 static clef_engine *open_engine(const model_source *src, size_t max_length, int threads) {
     clef_engine_options opt = {.model_dir = src->model, .synthetic = src->synthetic, .seed = src->seed,
                                .synthetic_quant = src->quant,
-                               .tokenizer = src->synthetic && !src->tokenizer ? CLI_DEFAULT_TOKENIZER : src->tokenizer,
+                               .tokenizer = src->synthetic && !src->tokenizer ? cli_default_tokenizer() : src->tokenizer,
                                .max_length = max_length, .truncate_state = 1, .n_threads = threads,
                                .device = src->device};
     clef_err err;

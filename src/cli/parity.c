@@ -108,7 +108,7 @@ static void print_report(const char *a, const char *b, const clef_parity_report 
 int cli_parity(int argc, char **argv) {
     const char *models[2] = {NULL, NULL}, *requests = NULL, *m = NULL, *quant[2] = {NULL, NULL},
                *numerics[2] = {NULL, NULL};
-    parity_common c = {.seed = 1, .tokenizer = CLI_DEFAULT_TOKENIZER};
+    parity_common c = {.seed = 1, .tokenizer = cli_default_tokenizer()};
     size_t n_models = 0;
     int as_json = 0;
     for (int i = 1; i < argc; i++) {

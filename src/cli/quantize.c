@@ -33,7 +33,7 @@ static void quantize_usage(FILE *f) {
 
 int cli_quantize(int argc, char **argv) {
     const char *model = NULL, *out = NULL, *format = NULL, *layout = "per-expert", *synthetic = NULL,
-               *tokenizer = CLI_DEFAULT_TOKENIZER;
+               *tokenizer = cli_default_tokenizer();
     size_t group = 0, block = 0, seed = 1;
     int quiet = 0;
     for (int i = 1; i < argc; i++) {

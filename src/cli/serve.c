@@ -182,7 +182,7 @@ int cli_serve(int argc, char **argv) {
     }
     o.seed = seed;
     int default_tokenizer = o.synthetic && !o.tokenizer;
-    if (default_tokenizer) o.tokenizer = CLI_DEFAULT_TOKENIZER;
+    if (default_tokenizer) o.tokenizer = cli_default_tokenizer();
     /* Refuse what the loader thread would refuse, before the port is bound:
      * a bad preset, format or tokenizer is a usage error (exit 2), not a
      * server that listens and then exits 1. */

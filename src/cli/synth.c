@@ -236,7 +236,7 @@ static int check(const char *preset, size_t seed, const char *tokenizer, size_t 
 }
 
 int cli_synth(int argc, char **argv) {
-    const char *preset = NULL, *out = NULL, *tokenizer = CLI_DEFAULT_TOKENIZER;
+    const char *preset = NULL, *out = NULL, *tokenizer = cli_default_tokenizer();
     size_t seed = 1, tokens = 300, threads = 0, layer = 0, shard_mib = 0;
     int do_check = 0;
     for (int i = 1; i < argc; i++) {
