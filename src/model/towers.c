@@ -112,7 +112,7 @@ static int load_configs(clef_towers *t, clef_err *err) {
         while ((got = fread(chunk, 1, sizeof chunk, f)) > 0) clef_buf_append(&b, chunk, got);
         fclose(f);
     } else { /* a synthetic checkpoint drawn without towers */
-        return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "the checkpoint has no config.json to read the tower configs from");
+        return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "this synthetic model has no media towers");
     }
     json_value *root = json_parse(b.data ? b.data : "", b.len, err);
     clef_buf_free(&b);
