@@ -357,7 +357,12 @@ static double make_jobs(clef_engine *e, const bench_run *r, clef_job *jobs) {
         if (rc == 0) rc = clef_engine_encode(e, &req, &params, &jobs[i], &err);
         clef_buf_free(&body);
         if (rc != 0) {
-            fprintf(stderr, "clef bench: %s\n", err.message);
+            if (err.status == 422 && strstr(err.message, "before state"))
+                fprintf(stderr, "clef bench: %zu tokens per record is too few for the benchmark's request (%s); "
+                                "use --tokens / --runs with more\n",
+                        r->tokens, err.message);
+            else
+                fprintf(stderr, "clef bench: %s\n", err.message);
             return -1;
         }
     }

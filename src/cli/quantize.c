@@ -70,6 +70,13 @@ int cli_quantize(int argc, char **argv) {
         return 2;
     }
     o.stacked = !strcmp(layout, "stacked");
+    if (o.stacked && o.format != CLEF_QF_NVFP4_CT) { /* a usage error, said before anything is read */
+        fprintf(stderr,
+                "clef quantize: --layout stacked is defined for --format nvfp4 only (SPEC §10.3 (c)); %s supports "
+                "--layout per-expert\n",
+                format);
+        return 2;
+    }
     clef_err err;
     clef_err_clear(&err);
     clef_quantize_report rep;
