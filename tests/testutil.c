@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <zlib.h>
 
 #include "backend/cuda/cuda.h"
@@ -296,4 +297,16 @@ float *tu_run_record(clef_model *m, const clef_record *r, size_t H, clef_err *er
         return NULL;
     }
     return logits;
+}
+
+int tu_run_cmd(const char *cmd, clef_buf *out) {
+    FILE *f = popen(cmd, "r");
+    if (!f) fail_msg("cannot run: %s", cmd);
+    char chunk[4096];
+    size_t n;
+    out->len = 0;
+    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) clef_buf_append(out, chunk, n);
+    clef_buf_append(out, "", 0); /* data set and terminated even when nothing was printed */
+    int st = pclose(f);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? -1 - WTERMSIG(st) : -100;
 }

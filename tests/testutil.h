@@ -13,6 +13,7 @@
 #include "engine/engine.h"
 #include "json/json.h"
 #include "media/media.h"
+#include "util/buf.h"
 #include "model/model.h"
 #include "text/tokenizer.h"
 
@@ -155,5 +156,12 @@ void tu_print_cuda_device(clef_backend *be);
  * size H): returns the heap array of clef_record_total_options(r) option
  * logits (caller frees), or NULL with err filled when a forward fails. */
 float *tu_run_record(clef_model *m, const clef_record *r, size_t H, clef_err *err);
+
+/* Run shell command `cmd` through popen and collect what it prints on stdout
+ * (add "2>&1" or "exec 2>&1;" to the command for stderr) into `out`, which
+ * is reset first and always NUL-terminated (the NUL not counted in len).
+ * Returns the exit status, -1 - signal when it was killed, -100 otherwise;
+ * fails the test when the command cannot be started. */
+int tu_run_cmd(const char *cmd, clef_buf *out);
 
 #endif

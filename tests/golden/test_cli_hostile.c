@@ -23,17 +23,9 @@ static char request_path[256];
 /* Run a shell command, capturing stdout+stderr; returns the exit status, or
  * -1 - signal when it was killed. */
 static int run_cmd(const char *cmd, clef_buf *out) {
-    char full[4096];
+    char full[4096 + 16]; /* "exec 2>&1; " + a command of up to 4 KiB */
     snprintf(full, sizeof full, "exec 2>&1; %s", cmd); /* stderr to the pipe, whatever cmd does with stdout */
-    FILE *f = popen(full, "r");
-    assert_non_null(f);
-    char chunk[4096];
-    size_t n;
-    out->len = 0;
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) clef_buf_append(out, chunk, n);
-    clef_buf_putc(out, '\0');
-    int st = pclose(f);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? -1 - WTERMSIG(st) : -100;
+    return tu_run_cmd(full, out);
 }
 
 /* `clef decide <args>` must exit with `want` and print `needle`. */

@@ -23,15 +23,7 @@
 static int run_clef(const char *args, clef_buf *out) {
     char full[4096];
     snprintf(full, sizeof full, "exec 2>&1; timeout 60 %s %s", CLEF_BINARY, args);
-    FILE *f = popen(full, "r");
-    assert_non_null(f);
-    char chunk[4096];
-    size_t n;
-    out->len = 0;
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) clef_buf_append(out, chunk, n);
-    clef_buf_putc(out, '\0');
-    int st = pclose(f);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? -1 - WTERMSIG(st) : -100;
+    return tu_run_cmd(full, out);
 }
 
 /* `clef <args>` must exit with `want`, print `needle` and not `never`. */

@@ -212,22 +212,11 @@ static void test_debug_block_matches_golden(void **state) {
     clef_buf_free(&out);
 }
 
-/* Run a shell command, capture stdout, return the exit status. */
-static int run_cmd(const char *cmd, clef_buf *out) {
-    FILE *f = popen(cmd, "r");
-    assert_non_null(f);
-    char chunk[4096];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) clef_buf_append(out, chunk, n);
-    int st = pclose(f);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 static void test_cli_demo_and_errors(void **state) {
     char cmd[2048];
     clef_buf out = {0};
     snprintf(cmd, sizeof cmd, "%s demo --model %s/tiny-clef-omni 2>/dev/null", CLEF_BINARY, CLEF_FIXTURES);
-    assert_int_equal(run_cmd(cmd, &out), 0);
+    assert_int_equal(tu_run_cmd(cmd, &out), 0);
     /* SPEC §8 worked example */
     assert_non_null(strstr(out.data, "\"department\":{\"type\":\"choice\",\"choice\":\"technical\""));
     assert_non_null(strstr(out.data, "\"usage\":{\"input_tokens\":295,\"output_tokens\":0}"));
@@ -235,20 +224,20 @@ static void test_cli_demo_and_errors(void **state) {
 
     snprintf(cmd, sizeof cmd, "echo '{\"model\":1,\"state\":1}' | %s decide --model %s/tiny-clef-omni - 2>/dev/null",
              CLEF_BINARY, CLEF_FIXTURES);
-    assert_int_equal(run_cmd(cmd, &out), 2);
+    assert_int_equal(tu_run_cmd(cmd, &out), 2);
     assert_string_equal(out.data,
                         "{\"error\":{\"message\":\"model and state are required\",\"type\":\"invalid_request\","
                         "\"param\":\"model\"}}\n");
     clef_buf_free(&out);
 
     snprintf(cmd, sizeof cmd, "%s inspect --model %s/tiny-clef-omni 2>/dev/null", CLEF_BINARY, CLEF_FIXTURES);
-    assert_int_equal(run_cmd(cmd, &out), 0);
+    assert_int_equal(tu_run_cmd(cmd, &out), 0);
     assert_non_null(strstr(out.data, "joint_head.safetensors sha256 "));
     assert_non_null(strstr(out.data, "hidden_size 32, layers 3"));
     clef_buf_free(&out);
 
     snprintf(cmd, sizeof cmd, "%s decide --model /nonexistent - </dev/null 2>&1", CLEF_BINARY);
-    assert_int_equal(run_cmd(cmd, &out), 1);
+    assert_int_equal(tu_run_cmd(cmd, &out), 1);
     clef_buf_free(&out);
 }
 

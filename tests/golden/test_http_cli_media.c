@@ -27,19 +27,6 @@ static int teardown(void **state) {
     return system(cmd) == 0 ? 0 : -1;
 }
 
-/* Run a shell command; its stdout into *out, returns the exit status. */
-static int run_cmd(const char *cmd, clef_buf *out) {
-    FILE *f = popen(cmd, "r");
-    assert_non_null(f);
-    char chunk[4096];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) clef_buf_append(out, chunk, n);
-    clef_buf_putc(out, '\0');
-    out->len--;
-    int st = pclose(f);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 /* "data:<mime>;base64,<bytes of fixture media/<name>>" (OpenSSL's encoder,
  * independent of the CLI's). */
 static char *data_url(const char *mime, const char *name) {
@@ -85,7 +72,7 @@ static int decide(const char *body, clef_buf *out) {
     write_file(req, body);
     snprintf(cmd, sizeof cmd, "cd '%s/media' && OMP_NUM_THREADS=1 %s decide --model %s/tiny-clef-omni --debug '%s' 2>&1",
              CLEF_FIXTURES, CLEF_BINARY, CLEF_FIXTURES, req);
-    return run_cmd(cmd, out);
+    return tu_run_cmd(cmd, out);
 }
 
 /* The path request and the data-URL request give the same bytes out. */
@@ -189,7 +176,7 @@ static void test_serve_flag_usage(void **state) {
     char cmd[1024];
     clef_buf out = {0};
     snprintf(cmd, sizeof cmd, "%s serve --help", CLEF_BINARY);
-    assert_int_equal(run_cmd(cmd, &out), 0);
+    assert_int_equal(tu_run_cmd(cmd, &out), 0);
     const char *flags[] = {"--max-images N",        "--max-audio N",         "--max-videos N",
                            "--max-image-mb N",      "--max-audio-mb N",      "--max-video-mb N",
                            "--max-image-megapixels N", "--max-audio-seconds N", "--max-video-seconds N"};
@@ -201,11 +188,11 @@ static void test_serve_flag_usage(void **state) {
     clef_buf_free(&out);
 
     snprintf(cmd, sizeof cmd, "%s serve --model /nonexistent --max-image-mb 0 2>&1", CLEF_BINARY);
-    assert_int_equal(run_cmd(cmd, &out), 2);
+    assert_int_equal(tu_run_cmd(cmd, &out), 2);
     assert_non_null(strstr(out.data, "--max-image-mb wants 1..1048576"));
     clef_buf_free(&out);
     snprintf(cmd, sizeof cmd, "%s serve --model /nonexistent --max-video-seconds 86401 2>&1", CLEF_BINARY);
-    assert_int_equal(run_cmd(cmd, &out), 2);
+    assert_int_equal(tu_run_cmd(cmd, &out), 2);
     assert_non_null(strstr(out.data, "--max-video-seconds wants 1..86400"));
     clef_buf_free(&out);
 }

@@ -216,17 +216,12 @@ static void test_fixture_goldens(void **state) {
 
 /* ---- CLI ---- */
 
+/* tu_run_cmd, the output handed to the caller (frees it). */
 static int run(const char *cmd, char **output) {
-    FILE *p = popen(cmd, "r");
-    assert_non_null(p);
     clef_buf b = {0};
-    char chunk[4096];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, p)) > 0) clef_buf_append(&b, chunk, n);
-    int st = pclose(p);
-    clef_buf_putc(&b, '\0');
+    int rc = tu_run_cmd(cmd, &b);
     *output = b.data;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return rc;
 }
 
 static void test_cli(void **state) {

@@ -326,13 +326,8 @@ static void test_parity_synthetic(void **state) {
              "%s parity --synthetic tiny --seed %d --quant-b int4 --device cpu --threads 2 --tokenizer %s "
              "--requests %s --json 2>/dev/null",
              CLEF_BINARY, SEED, tokenizer, rp);
-    FILE *p = popen(cmd, "r");
-    assert_non_null(p);
     clef_buf out = {0};
-    char chunk[4096];
-    size_t k;
-    while ((k = fread(chunk, 1, sizeof chunk, p)) > 0) clef_buf_append(&out, chunk, k);
-    assert_int_equal(pclose(p), 0);
+    assert_int_equal(tu_run_cmd(cmd, &out), 0);
     json_value *r = json_parse(out.data, out.len, &err);
     if (!r) fail_msg("clef parity --json printed: %.*s", (int)out.len, out.data ? out.data : "");
     assert_int_equal(atoll(json_get(r, "requests")->str), 6);
@@ -346,7 +341,7 @@ static void test_parity_synthetic(void **state) {
              "%s parity --synthetic tiny --seed %d --quant-b int4,bf16 --device cpu --threads 2 --tokenizer %s "
              "--requests %s --json 2>/dev/null",
              CLEF_BINARY, SEED, tokenizer, rp);
-    p = popen(cmd, "r");
+    FILE *p = popen(cmd, "r");
     assert_non_null(p);
     char line[1 << 16];
     int n_lines = 0;
@@ -396,13 +391,8 @@ static void test_stacked_refusal(void **state) {
     char cmd[4096];
     snprintf(cmd, sizeof cmd, "%s quantize --synthetic tiny --format fp8-block --layout stacked --out %s 2>&1",
              CLEF_BINARY, out);
-    FILE *p = popen(cmd, "r");
     clef_buf b = {0};
-    char chunk[4096];
-    size_t k;
-    while ((k = fread(chunk, 1, sizeof chunk, p)) > 0) clef_buf_append(&b, chunk, k);
-    assert_int_equal(WEXITSTATUS(pclose(p)), 2); /* a usage error, refused before anything is drawn */
-    clef_buf_putc(&b, '\0');
+    assert_int_equal(tu_run_cmd(cmd, &b), 2); /* a usage error, refused before anything is drawn */
     if (!strstr(b.data, "clef quantize: --layout stacked is defined for --format nvfp4 only") ||
         !strstr(b.data, "fp8-block supports --layout per-expert") || strstr(b.data, "quantize: quantize:"))
         fail_msg("CLI said: %s", b.data);
@@ -527,13 +517,8 @@ static void test_w4a4_runs_as_w4a16(void **state) {
     /* clef inspect says so */
     char cmd[4096];
     snprintf(cmd, sizeof cmd, "%s inspect --model %s 2>&1", CLEF_BINARY, w4a4);
-    FILE *p = popen(cmd, "r");
     clef_buf o = {0};
-    char chunk[4096];
-    size_t k;
-    while ((k = fread(chunk, 1, sizeof chunk, p)) > 0) clef_buf_append(&o, chunk, k);
-    assert_int_equal(pclose(p), 0);
-    clef_buf_putc(&o, '\0');
+    assert_int_equal(tu_run_cmd(cmd, &o), 0);
     if (!strstr(o.data, "W4A4 config: activations are not quantized (run as W4A16")) fail_msg("inspect: %s", o.data);
     clef_buf_free(&o);
     /* a W4A4 config without the input_global_scale tensors is inconsistent */
