@@ -9,6 +9,7 @@
 #include "engine/parity.h"
 #include "json/json.h"
 #include "quant/convert.h"
+#include "util/buf.h"
 #include "util/timer.h"
 
 static void parity_usage(FILE *f) {
@@ -62,10 +63,17 @@ static clef_engine *open_model(const parity_side *side, const parity_common *c) 
     }
     clef_err err;
     clef_err_clear(&err);
-    /* the CUDA backend reads its numerics when it is created (backend/cuda/cuda.h) */
+    /* the CUDA backend reads its numerics when it is created (backend/cuda/cuda.h); the
+     * caller's own CLEF_CUDA_NUMERICS is put back for the other side */
+    const char *env = getenv("CLEF_CUDA_NUMERICS");
+    char *saved = env ? clef_xstrndup(env, strlen(env)) : NULL;
     if (side->numerics) setenv("CLEF_CUDA_NUMERICS", side->numerics, 1);
     clef_engine *e = clef_engine_open(&opt, &err);
-    if (side->numerics) unsetenv("CLEF_CUDA_NUMERICS");
+    if (side->numerics) {
+        if (saved) setenv("CLEF_CUDA_NUMERICS", saved, 1);
+        else unsetenv("CLEF_CUDA_NUMERICS");
+    }
+    free(saved);
     if (!e) fprintf(stderr, "clef parity: cannot load %s: %s\n", side->label, err.message);
     return e;
 }
