@@ -310,3 +310,14 @@ int tu_run_cmd(const char *cmd, clef_buf *out) {
     int st = pclose(f);
     return WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? -1 - WTERMSIG(st) : -100;
 }
+
+int32_t *tu_pack_goldens(json_value *const *cases, const size_t *pick, size_t n, clef_record *r, size_t *seg) {
+    seg[0] = 0;
+    for (size_t i = 0; i < n; i++) {
+        tu_record_from_golden(cases[pick[i]], &r[i]);
+        seg[i + 1] = seg[i] + r[i].n_ids;
+    }
+    int32_t *ids = malloc((seg[n] ? seg[n] : 1) * sizeof *ids);
+    for (size_t i = 0; i < n; i++) memcpy(ids + seg[i], r[i].input_ids, r[i].n_ids * sizeof *ids);
+    return ids;
+}

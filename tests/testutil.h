@@ -71,6 +71,12 @@ int tu_golden_fixture_teardown(void **state);
  * media, positions NULL.  Caller frees with clef_record_free. */
 void tu_record_from_golden(const json_value *c, clef_record *r);
 
+/* The records of golden cases cases[pick[0..n)] (tu_record_from_golden into
+ * r[0..n)) packed back to back for one thinker forward: seg[0..n] are the
+ * record boundaries; returns the packed ids [seg[n]] (caller frees; each
+ * r[i] is released with clef_record_free). */
+int32_t *tu_pack_goldens(json_value *const *cases, const size_t *pick, size_t n, clef_record *r, size_t *seg);
+
 /* Decode the images / audio / videos of golden case `c`'s request into `m`
  * (default limits) and, when `preprocess`, build its tensors; fails the test
  * naming the case and the stage on error.  Caller frees with clef_media_free. */

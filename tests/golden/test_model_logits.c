@@ -138,13 +138,8 @@ static void test_packed_equals_alone(void **state) {
     const size_t H = (size_t)f->ck.config.text.hidden_size;
     const size_t pick[3] = {1, 0, 4};
     clef_record r[3];
-    size_t seg[4] = {0};
-    for (int i = 0; i < 3; i++) {
-        tu_record_from_golden(f->cases[pick[i]], &r[i]);
-        seg[i + 1] = seg[i] + r[i].n_ids;
-    }
-    int32_t *ids = malloc(seg[3] * sizeof *ids);
-    for (int i = 0; i < 3; i++) memcpy(ids + seg[i], r[i].input_ids, r[i].n_ids * sizeof *ids);
+    size_t seg[4];
+    int32_t *ids = tu_pack_goldens(f->cases, pick, 3, r, seg);
     float *packed = malloc(seg[3] * H * sizeof *packed);
     clef_err err;
     clef_err_clear(&err);
