@@ -24,6 +24,9 @@
 #   quant_parity  the full preset's experts quantized in memory (QUANT_FORMATS, default int4,
 #                 fp8-block, nvfp4): `clef parity` BF16 vs each over the 200 generated requests
 #   quant_bench   `clef bench` per format (QUANT_BENCH_FORMATS): 300 / 1k tokens, 32x1k, GPU memory
+#   qgemm_bench   per-layer expert GEMM times (test_cuda_quant, CLEF_QGEMM_BENCH=1) for each CLEF_CUDA_WGMMA
+#                 value in WGMMA_MODES (default "1 0")
+#   modes         `small` parity vs the CPU for each CLEF_CUDA_PRECISE part list in PARITY_MODES
 # usage: scripts/gpu_check.sh [stage ...]        (default: cpuref env tests bench transformers parity)
 # Logs go to $OUT (default /tmp/gpu_check): <stage>.log and summary.txt.  UNPACK (default
 # /tmp/clefgpu) is where the pack is unpacked: two instances on two GPUs need two.
@@ -207,6 +210,14 @@ EOF
             CLEF_CUDA_PRECISE=$m timeout 90 "$BIN/clef" devcheck --synthetic small --seed 1 --device cuda \
                 --requests /tmp/clef_req_modes.jsonl --reference "$REF" --batches 1 >> "$OUT/modes.log" 2>&1
             note "mode $m: $(grep -E "^parity top-1|^parity total" "$OUT/modes.log" | tail -2 | tr '\n' ' ')"
+        done
+        ;;
+    qgemm_bench) # per-layer expert GEMM times at the full shapes (BF16 and every packed format), for each
+        # CLEF_CUDA_WGMMA mode in WGMMA_MODES (default "1 0": the wgmma kernel, then the mma.sync one)
+        for m in ${WGMMA_MODES:-1 0}; do
+            CLEF_CUDA_WGMMA=$m CLEF_QGEMM_BENCH=1 run_stage "qgemm_bench_wgmma$m" 240 "$BIN/test_cuda_quant"
+            note "qgemm bench, CLEF_CUDA_WGMMA=$m:"
+            grep -E "ms|per layer|T *=" "$OUT/qgemm_bench_wgmma$m.log" | grep -v -E "^\[|rel L2" | head -30 >> "$SUM"
         done
         ;;
     *) echo "unknown stage $st" >&2 ;;
