@@ -89,6 +89,11 @@ typedef struct cuda_ctx {
      * buffer (two blocks per SM), 4 = precise expert GEMMs of big batches on 64-row tiles (two blocks
      * per SM) instead of 128-row tiles (one) */
     unsigned tune;
+    /* expert GEMMs on Hopper warpgroup MMAs (cuda_wgmma.cu): 0 = never (mma.sync kernel), 1 = at every
+     * size, 2 = only for batches of >= 8192 expert rows (valid for batch invariance only where the two
+     * kernels agree bitwise; tests/unit/test_cuda_ops reports whether they do).  CLEF_CUDA_WGMMA,
+     * default 1 where built for sm_90a and the device is compute capability 9.0, else 0. */
+    int wgmma;
     /* which parts run precise (split-bf16 products, f32 attention): PRECISE_* bits */
     unsigned precise_parts;
     cudaStream_t st;
@@ -1105,7 +1110,10 @@ static int moe_pass(cuda_ctx *c, const float *x, int64_t T, const int32_t *idx, 
     const int split = c->precise_parts & PRECISE_EXPERTS ? 2 : 1;
     /* tile rows: 128 for big batches; 32 when split and the experts average <= 32 rows (four pipeline
      * stages of hi + lo + weights fit there, as for the fast mode's 64-row tiles); else 64 */
-    const int big = TK >= 8192 ? (split == 2 && (c->tune & 4) ? 0 : 1)
+    /* wgmma: 128-row tiles for big batches, else 64 (CLEF_CUDA_TUNE=0: always 64; same results) */
+    const int wg = (c->wgmma == 1 || (c->wgmma == 2 && TK >= 8192)) && H % 64 == 0 && NI % 64 == 0;
+    const int big = wg ? (TK >= 8192 && c->tune ? 1 : 0)
+                    : TK >= 8192 ? (split == 2 && (c->tune & 4) ? 0 : 1)
                     : split == 2 && (c->tune & 1) && TK <= 32 * E ? 2
                                                                    : 0,
               BM = ck_gemm_bm(big);
@@ -1128,7 +1136,7 @@ static int moe_pass(cuda_ctx *c, const float *x, int64_t T, const int32_t *idx, 
                       .W0 = (const uint16_t *const *)ptrs, .W1 = (const uint16_t *const *)(ptrs + E),
                       .tile_expert = t_exp, .tile_row0 = t_row, .expert_end = end, .n_tiles = n_tiles,
                       .max_tiles = max_tiles, .row_src = row_tok, .H = hbuf, .big = big};
-    if (cu_check(ck_gemm(&g, c->st), "moe gate/up", err)) return op_end(c, -1);
+    if (cu_check(wg ? ck_gemm_wgmma(&g, c->st) : ck_gemm(&g, c->st), "moe gate/up", err)) return op_end(c, -1);
     op_end(c, 0);
 
     op_begin(c, "moe: down GEMM", 1);
@@ -1137,7 +1145,7 @@ static int moe_pass(cuda_ctx *c, const float *x, int64_t T, const int32_t *idx, 
     ck_gemm_args d = {.mode = CK_GEMM_DOWN, .A = hbuf, .lda = NI * split, .K = NI, .split = split, .N = H,
                       .W0 = (const uint16_t *const *)(ptrs + 2 * E), .tile_expert = t_exp, .tile_row0 = t_row,
                       .expert_end = end, .n_tiles = n_tiles, .max_tiles = max_tiles, .Y = yp, .ldy = H, .big = big};
-    if (cu_check(ck_gemm(&d, c->st), "moe down", err)) return op_end(c, -1);
+    if (cu_check(wg ? ck_gemm_wgmma(&d, c->st) : ck_gemm(&d, c->st), "moe down", err)) return op_end(c, -1);
     op_end(c, 0);
 
     op_begin(c, "moe: combine", 0);
@@ -1530,6 +1538,7 @@ static int ctx_init(cuda_ctx *c, clef_err *err) {
     if (lt_check(cublasLtMatmulDescSetAttribute(c->lt_desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "desc", err) ||
         lt_check(cublasLtMatmulDescSetAttribute(c->lt_desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "desc", err))
         return -1;
+    if (c->wgmma && !(ck_wgmma_built() && prop.major == 9 && prop.minor == 0)) c->wgmma = 0;
     c->lt_ws_bytes = (size_t)32 << 20;
     if (cu_check(cudaMalloc(&c->lt_ws, c->lt_ws_bytes), "cuBLASLt workspace", err)) return -1;
     note_usage(c);
@@ -1575,6 +1584,8 @@ clef_backend *clef_cuda_backend_create_ex(const clef_cuda_options *opt, clef_err
     }
     c->profile = opt->profile >= 0 ? opt->profile : getenv_int("CLEF_CUDA_PROFILE", 0) != 0;
     c->tune = (unsigned)getenv_int("CLEF_CUDA_TUNE", 7);
+    c->wgmma = getenv_int("CLEF_CUDA_WGMMA", 1);
+    if (c->wgmma < 0 || c->wgmma > 2) c->wgmma = 1;
     be->ops = &cuda_ops;
     be->ctx = c;
     if (ctx_init(c, err) != 0) {
@@ -1596,11 +1607,12 @@ void clef_cuda_describe(clef_backend *be, char *buf, size_t cap) {
         return;
     }
     cuda_ctx *c = cu_of(be);
-    snprintf(buf, cap, "%s%s%s%s%s%s", c->desc, c->precise ? ", precise" : !c->precise_parts ? ", fast (bf16)" : "",
+    snprintf(buf, cap, "%s%s%s%s%s%s%s", c->desc, c->precise ? ", precise" : !c->precise_parts ? ", fast (bf16)" : "",
              !c->precise && (c->precise_parts & PRECISE_DENSE) ? ", precise dense" : "",
              !c->precise && (c->precise_parts & PRECISE_EXPERTS) ? ", precise experts" : "",
              !c->precise && (c->precise_parts & PRECISE_ATTN) ? ", precise attention" : "",
-             c->gemm_custom ? ", custom dense GEMM" : ", cuBLASLt dense GEMM");
+             c->gemm_custom ? ", custom dense GEMM" : ", cuBLASLt dense GEMM",
+             c->wgmma == 1 ? ", wgmma experts" : c->wgmma == 2 ? ", wgmma experts (big batches)" : "");
 }
 
 size_t clef_cuda_peak_bytes(clef_backend *be) {
