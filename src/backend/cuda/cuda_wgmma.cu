@@ -3,12 +3,13 @@
  *
  * Same contract as ck_gemm's grouped modes (cuda_kernels.h): the tile plan
  * of ck_moe_plan, [hi | lo] activation rows when split = 2, bf16 weights
- * [N, K] row-major.  Each CTA computes a BM x 128 output tile (BM = 64: one
- * warpgroup; 128: two, each owning 64 rows) with K walked in 64-wide steps
+ * [N, K] row-major.  Each CTA computes a BM x BN output tile (BM = 64: one
+ * warpgroup and BN = 128; BM = 128: two warpgroups, each owning 64 rows, and
+ * BN = 256) with K walked in 64-wide steps
  * through a multi-stage cp.async pipeline into 128-byte-swizzled shared
  * tiles that the wgmma descriptors read directly (no ldmatrix, no register
  * staging of operands).  Per 16-wide K chunk the hi product and then the lo
- * product are accumulated (one wgmma m64n128k16 each) into the same f32
+ * product are accumulated (one wgmma m64nBNk16 each) into the same f32
  * registers, so every output element is one fixed-order sum over K: its
  * value depends on its A row and weight row only, never on BM, the grid or
  * the rows packed around it (backend.h determinism rule).
@@ -29,17 +30,21 @@ typedef __nv_bfloat16 bf16;
 
 namespace {
 
-constexpr int WG_BN = 128;   /* output columns per CTA (GATEUP: 64 gate + 64 up) */
 constexpr int WG_BK = 64;    /* K per stage: one 128-byte swizzle row */
 constexpr int ROW_BYTES = WG_BK * 2;
+constexpr int SMEM_STAGES_MAX = 200 * 1024; /* pipeline bytes per CTA (one CTA per SM) */
 
-/* Pipeline depth per (rows, split): every stage holds SPLIT activation
- * tiles of BM rows and one weight tile of 128 rows, 128 bytes a row. */
-template <int BM, int SPLIT> __host__ __device__ constexpr int wg_stages() {
-    return BM == 128 ? (SPLIT == 2 ? 4 : 6) : (SPLIT == 2 ? 6 : 8);
-}
+/* Output columns per CTA: 128 on 64-row tiles, 256 on 128-row tiles (half
+ * the activation traffic per MMA); GATEUP splits them into BN/2 gate and
+ * BN/2 up columns of the same intermediate indices. */
+template <int BM> __host__ __device__ constexpr int wg_bn() { return BM == 128 ? 256 : 128; }
+/* Every stage holds SPLIT activation tiles of BM rows and one weight tile
+ * of BN rows, 128 bytes a row; as many stages as fit SMEM_STAGES_MAX. */
 template <int BM, int SPLIT> __host__ __device__ constexpr int wg_stage_bytes() {
-    return (SPLIT * BM + WG_BN) * ROW_BYTES;
+    return (SPLIT * BM + wg_bn<BM>()) * ROW_BYTES;
+}
+template <int BM, int SPLIT> __host__ __device__ constexpr int wg_stages() {
+    return SMEM_STAGES_MAX / wg_stage_bytes<BM, SPLIT>() > 8 ? 8 : SMEM_STAGES_MAX / wg_stage_bytes<BM, SPLIT>();
 }
 template <int BM, int SPLIT> constexpr int wg_smem_bytes() {
     return wg_stages<BM, SPLIT>() * wg_stage_bytes<BM, SPLIT>() + 1024; /* + alignment slack */
@@ -71,9 +76,9 @@ template <int N> __device__ __forceinline__ void wg_wait() {
 /* cp.async writes (generic proxy) visible to the wgmma reads (async proxy). */
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 /* Keeps the compiler from moving accumulator accesses across wgmma fences. */
-__device__ __forceinline__ void acc_fence(float (&d)[64]) {
+template <int NR> __device__ __forceinline__ void acc_fence(float (&d)[NR]) {
 #pragma unroll
-    for (int i = 0; i < 64; i++) asm volatile("" : "+f"(d[i])::"memory");
+    for (int i = 0; i < NR; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
 
 /* d[64x128] += A[64x16] . B[128x16]^T (both K-major in shared memory). */
@@ -83,10 +88,7 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t da, ui
         ".reg .pred p;\n"
         "setp.ne.b32 p, %66, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
         "%64, %65, p, 1, 1, 0, 0;\n"
         "}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
@@ -99,14 +101,52 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t da, ui
           "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
         : "l"(da), "l"(db), "r"(1));
 }
+
+/* d[64x256] += A[64x16] . B[256x16]^T (both K-major in shared memory). */
+__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t da, uint64_t db) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
+        "%128, %129, p, 1, 1, 0, 0;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(da), "l"(db), "r"(1));
+}
+template <int BN> __device__ __forceinline__ void wgmma_k16(float (&d)[BN / 2], uint64_t da, uint64_t db);
+template <> __device__ __forceinline__ void wgmma_k16<128>(float (&d)[64], uint64_t da, uint64_t db) {
+    wgmma_m64n128k16(d, da, db);
+}
+template <> __device__ __forceinline__ void wgmma_k16<256>(float (&d)[128], uint64_t da, uint64_t db) {
+    wgmma_m64n256k16(d, da, db);
+}
 #endif
 
-/* One BM x 128 tile of a grouped product (a.mode GATEUP or DOWN). */
+/* One BM x BN tile of a grouped product (a.mode GATEUP or DOWN). */
 template <int BM, int SPLIT>
 __global__ void __launch_bounds__(BM * 2, 1) wgmma_gemm_kernel(const ck_gemm_args a) {
 #ifdef CLEF_WGMMA_DEVICE
     constexpr int THREADS = BM * 2, STAGES = wg_stages<BM, SPLIT>(), STAGE = wg_stage_bytes<BM, SPLIT>();
-    constexpr int A_CHUNKS = BM * 8 / THREADS, W_CHUNKS = WG_BN * 8 / THREADS; /* 16-byte chunks per thread */
+    constexpr int BN = wg_bn<BM>(), HALF = BN / 2, NR = BN / 2; /* NR: accumulators per thread */
+    constexpr int A_CHUNKS = BM * 8 / THREADS, W_CHUNKS = BN * 8 / THREADS; /* 16-byte chunks per thread */
+    static_assert(STAGES >= 3, "the schedule loads STAGES - 2 tiles ahead");
     extern __shared__ unsigned char smem_raw[];
     /* swizzle atoms need 1024-byte alignment */
     unsigned char *smem =
@@ -114,7 +154,7 @@ __global__ void __launch_bounds__(BM * 2, 1) wgmma_gemm_kernel(const ck_gemm_arg
     const uint32_t sbase = smem_addr(smem);
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
-    const int64_t n_tiles_n = a.mode == CK_GEMM_GATEUP ? (a.N + 63) / 64 : (a.N + WG_BN - 1) / WG_BN;
+    const int64_t n_tiles_n = a.mode == CK_GEMM_GATEUP ? (a.N + HALF - 1) / HALF : (a.N + BN - 1) / BN;
     const int64_t mt = blockIdx.x / n_tiles_n, nt = blockIdx.x % n_tiles_n;
     if (mt >= *a.n_tiles) return;
     const int e = a.tile_expert[mt];
@@ -152,11 +192,11 @@ __global__ void __launch_bounds__(BM * 2, 1) wgmma_gemm_kernel(const ck_gemm_arg
         w_dst[i] = sw128(r, ch);
         int64_t n;
         const bf16 *base;
-        if (a.mode == CK_GEMM_GATEUP) { /* rows 0..63 gate, 64..127 up, both of columns nt * 64 + r % 64 */
-            n = nt * 64 + (r & 63);
-            base = r < 64 ? w0 : w1;
+        if (a.mode == CK_GEMM_GATEUP) { /* rows [0, HALF) gate, [HALF, BN) up, of columns nt * HALF + r % HALF */
+            n = nt * HALF + (r % HALF);
+            base = r < HALF ? w0 : w1;
         } else {
-            n = nt * WG_BN + r;
+            n = nt * BN + r;
             base = w0;
         }
         w_src[i] = n < a.N ? base + n * K : nullptr;
@@ -179,9 +219,9 @@ __global__ void __launch_bounds__(BM * 2, 1) wgmma_gemm_kernel(const ck_gemm_arg
         }
     };
 
-    float acc[64];
+    float acc[NR];
 #pragma unroll
-    for (int i = 0; i < 64; i++) acc[i] = 0.0f;
+    for (int i = 0; i < NR; i++) acc[i] = 0.0f;
 
     /* Schedule: stage s holds K tile kt with s = kt % STAGES; STAGES - 2 tiles are loaded ahead, so the
      * stage refilled in iteration kt (that of tile kt - 2) was read by the wgmma group of iteration kt - 2,
@@ -205,8 +245,8 @@ __global__ void __launch_bounds__(BM * 2, 1) wgmma_gemm_kernel(const ck_gemm_arg
 #pragma unroll
         for (int ks = 0; ks < WG_BK / 16; ks++) { /* 16-wide K chunks: +32 bytes inside the swizzled rows */
             const uint64_t db = wg_desc(w_t + ks * 32);
-            wgmma_m64n128k16(acc, wg_desc(a_hi + ks * 32), db);
-            if (SPLIT == 2) wgmma_m64n128k16(acc, wg_desc(a_hi + BM * ROW_BYTES + ks * 32), db);
+            wgmma_k16<BN>(acc, wg_desc(a_hi + ks * 32), db);
+            if (SPLIT == 2) wgmma_k16<BN>(acc, wg_desc(a_hi + BM * ROW_BYTES + ks * 32), db);
         }
         wg_commit();
         wg_wait<1>();
@@ -227,8 +267,8 @@ __global__ void __launch_bounds__(BM * 2, 1) wgmma_gemm_kernel(const ck_gemm_arg
             if (r >= rows) continue;
             float *y = a.Y + (row0 + r) * a.ldy;
 #pragma unroll
-            for (int j = 0; j < 16; j++) {
-                const int64_t n = nt * WG_BN + j * 8 + t * 2;
+            for (int j = 0; j < BN / 8; j++) {
+                const int64_t n = nt * BN + j * 8 + t * 2;
                 if (n + 1 < a.N) {
                     *reinterpret_cast<float2 *>(y + n) = make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
                 } else if (n < a.N) {
@@ -238,7 +278,7 @@ __global__ void __launch_bounds__(BM * 2, 1) wgmma_gemm_kernel(const ck_gemm_arg
         }
         return;
     }
-    /* GATEUP: gate column c (j < 8) and up column c (j + 8) sit in the same thread */
+    /* GATEUP: gate column c (n8 chunk j < HALF / 8) and up column c (chunk j + HALF / 8) sit in the same thread */
     bf16 *H = reinterpret_cast<bf16 *>(a.H);
     const int64_t ldh = a.N * SPLIT;
 #pragma unroll
@@ -247,12 +287,12 @@ __global__ void __launch_bounds__(BM * 2, 1) wgmma_gemm_kernel(const ck_gemm_arg
         if (r >= rows) continue;
         bf16 *hr = H + (row0 + r) * ldh;
 #pragma unroll
-        for (int j = 0; j < 8; j++)
+        for (int j = 0; j < HALF / 8; j++)
 #pragma unroll
             for (int q = 0; q < 2; q++) {
-                const int64_t col = nt * 64 + j * 8 + t * 2 + q;
+                const int64_t col = nt * HALF + j * 8 + t * 2 + q;
                 if (col >= a.N) continue;
-                const float gv = acc[4 * j + 2 * h + q], uv = acc[4 * (j + 8) + 2 * h + q];
+                const float gv = acc[4 * j + 2 * h + q], uv = acc[4 * (j + HALF / 8) + 2 * h + q];
                 const float hv = gv / (1.0f + expf(-gv)) * uv; /* silu(g) * u, as the CPU backend */
                 const bf16 hb = __float2bfloat16_rn(hv);
                 hr[col] = hb;
@@ -275,7 +315,8 @@ template <int BM, int SPLIT> cudaError_t launch_wgmma(const ck_gemm_args *a, cud
         if (e != cudaSuccess) return e;
         if (dev < 32) done |= 1u << dev;
     }
-    const int64_t nt = a->mode == CK_GEMM_GATEUP ? (a->N + 63) / 64 : (a->N + WG_BN - 1) / WG_BN;
+    constexpr int BN = wg_bn<BM>();
+    const int64_t nt = a->mode == CK_GEMM_GATEUP ? (a->N + BN / 2 - 1) / (BN / 2) : (a->N + BN - 1) / BN;
     const int64_t blocks = a->max_tiles * nt;
     if (blocks <= 0) return cudaSuccess;
     if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
