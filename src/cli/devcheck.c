@@ -20,7 +20,7 @@ static void devcheck_usage(FILE *f) {
             "                     --requests FILE.jsonl [--device cuda[:N]] [--batches 1,8,64] [--threads N]\n"
             "                     [--min-agreement 0.995] [--max-mean-tv 0.005]\n"
             "                     [--reference ANSWERS.jsonl | --save-reference ANSWERS.jsonl]\n"
-            "                     [--numerics precise|fast]\n"
+            "                     [--numerics precise|balanced|fast]\n"
             "  Answers every request with the CPU backend (f32 reference) and with --device (default cuda),\n"
             "  reports top-1 agreement and mean/max total-variation distance over all questions, then\n"
             "  runs the first max(--batches) answerable requests on the device alone and packed into\n"
@@ -33,7 +33,7 @@ static void devcheck_usage(FILE *f) {
             "                      nvfp4, nvfp4-modelopt) for both backends\n"
             "  --cpu-batch N       CPU records packed per forward (default 16; bitwise the answers alone)\n"
             "                      (same weights and requests; the CPU side is slow on big presets)\n"
-            "  --numerics M        CUDA numerics, precise (default) or fast: sets CLEF_CUDA_NUMERICS\n"
+            "  --numerics M        CUDA numerics, precise (default), balanced or fast: sets CLEF_CUDA_NUMERICS\n"
             "                      (src/backend/cuda/cuda.h)\n");
 }
 
@@ -359,8 +359,9 @@ int cli_devcheck(int argc, char **argv) {
         return 2;
     }
     if (a.numerics) {
-        if (strcmp(a.numerics, "precise") != 0 && strcmp(a.numerics, "fast") != 0) {
-            fprintf(stderr, "clef devcheck: --numerics must be precise or fast\n");
+        if (strcmp(a.numerics, "precise") != 0 && strcmp(a.numerics, "fast") != 0 &&
+            strcmp(a.numerics, "balanced") != 0) {
+            fprintf(stderr, "clef devcheck: --numerics must be precise, balanced or fast\n");
             return 2;
         }
         setenv("CLEF_CUDA_NUMERICS", a.numerics, 1); /* read when the CUDA backend is created */

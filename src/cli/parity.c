@@ -34,7 +34,8 @@ static void parity_usage(FILE *f) {
             "                  Tokenizer --tokenizer F (default\n"
             "                  " CLI_DEFAULT_TOKENIZER ")\n"
             "  --device D      cpu, cuda, cuda:N for both models (default: automatic)\n"
-            "  --numerics-a / --numerics-b fast|precise  CUDA numerics of that side (CLEF_CUDA_NUMERICS while it\n"
+            "  --numerics-a / --numerics-b fast|balanced|precise  CUDA numerics of that side (CLEF_CUDA_NUMERICS\n"
+            "                  while it\n"
             "                  loads; default precise): e.g. BF16 precise vs BF16 fast\n"
             "  --json prints the report as one JSON object.  Exit status 1 if a model cannot be loaded.\n");
 }
@@ -160,8 +161,9 @@ int cli_parity(int argc, char **argv) {
         return 2;
     }
     for (int k = 0; k < 2; k++)
-        if (numerics[k] && strcmp(numerics[k], "fast") && strcmp(numerics[k], "precise")) {
-            fprintf(stderr, "clef parity: --numerics-%c must be fast or precise\n", 'a' + k);
+        if (numerics[k] && strcmp(numerics[k], "fast") && strcmp(numerics[k], "precise") &&
+            strcmp(numerics[k], "balanced")) {
+            fprintf(stderr, "clef parity: --numerics-%c must be fast, balanced or precise\n", 'a' + k);
             return 2;
         }
     if (numerics[0] && getenv("CLEF_CUDA_PRECISE"))

@@ -470,7 +470,7 @@ static void test_moe(void **state) {
     int32_t *idx = malloc((size_t)(TB * k) * 4);
     float *rw = malloc((size_t)(TB * k) * 4);
     tu_ok(f->cpu->ops->router_topk(f->cpu, logits, TB, E, k, 1, idx, rw, &err), &err);
-    float *ref = malloc((size_t)(T * H) * 4), *prec_y = NULL;
+    float *ref = malloc((size_t)(T * H) * 4), *prec_y = NULL, *fast_y = NULL;
     tu_ok(f->cpu->ops->moe(f->cpu, x, T, idx, rw, k, &mc, ref, &err), &err);
     for (int gi = 0; gi < N_GPU; gi++) {
         if (gi == G_CUSTOM || gi == G_PRECISE_CUSTOM) continue; /* the experts always use the custom kernel */
@@ -487,7 +487,10 @@ static void test_moe(void **state) {
         tu_ok(g->ops->moe(g, dx, T, di, dw, k, &mg, dy, &err), &err);
         float *y = tu_dget(g, dy, (size_t)(T * H));
         check("moe 16 experts top-4 T=300", f->name[gi], y, ref, (size_t)(T * H), f->tol_mm[gi]);
-        if (gi == G_PRECISE) {
+        if (gi == G_LT) {
+            fast_y = malloc((size_t)(T * H) * 4);
+            memcpy(fast_y, y, (size_t)(T * H) * 4);
+        } else if (gi == G_PRECISE) {
             prec_y = malloc((size_t)(T * H) * 4);
             memcpy(prec_y, y, (size_t)(T * H) * 4);
         } else if (gi == G_PRECISE_T0 && memcmp(prec_y, y, (size_t)(T * H) * 4) != 0) {
@@ -527,9 +530,51 @@ static void test_moe(void **state) {
         for (int j = 0; j < 3; j++)
             for (int e = 0; e < E; e++) g->ops->weight_release(g, &wg[j][e]);
     }
+    /* The default (CLEF_CUDA_WGMMA=2 where built for sm_90a on a compute capability 9.0 device) runs
+     * the mma.sync expert kernel below 8192 expert rows and the wgmma one above (the batch of TB
+     * above: its bitwise check against T = 300 already crosses kernels).  Here the wgmma kernel at
+     * every size (CLEF_CUDA_WGMMA=1, 64-row tiles at T = 300) must give bitwise the mma.sync results:
+     * mixing them by batch size relies on it. */
+    for (int pr = 0; pr < 2; pr++) {
+        setenv("CLEF_CUDA_WGMMA", "1", 1); /* read at creation */
+        const clef_cuda_options o = {.device = 0, .precise = pr, .gemm = 2, .profile = 0};
+        clef_backend *g = clef_cuda_backend_create_ex(&o, &err);
+        unsetenv("CLEF_CUDA_WGMMA");
+        tu_ok(g ? 0 : -1, &err);
+        clef_weight wg[3][16];
+        for (int j = 0; j < 3; j++)
+            for (int e = 0; e < E; e++)
+                tu_ok(g->ops->weight_init(g, &wg[j][e], CLEF_DT_BF16, wc[j][e].rows, wc[j][e].cols, wh[j][e], &err),
+                      &err);
+        clef_moe_weights mg = {.n_experts = E, .hidden = H, .inter = NI, .gate = wg[0], .up = wg[1], .down = wg[2]};
+        float *dx = tu_dput(g, x, (size_t)(T * H) * 4), *dw = tu_dput(g, rw, (size_t)(T * k) * 4);
+        int32_t *di = tu_dput(g, idx, (size_t)(T * k) * 4);
+        float *dy = tu_dnan(g, (size_t)(T * H));
+        tu_ok(g->ops->moe(g, dx, T, di, dw, k, &mg, dy, &err), &err);
+        float *y = tu_dget(g, dy, (size_t)(T * H));
+        const char *nm = pr ? "prec-wg" : "fast-wg";
+        check("moe 16 experts top-4 T=300", nm, y, ref, (size_t)(T * H), pr ? TOL_PRECISE : TOL_BF16);
+        const float *dflt = pr ? prec_y : fast_y;
+        double md = 0.0;
+        for (size_t i = 0; i < (size_t)(T * H); i++) {
+            const double d = fabs((double)y[i] - (double)dflt[i]);
+            if (d > md) md = d;
+        }
+        char buf[256];
+        clef_cuda_describe(g, buf, sizeof buf);
+        const int has_wg = strstr(buf, "wgmma") != NULL, same = memcmp(y, dflt, (size_t)(T * H) * 4) == 0;
+        printf("  %-34s %-9s %s vs the default at T=300: %s (max |diff| %.3g)\n", "moe", nm,
+               has_wg ? "wgmma kernel" : "(no wgmma on this build/device)", same ? "bitwise equal" : "DIFFER", md);
+        if (!same) fail_msg("moe: the wgmma expert kernel differs from the mma.sync one (%s)", nm);
+        free(y);
+        g->ops->free(g, dx), g->ops->free(g, dw), g->ops->free(g, di), g->ops->free(g, dy);
+        for (int j = 0; j < 3; j++)
+            for (int e = 0; e < E; e++) g->ops->weight_release(g, &wg[j][e]);
+        g->ops->destroy(g);
+    }
     for (int j = 0; j < 3; j++)
         for (int e = 0; e < E; e++) free(wh[j][e]);
-    free(x), free(logits), free(idx), free(rw), free(ref), free(prec_y);
+    free(x), free(logits), free(idx), free(rw), free(ref), free(prec_y), free(fast_y);
 }
 
 int main(void) {

@@ -3,7 +3,7 @@
  * activations between ops.
  *
  * Numerics (tests/unit/test_cuda_ops.c states and checks the tolerances).
- * Two modes; precise is the default.
+ * Three modes; precise is the default.
  *   - precise (default; CLEF_CUDA_NUMERICS=precise, CLEF_CUDA_PRECISE=1):
  *     every f32 activation row going into a weight product is split into
  *     hi = bf16(x) and lo = bf16(x - hi) (x = hi + lo to ~2^-17) and both
@@ -20,7 +20,11 @@
  *     activations rounded to bf16 (relative error ~2^-9 per input, ~3e-3
  *     relative L2 on a product), single-MMA attention with bf16 Q, K, V, P.
  *     Faster (one MMA per product instead of two or three), but answers
- *     drift: ~86% top-1 agreement, mean TV ~0.014 on `small`.
+ *     drift: 91% top-1 agreement, mean TV 0.013 on `small`.
+ *   - balanced (CLEF_CUDA_NUMERICS=balanced = CLEF_CUDA_PRECISE=dense,attention):
+ *     precise dense products and attention, bf16 activations into the expert
+ *     GEMMs (their fast-mode cost): 99.6% / mean TV 0.0015 on `small`, inside
+ *     the parity bar (H200, docs/BENCHMARKS.md).
  *   CLEF_CUDA_PRECISE may also name parts: a comma list of "dense" (the
  *   matmul op), "experts" (the moe op), "attention"; the others are fast.
  *   CLEF_CUDA_PRECISE wins over CLEF_CUDA_NUMERICS; an unknown value of
@@ -28,7 +32,12 @@
  *   CLEF_CUDA_TUNE (bits, default 7) picks kernel shapes of the precise
  *   mode, never values: 1 = 32-row expert tiles when the experts average
  *   <= 32 rows, 2 = one K/V buffer in the split attention (two blocks/SM),
- *   4 = 64-row instead of 128-row expert tiles for big batches.
+ *   4 = 64-row instead of 128-row expert tiles for big batches
+ *   (mma.sync kernel; the wgmma one: 0 = 64-row tiles always).
+ *   CLEF_CUDA_WGMMA: 0 = expert GEMMs on the mma.sync kernel only, 1 = on
+ *   the sm_90a wgmma kernel (cuda_wgmma.cu) at every size, 2 (default on
+ *   sm_90a builds and compute capability 9.0) = wgmma from 8192 expert rows
+ *   per pass; both kernels give bitwise the same sums.
  *   - Other head sizes use an f32 attention kernel in both modes.
  *   - Everything else (norms, RoPE, router softmax/top-k, SwiGLU, combine,
  *     head row ops) is f32 as on the CPU.

@@ -74,6 +74,20 @@ int ck_gemm_bm(int big);
 
 cudaError_t ck_gemm(const ck_gemm_args *a, cudaStream_t st);
 
+/* 1 when this build holds the sm_90a warpgroup-MMA kernels of ck_gemm_wgmma
+ * (CMake's CUDA architectures include 90a), else 0. */
+int ck_wgmma_built(void);
+
+/* The grouped modes of ck_gemm (GATEUP, DOWN) on Hopper warpgroup MMAs
+ * (wgmma.mma_async, cuda_wgmma.cu): same arguments, same results contract
+ * (one fixed-order sum over K per element, hi then lo per 16-wide chunk).
+ * big = 0: 64-row tiles, 1: 128-row tiles (ck_gemm_bm(big) rows: the plan of
+ * ck_moe_plan must use the same BM).  Needs K % 64 == 0, lda % 8 == 0 and,
+ * for DOWN, an even ldy and 8-byte aligned Y; a device of compute
+ * capability 9.0.  cudaErrorNotSupported when the build lacks sm_90a,
+ * cudaErrorInvalidValue on other shapes. */
+cudaError_t ck_gemm_wgmma(const ck_gemm_args *a, cudaStream_t st);
+
 /* ---- packed quantized weights (cuda_qgemm.cu) ---------------------------- */
 
 /* Formats (the values of clef_wqtype in quant/qweight.h). */
