@@ -1,7 +1,10 @@
 /* clef quantize — write a quantized checkpoint from a BF16 one
  * (src/quant/convert.h does the work; this file is flags and the summary). */
+#include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/args.h"
 #include "cli/cli.h"
@@ -11,11 +14,14 @@ static void quantize_usage(FILE *f) {
     fprintf(f,
             "usage: clef quantize (--model DIR | --synthetic tiny|small|full [--seed N] [--tokenizer F])\n"
             "                     --format nvfp4|nvfp4-modelopt|fp8-block|int4 --out DIR\n"
-            "                     [--layout per-expert|stacked] [--group N] [--block N] [--quiet]\n"
+            "                     [--layout per-expert|stacked] [--group N] [--block N] [--force] [--quiet]\n"
             "  Quantizes the routed experts of a BF16 Clef-Omni checkpoint into a published format\n"
             "  (everything else is copied unchanged) and writes config.json, the index, the other files\n"
             "  of DIR and quant_stats.json (relative L2 error per layer).  Streams one expert matrix at a\n"
             "  time; the peak RSS (VmHWM) is printed at the end.\n"
+            "  --out DIR       created if missing; a DIR that is not empty is refused (exit 2)\n"
+            "  --force         write into a DIR that is not empty: files of the same names are replaced,\n"
+            "                  nothing else in DIR is touched or deleted\n"
             "  --synthetic P   instead of --model: quantize the random weights of preset P (seed --seed,\n"
             "                  default 1) straight from the generator, no BF16 files: the same output as\n"
             "                  `clef synth` then `clef quantize --model`; tokenizer.json from --tokenizer F\n"
@@ -31,11 +37,43 @@ static void quantize_usage(FILE *f) {
             CLI_DEFAULT_TOKENIZER);
 }
 
+/* --out must be missing or an empty directory, unless `force` (then any
+ * directory).  Returns 0, or 2 with the reason printed: not a directory, not
+ * empty, or not listable (its emptiness unknown). */
+static int check_out_dir(const char *dir, int force) {
+    struct stat st;
+    if (stat(dir, &st) != 0) return 0; /* missing: the converter creates it (or says why it cannot) */
+    if (!S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "clef quantize: --out %s exists and is not a directory\n", dir);
+        return 2;
+    }
+    if (force) return 0;
+    DIR *d = opendir(dir);
+    if (!d) {
+        fprintf(stderr, "clef quantize: cannot list --out %s (%s); add --force to write into it anyway\n", dir,
+                strerror(errno));
+        return 2;
+    }
+    const struct dirent *de;
+    while ((de = readdir(d)) && (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")))
+        ;
+    int empty = !de;
+    closedir(d);
+    if (!empty) {
+        fprintf(stderr,
+                "clef quantize: --out %s is not empty; give a new or empty directory, or add --force to write "
+                "into it (files of the same names are replaced)\n",
+                dir);
+        return 2;
+    }
+    return 0;
+}
+
 int cli_quantize(int argc, char **argv) {
     const char *model = NULL, *out = NULL, *format = NULL, *layout = "per-expert", *synthetic = NULL,
                *tokenizer = cli_default_tokenizer();
     size_t group = 0, block = 0, seed = 1;
-    int quiet = 0;
+    int quiet = 0, force = 0;
     for (int i = 1; i < argc; i++) {
         int r;
         if ((r = arg_str(argc, argv, &i, "--model", &model)) || (r = arg_str(argc, argv, &i, "--out", &out)) ||
@@ -46,6 +84,8 @@ int cli_quantize(int argc, char **argv) {
             if (r < 0) return 2;
         } else if (!strcmp(argv[i], "--quiet")) {
             quiet = 1;
+        } else if (!strcmp(argv[i], "--force")) {
+            force = 1;
         } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             quantize_usage(stdout);
             return 0;
@@ -77,6 +117,7 @@ int cli_quantize(int argc, char **argv) {
                 format);
         return 2;
     }
+    if (check_out_dir(out, force)) return 2; /* before anything is read or written */
     clef_err err;
     clef_err_clear(&err);
     clef_quantize_report rep;

@@ -163,16 +163,25 @@ static int check_media_kwargs(const json_value *root, clef_err *err) {
     return 0;
 }
 
+/* n[f] = items of media field f (media_fields order); 0 when absent or
+ * null.  Read after check_media_types, so a present field is an array. */
+static void media_counts(const json_value *root, size_t n[3]) {
+    for (size_t f = 0; f < 3; f++) {
+        const json_value *m = json_get(root, media_fields[f]);
+        n[f] = m && m->type == JSON_ARRAY ? m->n : 0;
+    }
+}
+
 /* The last check of rule 9: decode every media item (media/media.h). */
 static int decode_media(const json_value *root, const clef_limits *lim, clef_media *out, clef_err *err) {
     clef_media_item *items[3] = {NULL, NULL, NULL};
-    size_t n[3] = {0, 0, 0};
+    size_t n[3];
+    media_counts(root, n);
     for (size_t f = 0; f < 3; f++) {
+        if (!n[f]) continue;
         const json_value *m = json_get(root, media_fields[f]);
-        if (!m || m->type != JSON_ARRAY) continue;
-        n[f] = m->n;
-        items[f] = clef_xcalloc(m->n ? m->n : 1, sizeof *items[f]);
-        for (size_t i = 0; i < m->n; i++) items[f][i] = (clef_media_item){m->items[i]->str, m->items[i]->len};
+        items[f] = clef_xcalloc(n[f], sizeof *items[f]);
+        for (size_t i = 0; i < n[f]; i++) items[f][i] = (clef_media_item){m->items[i]->str, m->items[i]->len};
     }
     clef_media_source src = {items[0], n[0], items[1], n[1], items[2], n[2]};
     const clef_media_limits *ml = &lim->media;
@@ -292,7 +301,8 @@ static int validate(const json_value *root, const clef_limits *lim, clef_qtype *
     return check_media_kwargs(root, err);
 }
 
-int clef_request_from_json(json_value *root, const clef_limits *lim, clef_request *out, clef_err *err) {
+static int from_json(json_value *root, const clef_limits *lim, clef_media_gate gate, const void *gate_ctx,
+                     clef_request *out, clef_err *err) {
     memset(out, 0, sizeof *out);
     clef_limits dflt = clef_limits_default();
     if (!lim) lim = &dflt;
@@ -324,18 +334,29 @@ int clef_request_from_json(json_value *root, const clef_limits *lim, clef_reques
         else resolve_score(q);
     }
     free(types);
-    if (decode_media(root, lim, &out->media, err)) {
+    size_t n_items[3];
+    media_counts(root, n_items);
+    if ((gate && gate(gate_ctx, n_items, err)) || decode_media(root, lim, &out->media, err)) {
         clef_request_free(out);
         return -1;
     }
     return 0;
 }
 
-int clef_request_parse(const char *body, size_t len, const clef_limits *lim, clef_request *out, clef_err *err) {
+int clef_request_from_json(json_value *root, const clef_limits *lim, clef_request *out, clef_err *err) {
+    return from_json(root, lim, NULL, NULL, out, err);
+}
+
+int clef_request_parse_gated(const char *body, size_t len, const clef_limits *lim, clef_media_gate gate,
+                             const void *gate_ctx, clef_request *out, clef_err *err) {
     memset(out, 0, sizeof *out);
     json_value *root = json_parse(body, len, err);
     if (!root) return -1;
-    return clef_request_from_json(root, lim, out, err);
+    return from_json(root, lim, gate, gate_ctx, out, err);
+}
+
+int clef_request_parse(const char *body, size_t len, const clef_limits *lim, clef_request *out, clef_err *err) {
+    return clef_request_parse_gated(body, len, lim, NULL, NULL, out, err);
 }
 
 void clef_request_free(clef_request *r) {

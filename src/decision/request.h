@@ -87,6 +87,18 @@ int clef_request_parse(const char *body, size_t len, const clef_limits *lim, cle
  * error too). */
 int clef_request_from_json(json_value *root, const clef_limits *lim, clef_request *out, clef_err *err);
 
+/* A check on the media a request carries, run by clef_request_parse_gated
+ * after every other rule and before any media item is decoded (so a payload
+ * the server refuses anyway is never read).  n_items[0..2] = the number of
+ * items in "images", "audio", "videos" (0 when absent or null).  Returns 0 to
+ * go on, or -1 with `err` set: the parse then fails with that error. */
+typedef int (*clef_media_gate)(const void *ctx, const size_t n_items[3], clef_err *err);
+
+/* clef_request_parse with `gate(gate_ctx, ...)` run just before the media
+ * are decoded (a NULL gate = clef_request_parse).  Thread-safe if the gate is. */
+int clef_request_parse_gated(const char *body, size_t len, const clef_limits *lim, clef_media_gate gate,
+                             const void *gate_ctx, clef_request *out, clef_err *err);
+
 void clef_request_free(clef_request *r);
 
 #endif

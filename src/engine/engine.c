@@ -126,23 +126,34 @@ void clef_engine_close(clef_engine *e) {
     free(e);
 }
 
-int clef_engine_parse(const clef_engine *e, const char *body, size_t len, clef_request *req, clef_err *err) {
-    return clef_request_parse(body, len, &e->limits, req, err);
-}
-
-/* 422 when the request's media need a tower this engine does not have. */
-static int check_towers(const clef_engine *e, const clef_media *m, clef_err *err) {
-    const char *field = m->n_images ? "images" : m->n_audio ? "audio" : "videos";
+/* 422 when media need a tower this engine does not have: n_images, n_audio,
+ * n_videos items, of which n_clips (standalone clips + soundtracks) need the
+ * audio tower. */
+static int check_towers(const clef_engine *e, size_t n_images, size_t n_audio, size_t n_videos, size_t n_clips,
+                        clef_err *err) {
+    const char *field = n_images ? "images" : n_audio ? "audio" : "videos";
     if (!e->towers)
         return clef_fail(err, 422, CLEF_E_REQUEST, field, "%s: media inputs are not available with this checkpoint (%s)",
                          field, e->towers_why);
-    if ((m->n_images || m->n_videos) && !clef_towers_vision_config(e->towers))
-        return clef_fail(err, 422, CLEF_E_REQUEST, m->n_images ? "images" : "videos",
-                         "%s: this checkpoint has no vision tower", m->n_images ? "images" : "videos");
-    if (m->n_clips && !clef_towers_audio_config(e->towers))
-        return clef_fail(err, 422, CLEF_E_REQUEST, m->n_audio ? "audio" : "videos",
-                         "%s: this checkpoint has no audio tower", m->n_audio ? "audio" : "videos");
+    if ((n_images || n_videos) && !clef_towers_vision_config(e->towers))
+        return clef_fail(err, 422, CLEF_E_REQUEST, n_images ? "images" : "videos",
+                         "%s: this checkpoint has no vision tower", n_images ? "images" : "videos");
+    if (n_clips && !clef_towers_audio_config(e->towers))
+        return clef_fail(err, 422, CLEF_E_REQUEST, n_audio ? "audio" : "videos",
+                         "%s: this checkpoint has no audio tower", n_audio ? "audio" : "videos");
     return 0;
+}
+
+/* The parse gate: media that need a missing tower are refused before they are
+ * decoded, so a text-only engine gives every media request the same 422
+ * whatever its payload.  A video's soundtrack is known only once decoded
+ * (clef_engine_encode checks it). */
+static int media_gate(const void *ctx, const size_t n[3], clef_err *err) {
+    return n[0] || n[1] || n[2] ? check_towers(ctx, n[0], n[1], n[2], n[1], err) : 0;
+}
+
+int clef_engine_parse(const clef_engine *e, const char *body, size_t len, clef_request *req, clef_err *err) {
+    return clef_request_parse_gated(body, len, &e->limits, media_gate, e, req, err);
 }
 
 int clef_engine_encode(const clef_engine *e, clef_request *req, const clef_decide_params *params, clef_job *job,
@@ -162,7 +173,9 @@ int clef_engine_encode(const clef_engine *e, clef_request *req, const clef_decid
     }
     /* Media: the towers must exist for them; the processor tensors are built
      * here, on the caller's thread, so the engine thread only runs models. */
-    if (job->rec.media_len && (check_towers(e, &job->req.media, err) || clef_media_preprocess(&job->req.media, err))) {
+    const clef_media *m = &job->req.media;
+    if (job->rec.media_len && (check_towers(e, m->n_images, m->n_audio, m->n_videos, m->n_clips, err) ||
+                               clef_media_preprocess(&job->req.media, err))) {
         clef_job_free(job);
         return -1;
     }

@@ -79,7 +79,11 @@ typedef struct clef_job {
 
 /* Parse + validate a body with the engine's limits (SPEC §2.2 rules 2-9).
  * Returns 0 with `req` filled (free with clef_request_free) or -1 + err
- * (400/422, message naming the field). */
+ * (400/422, message naming the field).  Media that need a tower the engine
+ * does not have (text-only, or a checkpoint without it) are refused with
+ * 422 "<field>: media inputs are not available with this checkpoint (<why>)"
+ * (or "...has no vision/audio tower") before any payload is decoded, so a
+ * malformed payload gets the same answer as a well-formed one. */
 int clef_engine_parse(const clef_engine *e, const char *body, size_t len, clef_request *req, clef_err *err);
 
 /* Encode a parsed request into `job` (SPEC §3.4).  Takes ownership of `req`

@@ -1,7 +1,8 @@
 /* Media outside the wire format (issue 6): `clef decide` reads file paths
  * in images/audio/videos and sends them as data URLs (the answer must be
- * identical to the data-URL request's), and `clef serve`'s media limit
- * flags reach the request validator (422 naming the field over HTTP). */
+ * identical to the data-URL request's), `clef serve`'s media limit
+ * flags reach the request validator (422 naming the field over HTTP), and
+ * `clef serve --text-only` refuses any media payload with one 422. */
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -247,11 +248,48 @@ static void test_serve_media_limits(void **state) {
     free(mkv);
 }
 
+/* `clef serve --text-only` gives every media request one answer, the same
+ * 422 for a well-formed payload and for one that would not decode (it is
+ * refused before it is decoded), and still answers text. */
+static void test_serve_text_only(void **state) {
+    hu_server s;
+    const char *args[] = {"--text-only", NULL};
+    hu_start(&s, args, NULL);
+    char *png = data_url("image/png", "red_circle.png");
+    char *wav = data_url("audio/wav", "tone_440hz_1.6s.wav");
+    char *mkv = data_url("video/x-matroska", "square_audio.mkv");
+    const struct {
+        const char *field, *payload;
+    } cases[] = {
+        {"images", png}, {"images", "data:image/png;base64,AAAA"}, {"images", "/etc/hostname"},
+        {"audio", wav},  {"audio", "data:audio/wav;base64,!!!!"},  {"videos", mkv},
+        {"videos", "data:video/x-matroska;base64,AAAA"},
+    };
+    clef_buf m = {0}, want = {0};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        m.len = want.len = 0;
+        clef_buf_printf(&m, ",\"%s\":[\"%s\"]", cases[i].field, cases[i].payload);
+        clef_buf_printf(&want,
+                        "{\"error\":{\"message\":\"%s: media inputs are not available with this checkpoint "
+                        "(text-only: the media towers were not loaded)\",\"type\":\"invalid_request\",\"param\":\"%s\"}}",
+                        cases[i].field, cases[i].field);
+        post_expect(&s, m.data, 422, want.data);
+    }
+    post_expect(&s, "", 200, "\"usage\"");
+    assert_int_equal(hu_stop(&s), 0);
+    hu_remove_log(&s);
+    clef_buf_free(&m);
+    clef_buf_free(&want);
+    free(png);
+    free(wav);
+    free(mkv);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_image_path_equals_data_url), cmocka_unit_test(test_audio_and_video_paths),
         cmocka_unit_test(test_path_errors),                cmocka_unit_test(test_serve_flag_usage),
-        cmocka_unit_test(test_serve_media_limits),
+        cmocka_unit_test(test_serve_media_limits),         cmocka_unit_test(test_serve_text_only),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

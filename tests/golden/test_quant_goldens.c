@@ -7,7 +7,9 @@
  *    of goldens/goldens.jsonl), option ids exact, logits within 1e-4 (every
  *    case: none needs the 2e-3 near-tie allowance), responses equal after
  *    rounding.
- * 2. The CLI: quantize, inspect and parity.
+ * 2. The CLI: quantize, inspect and parity; quantize refuses an --out
+ *    directory that is not empty (exit 2, nothing written) unless --force,
+ *    which writes into it and deletes nothing.
  * (Round-trip parity of clef's own quantizations: test_quant_parity.c.)
  */
 #define _GNU_SOURCE /* nftw */
@@ -269,10 +271,70 @@ static void test_cli(void **state) {
     qf_remove(tmpl);
 }
 
+/* 1 if `path` exists. */
+static int exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+static void test_cli_out_not_empty(void **state) {
+    char tmpl[] = "/tmp/clef_qout_XXXXXX";
+    assert_non_null(mkdtemp(tmpl));
+    char *dir = qf_path(tmpl, "out"), *mine = qf_path(dir, "mine.txt"), *config = qf_path(dir, "config.json");
+    assert_int_equal(mkdir(dir, 0755), 0);
+    char cmd[4096], *out, want[1024];
+    /* an empty directory is fine without --force */
+    snprintf(cmd, sizeof cmd, "%s quantize --synthetic tiny --format int4 --out %s --quiet 2>&1", CLEF_BINARY, dir);
+    assert_int_equal(run(cmd, &out), 0);
+    free(out);
+    assert_true(exists(config));
+    /* now it is not empty: refused, exact message, nothing touched */
+    FILE *f = fopen(mine, "w");
+    fputs("keep", f);
+    fclose(f);
+    assert_int_equal(unlink(config), 0);
+    assert_int_equal(run(cmd, &out), 2);
+    snprintf(want, sizeof want,
+             "clef quantize: --out %s is not empty; give a new or empty directory, or add --force to write into it "
+             "(files of the same names are replaced)\n",
+             dir);
+    assert_string_equal(out, want);
+    free(out);
+    assert_false(exists(config)); /* refused before anything was written */
+    /* --force writes into it and leaves the user's file alone */
+    snprintf(cmd, sizeof cmd, "%s quantize --synthetic tiny --format int4 --out %s --quiet --force 2>&1", CLEF_BINARY,
+             dir);
+    assert_int_equal(run(cmd, &out), 0);
+    assert_non_null(strstr(out, "quantized 72 expert matrices to int4"));
+    free(out);
+    assert_true(exists(config));
+    size_t n = 0;
+    char *kept = tu_read_file(mine, &n);
+    assert_int_equal(n, 4);
+    assert_memory_equal(kept, "keep", 4);
+    free(kept);
+    /* a file is never a directory, --force or not */
+    snprintf(cmd, sizeof cmd, "%s quantize --synthetic tiny --format int4 --out %s --force 2>&1", CLEF_BINARY, mine);
+    assert_int_equal(run(cmd, &out), 2);
+    snprintf(want, sizeof want, "clef quantize: --out %s exists and is not a directory\n", mine);
+    assert_string_equal(out, want);
+    free(out);
+    /* the usage names the flag */
+    snprintf(cmd, sizeof cmd, "%s quantize --help", CLEF_BINARY);
+    assert_int_equal(run(cmd, &out), 0);
+    assert_non_null(strstr(out, "--force "));
+    free(out);
+    free(config);
+    free(mine);
+    free(dir);
+    qf_remove(tmpl);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fixture_goldens),
         cmocka_unit_test(test_cli),
+        cmocka_unit_test(test_cli_out_not_empty),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
