@@ -24,11 +24,17 @@
  * v1, was removed after v2 matched it on the H200).  Host-only checks (no
  * GPU): the register FP4 decode of v2 (cuda_qbits.h) on all 256
  * bytes, v2's pipeline schedule, and v2's packed-unit addressing replayed
- * against the CPU decode for every format.
+ * against the CPU decode for every format; INT4 kernel v3: the reorder at
+ * upload and v3's copies, fragment reads and register decode replayed on the
+ * host (tile shapes 32 / 64, both column maps, padded odd shapes) give
+ * bitwise the CPU decode.  On the GPU, INT4 also runs on a second backend
+ * created with CLEF_CUDA_QGEMM_INT4=v2 (GPTQ layout, kernel v2): its matmul
+ * and moe outputs must equal v3's bitwise (batch and a row alone).
  *
  * With CLEF_QGEMM_BENCH=1 it also times the moe op at the full model's
  * expert shapes (128 experts, hidden 2048, inter 768, top-8) for 300 and
- * 32000 tokens, fast and precise, BF16 and every packed format, and checks
+ * 32000 tokens, fast and precise, BF16, every packed format and INT4 again
+ * with kernel v2 ("int4 sym G=128 (kernel v2)"), and checks
  * that packed INT4 / NVFP4 experts take at most 0.3x the device weight
  * memory of BF16 ones (clef_cuda_weight_bytes: the packed bytes + scales,
  * no bf16 copy). */

@@ -31,6 +31,12 @@
  * 16-wide chunks, folded at fixed K positions; it depends on its own row
  * only (no split-K, no atomics).
  *
+ * INT4 by default runs kernel v3 (qgemm3_kernel, below): the same tiles,
+ * activations, fold and epilogue, with the weights reordered at upload
+ * (ck_int4_reorder, cuda_qbits.h) so that they go packed from the ring to
+ * registers and are decoded there; bitwise the results of v2, which stays
+ * for CLEF_CUDA_QGEMM_INT4=v2 (GPTQ layout).
+ *
  * History: this is the second version of the kernel (v2).  The first one
  * (v1: one shared-memory dequantization pass per K step behind two
  * barriers, an FP4 lookup table, precise mode dequantizing the weights
