@@ -189,7 +189,8 @@ static void test_fp4_register_decode_host(void **state) {
 }
 
 /* Kernel v2's pipeline (cuda_qgemm.cu qgemm2_kernel), replayed as epochs
- * between barriers for every stage count it uses (2, 3, 4) and 1..12 K steps:
+ * between barriers for every stage count v2 uses (2, 3, 4) and INT4 v3 uses
+ * (4, 6; v3 has no Wd, its packed weights share the slots) and 1..12 K steps:
  * prologue copies stages 0..S-2 (one commit group each); iteration kt:
  * wait_group(S-2), dequantize stage kt (the thread's own copies) into
  * Wd[kt & 1], barrier kt, copy stage kt+S-1 into slot (kt+S-1) % S, commit,
@@ -201,7 +202,7 @@ static void test_v2_pipeline_host(void **state) {
     (void)state;
     enum { KMAX = 12 };
     int cases = 0;
-    for (int S = 2; S <= 4; S++)
+    for (int S = 2; S <= 6; S++)
         for (int kt_n = 1; kt_n <= KMAX; kt_n++) {
             /* epoch e: after barrier e-1, before barrier e (prologue: epoch 0);
              * iteration kt: pre-barrier part in epoch kt, post-barrier in kt+1 */
@@ -211,7 +212,7 @@ static void test_v2_pipeline_host(void **state) {
                 if (t < kt_n) issue[t] = 0, slot[t] = t, group[t] = committed;
                 committed++;
             }
-            int last_as_read[4] = {-1, -1, -1, -1}; /* epoch of the last activation read of each slot */
+            int last_as_read[6] = {-1, -1, -1, -1, -1, -1}; /* epoch of the last activation read of each slot */
             int last_wd_read[2] = {-1, -1}, wd_written[2] = {-1, -1};
             for (int kt = 0; kt < kt_n; kt++) {
                 const int complete = committed - (S - 2); /* groups 0..complete-1 done after wait_group(S-2) */
