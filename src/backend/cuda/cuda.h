@@ -55,7 +55,8 @@
  * chunk is its mma B fragments, dequantized in registers (kernel v3);
  * CLEF_CUDA_QGEMM_INT4=v2 (read when the backend is created) keeps the
  * checkpoint layout and the shared-memory kernel v2 instead: bitwise the
- * same results, slower.
+ * same results, slower; CLEF_CUDA_QGEMM_INT4=v3-2blk bounds v3's 32-row
+ * tiles for 2 blocks per SM instead of 3 (a tuning A/B, same results).
  *
  * When the library is built without CUDA (CMake CLEF_CUDA=OFF) these
  * functions still exist: clef_cuda_device_count returns 0 and

@@ -110,6 +110,7 @@ typedef struct cuda_ctx {
     size_t n_moe, cap_moe;
     qmoe_tab *qmoe; /* packed-expert tables (quantized checkpoints) */
     int int4_v2;    /* CLEF_CUDA_QGEMM_INT4=v2: INT4 kept in the GPTQ layout, kernel v2; else reordered, v3 */
+    int int4_2blk;  /* CLEF_CUDA_QGEMM_INT4=v3-2blk: v3 with 32-row tiles bounded for 2 blocks/SM (tuning) */
     size_t n_qmoe, cap_qmoe;
     /* the last activation rows converted to bf16 (reused by consecutive
      * matmuls of the same input, e.g. q/k/v); any other op clears it */
@@ -847,7 +848,7 @@ static ck_qmat qmat_of_weight(const clef_weight *w) {
 
 /* The format fields of ck_qgemm_args from a packed weight (uploaded by c). */
 static void qargs_format(const cuda_ctx *c, ck_qgemm_args *g, const clef_weight *w) {
-    g->int4_reordered = !c->int4_v2;
+    g->int4_reordered = c->int4_v2 ? 0 : c->int4_2blk ? 2 : 1;
     g->qtype = w->quant.type == CLEF_QT_NVFP4 ? CK_QT_NVFP4 : w->quant.type == CLEF_QT_FP8_BLOCK ? CK_QT_FP8 : CK_QT_INT4;
     g->global_div = w->quant.global_div;
     g->has_zeros = w->quant.zeros != NULL;
@@ -1598,6 +1599,7 @@ clef_backend *clef_cuda_backend_create_ex(const clef_cuda_options *opt, clef_err
     {
         const char *q4 = getenv("CLEF_CUDA_QGEMM_INT4");
         c->int4_v2 = q4 && strcmp(q4, "v2") == 0;
+        c->int4_2blk = q4 && strcmp(q4, "v3-2blk") == 0;
     }
     be->ops = &cuda_ops;
     be->ctx = c;

@@ -126,7 +126,8 @@ typedef struct ck_qgemm_args {
     uint16_t *H;        /* GATEUP: [rows, N * split] bf16 */
     int bm;             /* tile rows: ck_qgemm_bm (the plan's BM for grouped launches) */
     int int4_reordered; /* INT4: 1 = every q is in the reordered layout of ck_int4_reorder (kernel v3,
-                           registers), 0 = the GPTQ layout (kernel v2); bitwise the same results */
+                           registers), 0 = the GPTQ layout (kernel v2); bitwise the same results;
+                           2 = as 1 with 32-row tiles register-bounded for 2 blocks/SM instead of 3 */
 } ck_qgemm_args;
 
 /* Rows per M tile of the packed-weight GEMM for `rows` (permuted) rows over

@@ -516,19 +516,23 @@ template <int QT, int QBM> cudaError_t launch_v2(const ck_qgemm_args *a, cudaStr
  * same B bits (v2's decode is the same exact subtraction), the same chunk
  * order (hi then lo per chunk when split) and the same folds, in the same
  * warp / lane / register position. */
-template <int BM> __host__ __device__ constexpr int q3_stages() { return BM == 32 ? 6 : 4; }
+template <int BM, int SPLIT> __host__ __device__ constexpr int q3_stages() { return BM == 32 ? (SPLIT == 1 ? 6 : 5) : 4; }
+/* blocks per SM the registers are bounded for (MINB: __launch_bounds__): 3 by default with 32-row tiles
+ * (the weight-streaming regime: more loads in flight; 80 registers, a few bytes spilled), else 2
+ * (ck_qgemm_args.int4_reordered = 2 asks for 2 with 32-row tiles too: a tuning A/B, same results) */
 constexpr int Q3_BSTAGE = QBN / 16 * CK_INT4R_ATOM_BYTES; /* packed weight bytes per stage: 4096 */
 static_assert(Q3_BSTAGE == QTHREADS * 16, "one 16-byte weight copy per thread per stage");
 template <int BM, int SPLIT> __host__ __device__ constexpr int q3_smem() {
-    return q3_stages<BM>() * (SPLIT * BM * QPITCH * 2 + Q3_BSTAGE) > BM * (QBN + 4) * 4
-               ? q3_stages<BM>() * (SPLIT * BM * QPITCH * 2 + Q3_BSTAGE)
+    return q3_stages<BM, SPLIT>() * (SPLIT * BM * QPITCH * 2 + Q3_BSTAGE) > BM * (QBN + 4) * 4
+               ? q3_stages<BM, SPLIT>() * (SPLIT * BM * QPITCH * 2 + Q3_BSTAGE)
                : BM * (QBN + 4) * 4;
 }
 static_assert(q3_smem<64, 2>() <= Q2_SMEM_2BLOCKS, "v3 fits two blocks per SM");
+static_assert(3 * (q3_smem<32, 2>() + 1024) <= 228 * 1024, "v3 BM 32 fits three blocks per SM");
 
-template <int BM, int SPLIT>
-__global__ void __launch_bounds__(QTHREADS, 2) qgemm3_kernel(const ck_qgemm_args a) {
-    constexpr int QBM = BM, QSTAGES = q3_stages<BM>();
+template <int BM, int SPLIT, int MINB>
+__global__ void __launch_bounds__(QTHREADS, MINB) qgemm3_kernel(const ck_qgemm_args a) {
+    constexpr int QBM = BM, QSTAGES = q3_stages<BM, SPLIT>();
     constexpr int QWARPS_M = q_warps_m<BM>(), QWARPS_N = 8 / QWARPS_M;
     constexpr int WTM = QBM / QWARPS_M, WTN = QBN / QWARPS_N;
     constexpr int MI = WTM / 16, NI = WTN / 8, NA = WTN / 16; /* NA atoms per warp */
@@ -745,21 +749,21 @@ __global__ void __launch_bounds__(QTHREADS, 2) qgemm3_kernel(const ck_qgemm_args
     }
 }
 
-template <int QBM, int SPLIT> cudaError_t launch_q3(const ck_qgemm_args *a, cudaStream_t st) {
+template <int QBM, int SPLIT, int MINB> cudaError_t launch_q3(const ck_qgemm_args *a, cudaStream_t st) {
     constexpr int smem = q3_smem<QBM, SPLIT>();
-    cudaError_t e = cudaFuncSetAttribute(qgemm3_kernel<QBM, SPLIT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    cudaError_t e = cudaFuncSetAttribute(qgemm3_kernel<QBM, SPLIT, MINB>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return e;
     const int64_t nt = a->mode == CK_GEMM_GATEUP ? (a->N + 63) / 64 : (a->N + QBN - 1) / QBN;
     const int64_t mt = a->mode == CK_GEMM_DENSE ? (a->M + QBM - 1) / QBM : a->max_tiles;
     const int64_t blocks = mt * nt;
     if (blocks <= 0) return cudaSuccess;
     if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
-    qgemm3_kernel<QBM, SPLIT><<<(unsigned)blocks, QTHREADS, smem, st>>>(*a);
+    qgemm3_kernel<QBM, SPLIT, MINB><<<(unsigned)blocks, QTHREADS, smem, st>>>(*a);
     return cudaGetLastError();
 }
 
-template <int QBM> cudaError_t launch_v3(const ck_qgemm_args *a, cudaStream_t st) {
-    return a->split == 2 ? launch_q3<QBM, 2>(a, st) : launch_q3<QBM, 1>(a, st);
+template <int QBM, int MINB> cudaError_t launch_v3(const ck_qgemm_args *a, cudaStream_t st) {
+    return a->split == 2 ? launch_q3<QBM, 2, MINB>(a, st) : launch_q3<QBM, 1, MINB>(a, st);
 }
 
 /* The reorder of cuda_qbits.h: one thread per u32 word of the reordered array. */
@@ -802,7 +806,8 @@ cudaError_t ck_qgemm(const ck_qgemm_args *a, cudaStream_t st) {
     case CK_QT_INT4:
         if (a->group < 16 || a->group % 16 || a->N % 8) return cudaErrorInvalidValue;
         if (a->int4_reordered)
-            return bm == 32 ? launch_v3<32>(a, st) : bm == 64 ? launch_v3<64>(a, st) : cudaErrorInvalidValue;
+            return bm == 32 ? (a->int4_reordered == 2 ? launch_v3<32, 2>(a, st) : launch_v3<32, 3>(a, st))
+                 : bm == 64 ? launch_v3<64, 2>(a, st) : cudaErrorInvalidValue;
         return bm == 32 ? launch_v2<CK_QT_INT4, 32>(a, st)
              : bm == 64 ? launch_v2<CK_QT_INT4, 64>(a, st) : cudaErrorInvalidValue;
     default: return cudaErrorInvalidValue;
