@@ -24,11 +24,17 @@
  * v1, was removed after v2 matched it on the H200).  Host-only checks (no
  * GPU): the register FP4 decode of v2 (cuda_qbits.h) on all 256
  * bytes, v2's pipeline schedule, and v2's packed-unit addressing replayed
- * against the CPU decode for every format.
+ * against the CPU decode for every format; INT4 kernel v3: the reorder at
+ * upload and v3's copies, fragment reads and register decode replayed on the
+ * host (tile shapes 32 / 64, both column maps, padded odd shapes) give
+ * bitwise the CPU decode.  On the GPU, INT4 also runs on a second backend
+ * created with CLEF_CUDA_QGEMM_INT4=v2 (GPTQ layout, kernel v2): its matmul
+ * and moe outputs must equal v3's bitwise (batch and a row alone).
  *
  * With CLEF_QGEMM_BENCH=1 it also times the moe op at the full model's
  * expert shapes (128 experts, hidden 2048, inter 768, top-8) for 300 and
- * 32000 tokens, fast and precise, BF16 and every packed format, and checks
+ * 32000 tokens, fast and precise, BF16, every packed format and INT4 again
+ * with kernel v2 ("int4 sym G=128 (kernel v2)"), and checks
  * that packed INT4 / NVFP4 experts take at most 0.3x the device weight
  * memory of BF16 ones (clef_cuda_weight_bytes: the packed bytes + scales,
  * no bf16 copy). */
@@ -64,6 +70,7 @@ static float *rand_vec(size_t n, float scale) { return tu_rand_vec(&rng_state, n
 typedef struct fx {
     clef_backend *cpu;
     clef_backend *gpu[2]; /* fast, precise */
+    clef_backend *gpu_v2[2]; /* the same with CLEF_CUDA_QGEMM_INT4=v2 (INT4 in the GPTQ layout, kernel v2) */
 } fx;
 
 static const char *const MODE[2] = {"fast", "precise"};
@@ -81,6 +88,17 @@ static int setup(void **state) {
             fprintf(stderr, "cuda backend: %s\n", err.message);
             return -1;
         }
+        const char *old = getenv("CLEF_CUDA_QGEMM_INT4");
+        char *keep = old ? strdup(old) : NULL;
+        setenv("CLEF_CUDA_QGEMM_INT4", "v2", 1); /* read when the backend is created */
+        f->gpu_v2[i] = clef_cuda_backend_create_ex(&o, &err);
+        if (keep) setenv("CLEF_CUDA_QGEMM_INT4", keep, 1);
+        else unsetenv("CLEF_CUDA_QGEMM_INT4");
+        free(keep);
+        if (!f->gpu_v2[i]) {
+            fprintf(stderr, "cuda backend (INT4 v2): %s\n", err.message);
+            return -1;
+        }
     }
     tu_print_cuda_device(f->gpu[0]);
     *state = f;
@@ -90,8 +108,10 @@ static int setup(void **state) {
 static int teardown(void **state) {
     fx *f = *state;
     if (!f) return 0;
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 2; i++) {
         if (f->gpu[i]) f->gpu[i]->ops->destroy(f->gpu[i]);
+        if (f->gpu_v2[i]) f->gpu_v2[i]->ops->destroy(f->gpu_v2[i]);
+    }
     f->cpu->ops->destroy(f->cpu);
     free(f);
     return 0;
@@ -169,7 +189,8 @@ static void test_fp4_register_decode_host(void **state) {
 }
 
 /* Kernel v2's pipeline (cuda_qgemm.cu qgemm2_kernel), replayed as epochs
- * between barriers for every stage count it uses (2, 3, 4) and 1..12 K steps:
+ * between barriers for every stage count v2 uses (2, 3, 4) and INT4 v3 uses
+ * (4, 6; v3 has no Wd, its packed weights share the slots) and 1..12 K steps:
  * prologue copies stages 0..S-2 (one commit group each); iteration kt:
  * wait_group(S-2), dequantize stage kt (the thread's own copies) into
  * Wd[kt & 1], barrier kt, copy stage kt+S-1 into slot (kt+S-1) % S, commit,
@@ -181,7 +202,7 @@ static void test_v2_pipeline_host(void **state) {
     (void)state;
     enum { KMAX = 12 };
     int cases = 0;
-    for (int S = 2; S <= 4; S++)
+    for (int S = 2; S <= 6; S++)
         for (int kt_n = 1; kt_n <= KMAX; kt_n++) {
             /* epoch e: after barrier e-1, before barrier e (prologue: epoch 0);
              * iteration kt: pre-barrier part in epoch kt, post-barrier in kt+1 */
@@ -191,7 +212,7 @@ static void test_v2_pipeline_host(void **state) {
                 if (t < kt_n) issue[t] = 0, slot[t] = t, group[t] = committed;
                 committed++;
             }
-            int last_as_read[4] = {-1, -1, -1, -1}; /* epoch of the last activation read of each slot */
+            int last_as_read[6] = {-1, -1, -1, -1, -1, -1}; /* epoch of the last activation read of each slot */
             int last_wd_read[2] = {-1, -1}, wd_written[2] = {-1, -1};
             for (int kt = 0; kt < kt_n; kt++) {
                 const int complete = committed - (S - 2); /* groups 0..complete-1 done after wait_group(S-2) */
@@ -234,6 +255,21 @@ typedef struct hq {
     void *data, *scale, *zeros;
 } hq;
 
+/* INT4 of w [rows, cols] with group G into h (data, scales, zeros owned by
+ * h); asym: random zero nibbles (every code then has another zero). */
+static void make_int4(hq *h, const float *w, int64_t rows, int64_t cols, int64_t G, int asym) {
+    h->data = malloc((size_t)(rows * cols / 2));
+    h->zeros = malloc((size_t)(cols / G * rows / 8 * 4));
+    h->scale = malloc((size_t)(cols / G * rows * 2));
+    clef_quantize_int4(w, rows, cols, G, h->data, h->zeros, h->scale);
+    if (asym) {
+        uint32_t *z = h->zeros;
+        for (int64_t i = 0; i < cols / G * rows / 8; i++) z[i] = (uint32_t)rnd64();
+    }
+    h->q.dtype = CLEF_DT_I32;
+    h->q.quant = (clef_wquant){.type = CLEF_QT_INT4_GPTQ, .group = G, .zeros = asym ? h->zeros : NULL};
+}
+
 /* Quantize a random weight (values ~ 1/sqrt(cols)) with clef's quantizers;
  * asymmetric INT4 gets random zero nibbles on top of the symmetric codes. */
 static void make_q(hq *h, enum qkind kind, int64_t rows, int64_t cols) {
@@ -262,21 +298,9 @@ static void make_q(hq *h, enum qkind kind, int64_t rows, int64_t cols) {
         h->q.quant = (clef_wquant){.type = CLEF_QT_FP8_BLOCK, .block_r = br, .block_c = bc};
         break;
     }
-    default: {
-        const int64_t G = kind == Q_INT4_SYM ? 128 : 64;
-        h->data = malloc((size_t)(rows * cols / 2));
-        h->zeros = malloc((size_t)(cols / G * rows / 8 * 4));
-        h->scale = malloc((size_t)(cols / G * rows * 2));
-        clef_quantize_int4(w, rows, cols, G, h->data, h->zeros, h->scale);
-        if (kind == Q_INT4_ASYM) {
-            uint32_t *z = h->zeros;
-            for (int64_t i = 0; i < cols / G * rows / 8; i++) z[i] = (uint32_t)rnd64();
-        }
-        h->q.dtype = CLEF_DT_I32;
-        h->q.quant = (clef_wquant){.type = CLEF_QT_INT4_GPTQ, .group = G,
-                                   .zeros = kind == Q_INT4_ASYM ? h->zeros : NULL};
+    default:
+        make_int4(h, w, rows, cols, kind == Q_INT4_SYM ? 128 : 64, kind == Q_INT4_ASYM);
         break;
-    }
     }
     h->q.data = h->data;
     h->q.quant.scale = h->scale;
@@ -363,7 +387,169 @@ static void test_v2_addressing_host(void **state) {
     }
 }
 
+/* ---- host emulation of INT4 kernel v3 (reordered weights) ----------------- */
+
+/* The device reorder (cuda_qgemm.cu int4_reorder_kernel), word by word with
+ * the same cuda_qbits.h expressions: GPTQ q u32 [K/8, N] -> dst of
+ * CK_INT4R_BYTES(N, K) bytes. */
+static void int4_reorder_host(const uint32_t *src, int64_t K, int64_t N, uint32_t *dst) {
+    const int64_t K64 = (K + 63) / 64, words = CK_INT4R_BYTES(N, K) / 4;
+    for (int64_t w = 0; w < words; w++) {
+        uint32_t out = 0;
+        for (int s = 0; s < 8; s++) {
+            const int64_t k = CK_INT4R_K(w, s, K64), n = CK_INT4R_N(w, s, K64);
+            if (k < K && n < N) out |= ((src[(k / 8) * N + n] >> (4 * (k % 8))) & 15u) << (4 * s);
+        }
+        dst[w] = out;
+    }
+}
+
+/* Kernel v3 (qgemm3_kernel) replayed on the host for one INT4 weight [N, K]
+ * in the reordered layout `rq`, tile rows bm (32: warps 1 x 8, 16 columns
+ * each; 64: 2 x 4, 32 columns), grouped mode `gateup` (block columns c < 64:
+ * the gate matrix, columns 64 nt + c; else 128 nt + c, as DOWN / DENSE):
+ * every block nt, K step kt and thread copies its 16 bytes as load_stage
+ * does (atom offset, lane chunk, b_ok guard, in bounds); every warp and lane
+ * reads its atoms' 16 bytes from the stage as the MMA loop does and decodes
+ * each register p of each chunk (CK_INT4R_REG, minus 128 + zero with the
+ * zero word / nibble of the kernel), and the value is attributed to the
+ * element the mma.m16n8k16 B fragment semantics give it (b0: k = 2t, 2t+1,
+ * b1: k = 2t+8, 2t+9; column g of the 8-column half) times the group scale
+ * of that column.  out [N, K] gets every element; cover counts them (once
+ * per warp row: 1 for BM 32, 2 for BM 64).
+ * Returns the number of out-of-bounds reads (must be 0). */
+static int64_t v3_emulate(const clef_qweight *q, const uint8_t *rq, int bm, int gateup, float *out, int *cover) {
+    const int64_t N = q->rows, K = q->cols, K64 = (K + 63) / 64, G = q->quant.group, bytes = CK_INT4R_BYTES(N, K);
+    const int QBN = 128, WTN = bm == 32 ? 16 : 32, NA = WTN / 16, NI = WTN / 8, WARPS_M = bm == 32 ? 1 : 2;
+    const int64_t ntn = gateup ? (N + 63) / 64 : (N + QBN - 1) / QBN;
+    const uint32_t *zeros = q->quant.zeros;
+    const uint16_t *scale = q->quant.scale;
+    int64_t oob = 0;
+    uint8_t stage[4096];
+    for (int64_t nt = 0; nt < ntn; nt++)
+        for (int64_t kt = 0; kt < (K + 63) / 64; kt++) {
+            for (int tid = 0; tid < 256; tid++) { /* load_stage: the weight copy */
+                const int c = (tid >> 5) * 16;
+                const int64_t n = gateup ? nt * 64 + (c & 63) : nt * QBN + c;
+                const int ok = n < N;
+                const int64_t off = (ok ? CK_INT4R_ATOM_OFF(n / 16, (int64_t)0, K64) : 0) + (tid & 31) * 16 +
+                                    (ok ? kt * CK_INT4R_ATOM_BYTES : 0);
+                if (ok && (off < 0 || off + 16 > bytes)) oob++;
+                if (ok && off >= 0 && off + 16 <= bytes) memcpy(stage + tid * 16, rq + off, 16);
+                else memset(stage + tid * 16, 0, 16);
+            }
+            for (int warp = 0; warp < 8; warp++) {
+                const int wn = warp % (8 / WARPS_M);
+                if (gateup && (wn * WTN) >= 64) continue; /* the up half: another matrix */
+                const int64_t wcol = gateup ? nt * 64 + ((wn * WTN) & 63) : nt * QBN + wn * WTN;
+                for (int lane = 0; lane < 32; lane++) {
+                    const int g = lane >> 2, t = lane & 3;
+                    for (int na = 0; na < NA; na++) {
+                        uint32_t bw[4];
+                        memcpy(bw, stage + (wn * NA + na) * CK_INT4R_ATOM_BYTES + lane * 16, 16);
+                        for (int ks = 0; ks < 4; ks++) {
+                            const int64_t kk = kt * 64 + ks * 16;
+                            if (kk >= K) break;
+                            for (int p = 0; p < 4; p++) {
+                                const int ni = 2 * na + (p >> 1), j = p & 1;
+                                int z = 8;
+                                if (zeros) {
+                                    const int64_t zc = wcol / 8 + ni < N / 8 ? wcol / 8 + ni : N / 8 - 1;
+                                    z = (int)((zeros[(kk / G) * (N / 8) + zc] >> (4 * g)) & 15u) + 1;
+                                }
+                                const uint32_t reg = CK_INT4R_REG(bw[ks], p);
+                                for (int hf = 0; hf < 2; hf++) {
+                                    const double v = bf16_value((reg >> (16 * hf)) & 0xFFFFu) - (128.0 + z);
+                                    const int64_t k = kk + j * 8 + 2 * t + hf, n = wcol + ni * 8 + g;
+                                    if (n >= N || ni >= NI) continue;
+                                    out[n * K + k] = (float)v * clef_f16_to_f32(scale[(k / G) * N + n]);
+                                    cover[n * K + k]++;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    return oob;
+}
+
+/* INT4 kernel v3's weight path on the host: the reorder (as the device
+ * kernel), then v3's copies, fragment reads and register decode
+ * (v3_emulate) for both tile shapes and both column mappings give exactly
+ * (bitwise) the CPU decode, every element once; shapes: symmetric G = 128,
+ * asymmetric G = 64, and an odd one (N % 16 = 8, K % 64 = 16, G = 16,
+ * asymmetric) that exercises the padding. */
+static void test_v3_int4_reorder_host(void **state) {
+    (void)state;
+    static const struct { int64_t N, K, G; int asym; } cs[] = {{96, 384, 128, 0}, {96, 384, 64, 1}, {40, 80, 16, 1},
+                                                                {264, 256, 128, 0}};
+    for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++) {
+        const int64_t N = cs[ci].N, K = cs[ci].K;
+        hq h;
+        memset(&h, 0, sizeof h);
+        h.q.rows = N, h.q.cols = K;
+        float *w = rand_vec((size_t)(N * K), 1.0f / sqrtf((float)K));
+        make_int4(&h, w, N, K, cs[ci].G, cs[ci].asym);
+        free(w);
+        h.q.data = h.data;
+        h.q.quant.scale = h.scale;
+        float *ref = malloc((size_t)(N * K) * 4), *got = malloc((size_t)(N * K) * 4);
+        int *cover = malloc((size_t)(N * K) * sizeof(int));
+        clef_qweight_rows_f32(&h.q, 0, N, ref);
+        uint8_t *rq = malloc((size_t)CK_INT4R_BYTES(N, K));
+        int4_reorder_host(h.data, K, N, (uint32_t *)rq);
+        for (int bm = 32; bm <= 64; bm += 32)
+            for (int gu = 0; gu < 2; gu++) {
+                memset(cover, 0, (size_t)(N * K) * sizeof(int));
+                for (int64_t i = 0; i < N * K; i++) got[i] = NAN;
+                const int64_t oob = v3_emulate(&h.q, rq, bm, gu, got, cover);
+                int64_t bad = 0, badc = 0;
+                for (int64_t i = 0; i < N * K; i++) {
+                    if (cover[i] != bm / 32) badc++; /* BM 64: both warp rows decode every column */
+                    if (memcmp(&got[i], &ref[i], 4) != 0) bad++;
+                }
+                if (oob || bad || badc)
+                    fail_msg("v3 INT4 N=%lld K=%lld G=%lld %s, BM %d %s: %lld reads out of bounds, %lld elements "
+                             "differ from the CPU decode, %lld not covered once per warp row", (long long)N, (long long)K,
+                             (long long)cs[ci].G, cs[ci].asym ? "asym" : "sym", bm, gu ? "gate/up" : "down/dense",
+                             (long long)oob, (long long)bad, (long long)badc);
+            }
+        printf("  v3 INT4 reorder + fragments N=%-4lld K=%-4lld G=%-4lld %-4s BM 32/64, both column maps: bitwise the "
+               "CPU decode, each element once per warp row\n", (long long)N, (long long)K, (long long)cs[ci].G,
+               cs[ci].asym ? "asym" : "sym");
+        free(rq), free(ref), free(got), free(cover);
+        free_q(&h);
+    }
+}
+
 /* ---- the dense matmul with a packed weight -------------------------------- */
+
+/* INT4: kernel v2 (the CLEF_CUDA_QGEMM_INT4=v2 backend: GPTQ layout) gives
+ * bitwise the y [T, N] (bias b added) of kernel v3 (the default backend),
+ * for all T rows (T = 77: 64-row tiles) and for row 40 alone (32-row tiles). */
+static void int4_v2_same(clef_backend *v2, const clef_qweight *q, const float *x, const float *b, int64_t T,
+                         int64_t K, int64_t N, const float *y, const char *what, const char *mode) {
+    clef_err err;
+    clef_weight wv;
+    tu_ok(v2->ops->weight_init_packed(v2, &wv, q, &err), &err);
+    float *dx = tu_dput(v2, x, (size_t)(T * K) * 4), *db = tu_dput(v2, b, (size_t)N * 4),
+          *dy = tu_dnan(v2, (size_t)(T * N));
+    tu_ok(v2->ops->matmul(v2, dx, T, &wv, db, dy, &err), &err);
+    float *yv = tu_dget(v2, dy, (size_t)(T * N));
+    tu_ok(v2->ops->matmul(v2, dx + 40 * K, 1, &wv, db, dy, &err), &err);
+    float *y1 = tu_dget(v2, dy, (size_t)N);
+    int64_t bad = 0, bad1 = 0;
+    for (int64_t i = 0; i < T * N; i++) bad += memcmp(&yv[i], &y[i], 4) != 0;
+    for (int64_t i = 0; i < N; i++) bad1 += memcmp(&y1[i], &y[40 * N + i], 4) != 0;
+    if (bad || bad1)
+        fail_msg("%s (%s): kernel v2 differs from v3 in %lld of %lld outputs (batch of %lld), %lld of %lld (row alone)",
+                 what, mode, (long long)bad, (long long)(T * N), (long long)T, (long long)bad1, (long long)N);
+    printf("  %-40s %-8s kernel v2 (GPTQ layout) = v3 (reordered) bitwise, batch and row alone\n", what, mode);
+    free(yv), free(y1);
+    v2->ops->free(v2, dx), v2->ops->free(v2, db), v2->ops->free(v2, dy);
+    v2->ops->weight_release(v2, &wv);
+}
 
 static void test_matmul_packed(void **state) {
     TU_NEED_GPU(state);
@@ -393,6 +579,8 @@ static void test_matmul_packed(void **state) {
             tu_ok(g->ops->matmul(g, dx + 40 * K, 1, &wg, db, dy, &err), &err);
             float *y1 = tu_dget(g, dy, (size_t)N);
             if (memcmp(y1, y + 40 * N, (size_t)N * 4)) fail_msg("%s (%s): row alone differs", what, MODE[gi]);
+            if (kind == Q_INT4_SYM || kind == Q_INT4_ASYM)
+                int4_v2_same(f->gpu_v2[gi], &h.q, x, b, T, K, N, y, what, MODE[gi]);
             free(y1), free(y);
             g->ops->free(g, dx), g->ops->free(g, db), g->ops->free(g, dy);
             g->ops->weight_release(g, &wg);
@@ -446,6 +634,33 @@ static void moe_case(fx *f, enum qkind kind) {
             if (memcmp(y1, y + picks[i] * H, (size_t)H * 4) != 0)
                 fail_msg("%s (%s): token %lld alone differs from the batch", what, MODE[gi], (long long)picks[i]);
             free(y1);
+        }
+        if (kind == Q_INT4_SYM || kind == Q_INT4_ASYM) { /* kernel v2 (GPTQ layout) = v3, bitwise */
+            clef_backend *v2 = f->gpu_v2[gi];
+            clef_weight wv[3][E];
+            for (int j = 0; j < 3; j++)
+                for (int e = 0; e < E; e++) tu_ok(v2->ops->weight_init_packed(v2, &wv[j][e], &h[j][e].q, &err), &err);
+            clef_moe_weights mv = {.n_experts = E, .hidden = H, .inter = NI, .gate = wv[0], .up = wv[1], .down = wv[2]};
+            float *vx = tu_dput(v2, x, (size_t)(T * H) * 4), *vw = tu_dput(v2, rw, (size_t)(T * k) * 4);
+            int32_t *vi = tu_dput(v2, idx, (size_t)(T * k) * 4);
+            float *vy = tu_dnan(v2, (size_t)(T * H));
+            tu_ok(v2->ops->moe(v2, vx, T, vi, vw, k, &mv, vy, &err), &err);
+            float *yv = tu_dget(v2, vy, (size_t)(T * H));
+            tu_ok(v2->ops->moe(v2, vx + 99 * H, 1, vi + 99 * k, vw + 99 * k, k, &mv, vy, &err), &err);
+            float *yv1 = tu_dget(v2, vy, (size_t)H);
+            int64_t bad = 0, bad1 = 0;
+            for (int64_t i = 0; i < T * H; i++) bad += memcmp(&yv[i], &y[i], 4) != 0;
+            for (int64_t i = 0; i < H; i++) bad1 += memcmp(&yv1[i], &y[99 * H + i], 4) != 0;
+            if (bad || bad1)
+                fail_msg("%s (%s): kernel v2 differs from v3 in %lld of %lld outputs (%lld tokens), %lld of %lld "
+                         "(token 99 alone)", what, MODE[gi], (long long)bad, (long long)(T * H), (long long)T,
+                         (long long)bad1, (long long)H);
+            printf("  %-40s %-8s kernel v2 (GPTQ layout) = v3 (reordered) bitwise, %lld tokens and one alone\n", what,
+                   MODE[gi], (long long)T);
+            free(yv), free(yv1);
+            v2->ops->free(v2, vx), v2->ops->free(v2, vw), v2->ops->free(v2, vi), v2->ops->free(v2, vy);
+            for (int j = 0; j < 3; j++)
+                for (int e = 0; e < E; e++) v2->ops->weight_release(v2, &wv[j][e]);
         }
         tu_ok(g->ops->moe(g, dx + 13 * H, 40, di + 13 * k, dw + 13 * k, k, &mg, dy1, &err), &err);
         float *ys = tu_dget(g, dy1, (size_t)(40 * H));
@@ -659,81 +874,84 @@ static void test_bench_full_shapes(void **state) {
     tu_ok(f->cpu->ops->router_topk(f->cpu, logits, TMAX, E, k, 1, idx, rw, &err), &err);
     const double bf16_bytes = 3.0 * E * H * NI * 2;
     for (int gi = 0; gi < 2; gi++) {
-        clef_backend *g = f->gpu[gi];
-        float *dx = tu_dput(g, x, (size_t)(TMAX * H) * 4), *dw = tu_dput(g, rw, (size_t)(TMAX * k) * 4);
-        int32_t *di = tu_dput(g, idx, (size_t)(TMAX * k) * 4);
-        float *dy = tu_dnan(g, (size_t)(TMAX * H));
         size_t bf16_mem = 0;
         printf("  full expert shapes: %d experts, hidden %lld, inter %lld, top-%lld (%s mode)\n", E, (long long)H,
                (long long)NI, (long long)k, MODE[gi]);
-        for (int kind = -1; kind < Q_KINDS; kind++) {
-            if (kind == Q_NVFP4_MO || kind == Q_INT4_ASYM) continue; /* same kernels as their siblings */
-            clef_weight wg[3][E];
-            hq h[3][E];
-            uint16_t *wb = NULL;
-            const size_t used0 = clef_cuda_weight_bytes(g);
-            size_t wbytes = 0;
-            for (int j = 0; j < 3; j++)
-                for (int e = 0; e < E; e++) {
-                    const int64_t r = j == 2 ? H : NI, cc = j == 2 ? NI : H;
-                    if (kind < 0) {
-                        if (!wb) {
-                            wb = malloc((size_t)(H * NI) * 2);
-                            for (int64_t i = 0; i < H * NI; i++) wb[i] = clef_f32_to_bf16(frand() * 0.03f);
+        for (int v = 0; v < 2; v++) { /* v = 1: INT4 again on the CLEF_CUDA_QGEMM_INT4=v2 backend (kernel v2) */
+            clef_backend *g = v ? f->gpu_v2[gi] : f->gpu[gi];
+            float *dx = tu_dput(g, x, (size_t)(TMAX * H) * 4), *dw = tu_dput(g, rw, (size_t)(TMAX * k) * 4);
+            int32_t *di = tu_dput(g, idx, (size_t)(TMAX * k) * 4);
+            float *dy = tu_dnan(g, (size_t)(TMAX * H));
+            for (int kind = -1; kind < Q_KINDS; kind++) {
+                if (kind == Q_NVFP4_MO || kind == Q_INT4_ASYM) continue; /* same kernels as their siblings */
+                if (v && kind != Q_INT4_SYM) continue;
+                clef_weight wg[3][E];
+                hq h[3][E];
+                uint16_t *wb = NULL;
+                const size_t used0 = clef_cuda_weight_bytes(g);
+                size_t wbytes = 0;
+                for (int j = 0; j < 3; j++)
+                    for (int e = 0; e < E; e++) {
+                        const int64_t r = j == 2 ? H : NI, cc = j == 2 ? NI : H;
+                        if (kind < 0) {
+                            if (!wb) {
+                                wb = malloc((size_t)(H * NI) * 2);
+                                for (int64_t i = 0; i < H * NI; i++) wb[i] = clef_f32_to_bf16(frand() * 0.03f);
+                            }
+                            tu_ok(g->ops->weight_init(g, &wg[j][e], CLEF_DT_BF16, r, cc, wb, &err), &err);
+                            wbytes += (size_t)(r * cc) * 2;
+                        } else {
+                            fill_q(&h[j][e], (enum qkind)kind, r, cc);
+                            tu_ok(g->ops->weight_init_packed(g, &wg[j][e], &h[j][e].q, &err), &err);
+                            wbytes += clef_qweight_bytes(&h[j][e].q);
+                            free_q(&h[j][e]);
                         }
-                        tu_ok(g->ops->weight_init(g, &wg[j][e], CLEF_DT_BF16, r, cc, wb, &err), &err);
-                        wbytes += (size_t)(r * cc) * 2;
-                    } else {
-                        fill_q(&h[j][e], (enum qkind)kind, r, cc);
-                        tu_ok(g->ops->weight_init_packed(g, &wg[j][e], &h[j][e].q, &err), &err);
-                        wbytes += clef_qweight_bytes(&h[j][e].q);
-                        free_q(&h[j][e]);
                     }
+                free(wb);
+                float *tmp = tu_dget(g, dy, 1); /* synchronise: the uploads are done */
+                free(tmp);
+                const size_t used = clef_cuda_weight_bytes(g) - used0;
+                if (kind < 0) bf16_mem = used;
+                clef_moe_weights mg = {.n_experts = E, .hidden = H, .inter = NI, .gate = wg[0], .up = wg[1], .down = wg[2]};
+                const char *name = kind < 0 ? "bf16" : v ? "int4 sym G=128 (kernel v2)" : QNAME[kind];
+                printf("  %-28s weights %.1f MiB (device weight memory +%.1f MiB, %.3fx bf16; driver: %.1f GiB used)\n", name,
+                       (double)wbytes / 1048576.0, (double)used / 1048576.0, bf16_mem ? (double)used / (double)bf16_mem : 1.0,
+                       (double)clef_cuda_used_bytes(g) / 1073741824.0);
+                /* symmetric INT4 leaves its all-7 qzeros on the host: up to 1.3% below clef_qweight_bytes */
+                if (!((double)used >= 0.985 * (double)wbytes && (double)used <= 1.01 * (double)wbytes + 3.0 * E * 768))
+                    fail_msg("%s: %zu bytes of device weight memory for %zu bytes of weights", name, used, wbytes);
+                if (kind == Q_NVFP4_CT || kind == Q_INT4_SYM)
+                    if (!((double)used <= 0.3 * (double)bf16_mem))
+                        fail_msg("%s experts take %.1f MiB of device memory, more than 0.3x bf16 (%.1f MiB)", name,
+                                 (double)used / 1048576.0, (double)bf16_mem / 1048576.0);
+                const int64_t Ts[2] = {300, TMAX};
+                for (int ti = 0; ti < 2; ti++) {
+                    const int64_t T = Ts[ti];
+                    const int reps = T > 1000 ? 5 : 50;
+                    tu_ok(g->ops->moe(g, dx, T, di, dw, k, &mg, dy, &err), &err); /* warm-up (tables, scratch) */
+                    float *s0 = tu_dget(g, dy, 1);
+                    free(s0);
+                    const double t0 = now_s();
+                    for (int rep = 0; rep < reps; rep++) tu_ok(g->ops->moe(g, dx, T, di, dw, k, &mg, dy, &err), &err);
+                    float *s1 = tu_dget(g, dy, 1);
+                    free(s1);
+                    const double ms = (now_s() - t0) * 1e3 / reps;
+                    const double flop = 2.0 * (double)(T * k) * (double)(3 * H * NI);
+                    /* bytes: every expert's weights once (at 300 tokens nearly every expert is hit) */
+                    const double bytes = kind < 0 ? bf16_bytes : (double)wbytes;
+                    printf("  %-28s %-8s T=%-6lld %8.3f ms/layer  %7.1f GB/s weights  %6.1f TFLOP/s\n", name, MODE[gi],
+                           (long long)T, ms, bytes / (ms * 1e-3) / 1e9, flop / (ms * 1e-3) / 1e12);
                 }
-            free(wb);
-            float *tmp = tu_dget(g, dy, 1); /* synchronise: the uploads are done */
-            free(tmp);
-            const size_t used = clef_cuda_weight_bytes(g) - used0;
-            if (kind < 0) bf16_mem = used;
-            clef_moe_weights mg = {.n_experts = E, .hidden = H, .inter = NI, .gate = wg[0], .up = wg[1], .down = wg[2]};
-            const char *name = kind < 0 ? "bf16" : QNAME[kind];
-            printf("  %-28s weights %.1f MiB (device weight memory +%.1f MiB, %.3fx bf16; driver: %.1f GiB used)\n", name,
-                   (double)wbytes / 1048576.0, (double)used / 1048576.0, bf16_mem ? (double)used / (double)bf16_mem : 1.0,
-                   (double)clef_cuda_used_bytes(g) / 1073741824.0);
-            /* symmetric INT4 leaves its all-7 qzeros on the host: up to 1.3% below clef_qweight_bytes */
-            if (!((double)used >= 0.985 * (double)wbytes && (double)used <= 1.01 * (double)wbytes + 3.0 * E * 768))
-                fail_msg("%s: %zu bytes of device weight memory for %zu bytes of weights", name, used, wbytes);
-            if (kind == Q_NVFP4_CT || kind == Q_INT4_SYM)
-                if (!((double)used <= 0.3 * (double)bf16_mem))
-                    fail_msg("%s experts take %.1f MiB of device memory, more than 0.3x bf16 (%.1f MiB)", name,
-                             (double)used / 1048576.0, (double)bf16_mem / 1048576.0);
-            const int64_t Ts[2] = {300, TMAX};
-            for (int ti = 0; ti < 2; ti++) {
-                const int64_t T = Ts[ti];
-                const int reps = T > 1000 ? 5 : 50;
-                tu_ok(g->ops->moe(g, dx, T, di, dw, k, &mg, dy, &err), &err); /* warm-up (tables, scratch) */
-                float *s0 = tu_dget(g, dy, 1);
-                free(s0);
-                const double t0 = now_s();
-                for (int rep = 0; rep < reps; rep++) tu_ok(g->ops->moe(g, dx, T, di, dw, k, &mg, dy, &err), &err);
-                float *s1 = tu_dget(g, dy, 1);
-                free(s1);
-                const double ms = (now_s() - t0) * 1e3 / reps;
-                const double flop = 2.0 * (double)(T * k) * (double)(3 * H * NI);
-                /* bytes: every expert's weights once (at 300 tokens nearly every expert is hit) */
-                const double bytes = kind < 0 ? bf16_bytes : (double)wbytes;
-                printf("  %-28s %-8s T=%-6lld %8.3f ms/layer  %7.1f GB/s weights  %6.1f TFLOP/s\n", name, MODE[gi],
-                       (long long)T, ms, bytes / (ms * 1e-3) / 1e9, flop / (ms * 1e-3) / 1e12);
+                /* where the time goes at 300 tokens: the op's parts */
+                clef_cuda_set_profile(g, 1);
+                for (int rep = 0; rep < 20; rep++) tu_ok(g->ops->moe(g, dx, 300, di, dw, k, &mg, dy, &err), &err);
+                clef_cuda_profile_dump(g, stdout);
+                clef_cuda_set_profile(g, 0);
+                for (int j = 0; j < 3; j++)
+                    for (int e = 0; e < E; e++) g->ops->weight_release(g, &wg[j][e]);
             }
-            /* where the time goes at 300 tokens: the op's parts */
-            clef_cuda_set_profile(g, 1);
-            for (int rep = 0; rep < 20; rep++) tu_ok(g->ops->moe(g, dx, 300, di, dw, k, &mg, dy, &err), &err);
-            clef_cuda_profile_dump(g, stdout);
-            clef_cuda_set_profile(g, 0);
-            for (int j = 0; j < 3; j++)
-                for (int e = 0; e < E; e++) g->ops->weight_release(g, &wg[j][e]);
+            g->ops->free(g, dx), g->ops->free(g, dw), g->ops->free(g, di), g->ops->free(g, dy);
         }
-        g->ops->free(g, dx), g->ops->free(g, dw), g->ops->free(g, di), g->ops->free(g, dy);
     }
     free(x), free(logits), free(idx), free(rw);
 }
@@ -741,7 +959,7 @@ static void test_bench_full_shapes(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fp4_register_decode_host), cmocka_unit_test(test_v2_pipeline_host),
-        cmocka_unit_test(test_v2_addressing_host),
+        cmocka_unit_test(test_v2_addressing_host), cmocka_unit_test(test_v3_int4_reorder_host),
         cmocka_unit_test(test_refuses_bad_shapes), cmocka_unit_test(test_matmul_packed),
         cmocka_unit_test(test_moe_nvfp4_ct),       cmocka_unit_test(test_moe_nvfp4_modelopt),
         cmocka_unit_test(test_moe_fp8),            cmocka_unit_test(test_moe_int4_sym),

@@ -60,6 +60,12 @@
  * rounding as bf16 weights (~3e-3; ~1e-6 precise).  Shapes the kernels do
  * not tile (in % 16, INT4 group or FP8 block columns not a multiple of 16)
  * are refused with 500 "unsupported weight dtype on cuda".
+ * INT4 is reordered once at upload (same size) so that each lane's 16-byte
+ * chunk is its mma B fragments, dequantized in registers (kernel v3);
+ * CLEF_CUDA_QGEMM_INT4=v2 (read when the backend is created) keeps the
+ * checkpoint layout and the shared-memory kernel v2 instead: bitwise the
+ * same results, slower; CLEF_CUDA_QGEMM_INT4=v3-2blk bounds v3's 32-row
+ * tiles for 2 blocks per SM instead of 3 (a tuning A/B, same results).
  *
  * When the library is built without CUDA (CMake CLEF_CUDA=OFF) these
  * functions still exist: clef_cuda_device_count returns 0 and

@@ -19,6 +19,7 @@
 #include <cuda_runtime_api.h>
 
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_qbits.h"
 
 /* Scratch slots (device memory kept by the backend, grown on demand). */
 enum cu_slot {
@@ -29,6 +30,7 @@ enum cu_slot {
     SLOT_MOE_Y, /* expert outputs in permuted order, f32 */
     SLOT_ATT16, /* Q, K, V as bf16 */
     SLOT_SPLIT_Y, /* precise dense products through cuBLASLt: the hi and lo halves' outputs, f32 */
+    SLOT_STAGE, /* INT4 upload: the GPTQ-layout bytes before ck_int4_reorder */
     SLOT_COUNT
 };
 
@@ -114,6 +116,8 @@ typedef struct cuda_ctx {
     moe_ptrs *moe;
     size_t n_moe, cap_moe;
     qmoe_tab *qmoe; /* packed-expert tables (quantized checkpoints) */
+    int int4_v2;    /* CLEF_CUDA_QGEMM_INT4=v2: INT4 kept in the GPTQ layout, kernel v2; else reordered, v3 */
+    int int4_2blk;  /* CLEF_CUDA_QGEMM_INT4=v3-2blk: v3 with 32-row tiles bounded for 2 blocks/SM (tuning) */
     size_t n_qmoe, cap_qmoe;
     /* the last activation rows converted to bf16 (reused by consecutive
      * matmuls of the same input, e.g. q/k/v); any other op clears it */
@@ -534,8 +538,12 @@ static void packed_sizes(const clef_qweight *q, size_t *data, size_t *scale, siz
  * quantized ones uploaded as they are (packed bytes, scales, zeros: the
  * sizes of clef_qweight_bytes, no bf16 copy) into one arena block, each
  * array 256-byte aligned with 256 bytes of slack after it (ck_qmat), the
- * device pointers in w->quant.  An expert view of a stacked tensor uploads
- * just its rows.  Shapes the kernels cannot tile fail with 500. */
+ * device pointers in w->quant.  INT4 data is reordered on the device into
+ * the layout of kernel v3 (cuda_qbits.h CK_INT4R_*; same size for N % 16 ==
+ * 0 and K % 64 == 0, padded otherwise; the GPTQ layout is not kept) unless
+ * CLEF_CUDA_QGEMM_INT4=v2 was set when the backend was created.  An expert
+ * view of a stacked tensor uploads just its rows.  Shapes the kernels cannot
+ * tile fail with 500. */
 static int cu_weight_init_packed(clef_backend *be, clef_weight *w, const clef_qweight *q, clef_err *err) {
     if (q->quant.type == CLEF_QT_NONE) return cu_weight_init(be, w, q->dtype, q->rows, q->cols, q->data, err);
     cuda_ctx *c = cu_of(be);
@@ -553,12 +561,24 @@ static int cu_weight_init_packed(clef_backend *be, clef_weight *w, const clef_qw
                          (long long)qu->block_r, (long long)qu->block_c);
     size_t nd, ns, nz;
     packed_sizes(q, &nd, &ns, &nz);
+    /* INT4 (default): the data reordered on the device for kernel v3 (replacing the GPTQ layout, no copy kept) */
+    const int reorder = qu->type == CLEF_QT_INT4_GPTQ && !c->int4_v2;
+    const size_t nq = nd;
+    if (reorder) nd = (size_t)CK_INT4R_BYTES(R, C);
     const size_t od = 0, os = ALIGN_UP(nd + 256, 256), oz = os + ALIGN_UP(ns + 256, 256);
     const size_t total = oz + (nz ? ALIGN_UP(nz + 256, 256) : 0);
     cudaSetDevice(c->device);
     char *d = arena_take(c, total, err);
     if (!d) return -1;
-    int rc = cu_check(cudaMemcpyAsync(d + od, q->data, nd, cudaMemcpyHostToDevice, c->st), "weight upload", err);
+    int rc;
+    if (reorder) {
+        void *stage = cu_slot(c, SLOT_STAGE, nq, err);
+        rc = stage ? 0 : -1;
+        if (rc == 0) rc = cu_check(cudaMemcpyAsync(stage, q->data, nq, cudaMemcpyHostToDevice, c->st), "weight upload", err);
+        if (rc == 0) rc = cu_check(ck_int4_reorder(stage, C, R, d + od, c->st), "INT4 reorder", err);
+    } else {
+        rc = cu_check(cudaMemcpyAsync(d + od, q->data, nd, cudaMemcpyHostToDevice, c->st), "weight upload", err);
+    }
     if (rc == 0) rc = cu_check(cudaMemcpyAsync(d + os, qu->scale, ns, cudaMemcpyHostToDevice, c->st), "scale upload", err);
     if (rc == 0 && nz) rc = cu_check(cudaMemcpyAsync(d + oz, qu->zeros, nz, cudaMemcpyHostToDevice, c->st), "zeros upload", err);
     if (rc != 0) {
@@ -838,8 +858,9 @@ static ck_qmat qmat_of_weight(const clef_weight *w) {
     return (ck_qmat){.q = w->data, .scale = w->quant.scale, .zeros = w->quant.zeros, .global = w->quant.global};
 }
 
-/* The format fields of ck_qgemm_args from a packed weight. */
-static void qargs_format(ck_qgemm_args *g, const clef_weight *w) {
+/* The format fields of ck_qgemm_args from a packed weight (uploaded by c). */
+static void qargs_format(const cuda_ctx *c, ck_qgemm_args *g, const clef_weight *w) {
+    g->int4_reordered = c->int4_v2 ? 0 : c->int4_2blk ? 2 : 1;
     g->qtype = w->quant.type == CLEF_QT_NVFP4 ? CK_QT_NVFP4 : w->quant.type == CLEF_QT_FP8_BLOCK ? CK_QT_FP8 : CK_QT_INT4;
     g->global_div = w->quant.global_div;
     g->has_zeros = w->quant.zeros != NULL;
@@ -863,7 +884,7 @@ static int cu_matmul_packed(cuda_ctx *c, const float *x, int64_t T, const clef_w
     if (!a16) return op_end(c, -1);
     ck_qgemm_args g = {.mode = CK_GEMM_DENSE, .A = a16, .lda = K * split, .K = K, .split = split, .N = N,
                        .W = qmat_of_weight(w), .M = T, .Y = y, .ldy = N};
-    qargs_format(&g, w);
+    qargs_format(c, &g, w);
     g.bm = ck_qgemm_bm(g.qtype, T, 1);
     int rc = cu_check(ck_qgemm(&g, c->st), "matmul (packed weight)", err);
     if (rc == 0 && bias) rc = cu_check(ck_add_bias(y, T, N, N, bias, c->st), "bias", err);
@@ -1240,7 +1261,7 @@ static int moe_pass_packed(cuda_ctx *c, const float *x, int64_t T, const int32_t
     const int64_t E = ex->n_experts, H = ex->hidden, NI = ex->inter, TK = T * k;
     op_begin(c, "moe: permutation", 1);
     ck_qgemm_args fmt = {0};
-    qargs_format(&fmt, &ex->gate[0]);
+    qargs_format(c, &fmt, &ex->gate[0]);
     const int split = c->precise_parts & PRECISE_EXPERTS ? 2 : 1, BM = ck_qgemm_bm(fmt.qtype, TK, E);
     moe_plan pl;
     if (moe_plan_make(c, idx, T, k, E, BM, &pl, err)) return op_end(c, -1);
@@ -1260,7 +1281,7 @@ static int moe_pass_packed(cuda_ctx *c, const float *x, int64_t T, const int32_t
     ck_qgemm_args g = {.mode = CK_GEMM_GATEUP, .A = a16, .lda = H * split, .K = H, .split = split, .N = NI,
                        .W0 = tab, .W1 = tab + E, .tile_expert = t_exp, .tile_row0 = t_row, .expert_end = end,
                        .n_tiles = n_tiles, .max_tiles = max_tiles, .row_src = row_tok, .H = hbuf};
-    qargs_format(&g, &ex->gate[0]);
+    qargs_format(c, &g, &ex->gate[0]);
     g.bm = BM;
     if (cu_check(ck_qgemm(&g, c->st), "moe packed gate/up", err)) return op_end(c, -1);
     op_end(c, 0);
@@ -1271,7 +1292,7 @@ static int moe_pass_packed(cuda_ctx *c, const float *x, int64_t T, const int32_t
     ck_qgemm_args d = {.mode = CK_GEMM_DOWN, .A = hbuf, .lda = NI * split, .K = NI, .split = split, .N = H,
                        .W0 = tab + 2 * E, .tile_expert = t_exp, .tile_row0 = t_row, .expert_end = end,
                        .n_tiles = n_tiles, .max_tiles = max_tiles, .Y = yp, .ldy = H};
-    qargs_format(&d, &ex->down[0]);
+    qargs_format(c, &d, &ex->down[0]);
     d.bm = BM;
     if (cu_check(ck_qgemm(&d, c->st), "moe packed down", err)) return op_end(c, -1);
     op_end(c, 0);
@@ -1593,6 +1614,11 @@ clef_backend *clef_cuda_backend_create_ex(const clef_cuda_options *opt, clef_err
     c->tune = (unsigned)getenv_int("CLEF_CUDA_TUNE", 7);
     c->wgmma = getenv_int("CLEF_CUDA_WGMMA", 2);
     if (c->wgmma < 0 || c->wgmma > 2) c->wgmma = 2;
+    {
+        const char *q4 = getenv("CLEF_CUDA_QGEMM_INT4");
+        c->int4_v2 = q4 && strcmp(q4, "v2") == 0;
+        c->int4_2blk = q4 && strcmp(q4, "v3-2blk") == 0;
+    }
     be->ops = &cuda_ops;
     be->ctx = c;
     if (ctx_init(c, err) != 0) {

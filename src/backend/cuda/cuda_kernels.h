@@ -139,6 +139,9 @@ typedef struct ck_qgemm_args {
     int64_t ldy;
     uint16_t *H;        /* GATEUP: [rows, N * split] bf16 */
     int bm;             /* tile rows: ck_qgemm_bm (the plan's BM for grouped launches) */
+    int int4_reordered; /* INT4: 1 = every q is in the reordered layout of ck_int4_reorder (kernel v3,
+                           registers), 0 = the GPTQ layout (kernel v2); bitwise the same results;
+                           2 = as 1 with 32-row tiles register-bounded for 2 blocks/SM instead of 3 */
 } ck_qgemm_args;
 
 /* Rows per M tile of the packed-weight GEMM for `rows` (permuted) rows over
@@ -147,6 +150,13 @@ typedef struct ck_qgemm_args {
 int ck_qgemm_bm(int qtype, int64_t rows, int64_t n_experts);
 
 cudaError_t ck_qgemm(const ck_qgemm_args *a, cudaStream_t st);
+
+/* INT4 q u32 [K/8, N] (GPTQ layout, device) -> dst in the reordered layout
+ * of cuda_qbits.h (CK_INT4R_*: atoms of 16 columns x 64 K whose 16-byte lane
+ * chunks are the mma B fragments), CK_INT4R_BYTES(N, K) bytes (device, not
+ * overlapping src; padding nibbles 0).  K % 8 == 0, N % 8 == 0, else
+ * cudaErrorInvalidValue.  Asynchronous on st. */
+cudaError_t ck_int4_reorder(const void *src, int64_t K, int64_t N, void *dst, cudaStream_t st);
 
 /* Y[r, n] = sum_k x[r, k] * W[n, k] (+ bias[n]) for f32 weights, one thread
  * per output, k ascending (fallback for F32/F16 checkpoints). */

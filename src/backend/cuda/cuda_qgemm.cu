@@ -31,6 +31,12 @@
  * 16-wide chunks, folded at fixed K positions; it depends on its own row
  * only (no split-K, no atomics).
  *
+ * INT4 by default runs kernel v3 (qgemm3_kernel, below): the same tiles,
+ * activations, fold and epilogue, with the weights reordered at upload
+ * (ck_int4_reorder, cuda_qbits.h) so that they go packed from the ring to
+ * registers and are decoded there; bitwise the results of v2, which stays
+ * for CLEF_CUDA_QGEMM_INT4=v2 (GPTQ layout).
+ *
  * History: this is the second version of the kernel (v2).  The first one
  * (v1: one shared-memory dequantization pass per K step behind two
  * barriers, an FP4 lookup table, precise mode dequantizing the weights
@@ -495,6 +501,285 @@ template <int QT, int QBM> cudaError_t launch_v2(const ck_qgemm_args *a, cudaStr
     return a->split == 2 ? launch_q2<QT, QBM, 2>(a, st) : launch_q2<QT, QBM, 1>(a, st);
 }
 
+
+/* ---- INT4 kernel v3: reordered weights, dequantized in registers ----------
+ * For INT4 uploaded in the reordered layout of cuda_qbits.h (atoms of 16
+ * columns x 64 K; ck_int4_reorder).  The tiles, warps, activation ring,
+ * fold and epilogue are v2's; only the weight path differs: each stage one
+ * 16-byte cp.async per thread brings the block's 8 atoms (128 columns x 64
+ * K, 4 KiB, packed) into the ring; at the MMAs each lane reads the 16 bytes
+ * of each of its warp's atoms (one ld.shared.v4: exactly its B fragments of
+ * the 4 K chunks) and dequantizes them in registers (CK_INT4R_REG and one
+ * __hsub2 per register: (128 + q) - (128 + zero), exact), so there is no bf16
+ * weight tile, no dequantization pass and no barrier besides the ring's one.
+ * Bitwise the same as v2: each output element sees the same A fragment, the
+ * same B bits (v2's decode is the same exact subtraction), the same chunk
+ * order (hi then lo per chunk when split) and the same folds, in the same
+ * warp / lane / register position. */
+template <int BM, int SPLIT> __host__ __device__ constexpr int q3_stages() { return BM == 32 ? (SPLIT == 1 ? 6 : 5) : 4; }
+/* blocks per SM the registers are bounded for (MINB: __launch_bounds__): 3 by default with 32-row tiles
+ * (the weight-streaming regime: more loads in flight; 80 registers, a few bytes spilled), else 2
+ * (ck_qgemm_args.int4_reordered = 2 asks for 2 with 32-row tiles too: a tuning A/B, same results) */
+constexpr int Q3_BSTAGE = QBN / 16 * CK_INT4R_ATOM_BYTES; /* packed weight bytes per stage: 4096 */
+static_assert(Q3_BSTAGE == QTHREADS * 16, "one 16-byte weight copy per thread per stage");
+template <int BM, int SPLIT> __host__ __device__ constexpr int q3_smem() {
+    return q3_stages<BM, SPLIT>() * (SPLIT * BM * QPITCH * 2 + Q3_BSTAGE) > BM * (QBN + 4) * 4
+               ? q3_stages<BM, SPLIT>() * (SPLIT * BM * QPITCH * 2 + Q3_BSTAGE)
+               : BM * (QBN + 4) * 4;
+}
+static_assert(q3_smem<64, 2>() <= Q2_SMEM_2BLOCKS, "v3 fits two blocks per SM");
+static_assert(3 * (q3_smem<32, 2>() + 1024) <= 228 * 1024, "v3 BM 32 fits three blocks per SM");
+
+template <int BM, int SPLIT, int MINB>
+__global__ void __launch_bounds__(QTHREADS, MINB) qgemm3_kernel(const ck_qgemm_args a) {
+    constexpr int QBM = BM, QSTAGES = q3_stages<BM, SPLIT>();
+    constexpr int QWARPS_M = q_warps_m<BM>(), QWARPS_N = 8 / QWARPS_M;
+    constexpr int WTM = QBM / QWARPS_M, WTN = QBN / QWARPS_N;
+    constexpr int MI = WTM / 16, NI = WTN / 8, NA = WTN / 16; /* NA atoms per warp */
+    constexpr int A_CHUNKS = QBM * (QBK / 8) / QTHREADS;
+    constexpr int A_TILE = QBM * QPITCH;
+    static_assert(NA >= 1 && NI == 2 * NA, "a warp covers whole atoms");
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    bf16 *As = reinterpret_cast<bf16 *>(smem_raw);                  /* [STAGES][SPLIT][BM][PITCH] */
+    unsigned char *Bq = smem_raw + QSTAGES * SPLIT * A_TILE * 2;   /* [STAGES][8 atoms][32 lanes][16] */
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wm = warp / QWARPS_N, wn = warp % QWARPS_N;
+    const int64_t n_tiles_n = a.mode == CK_GEMM_GATEUP ? (a.N + 63) / 64 : (a.N + QBN - 1) / QBN;
+    const int64_t mt = blockIdx.x / n_tiles_n, nt = blockIdx.x % n_tiles_n;
+
+    int64_t row0, rows;
+    int e = 0;
+    if (a.mode == CK_GEMM_DENSE) {
+        row0 = mt * QBM;
+        rows = a.M - row0 < QBM ? a.M - row0 : QBM;
+    } else {
+        if (mt >= *a.n_tiles) return;
+        e = a.tile_expert[mt];
+        row0 = a.tile_row0[mt];
+        const int64_t end = a.expert_end[e];
+        rows = end - row0 < QBM ? end - row0 : QBM;
+    }
+    const bf16 *A = reinterpret_cast<const bf16 *>(a.A);
+    const int64_t K = a.K, N = a.N, K64 = (K + 63) / 64;
+
+    const bf16 *a_src[A_CHUNKS];
+    int a_dst[A_CHUNKS], a_col[A_CHUNKS];
+#pragma unroll
+    for (int i = 0; i < A_CHUNKS; i++) {
+        const int c = tid + i * QTHREADS, r = c / (QBK / 8);
+        a_col[i] = (c % (QBK / 8)) * 8;
+        a_dst[i] = r * QPITCH + a_col[i];
+        if (r < rows) {
+            int64_t p = row0 + r;
+            if (a.mode == CK_GEMM_GATEUP) p = a.row_src[p];
+            a_src[i] = A + p * a.lda;
+        } else {
+            a_src[i] = nullptr;
+        }
+    }
+    /* the weight copy of this thread: block atom tid / 32 (columns 16 (tid / 32) ..), lane chunk tid % 32 */
+    const unsigned char *b_src;
+    bool b_ok;
+    {
+        const int c = (tid >> 5) * 16; /* block column of the atom */
+        const ck_qmat *m = qmat_of(a, e, c);
+        const int64_t n = a.mode == CK_GEMM_GATEUP ? nt * 64 + (c & 63) : nt * QBN + c;
+        b_ok = n < N;
+        b_src = static_cast<const unsigned char *>(m->q) + (b_ok ? CK_INT4R_ATOM_OFF(n / 16, (int64_t)0, K64) : 0) +
+                (tid & 31) * 16;
+    }
+
+    auto load_stage = [&](int kt, int stage) {
+        const int64_t k0 = (int64_t)kt * QBK;
+        bf16 *as = As + stage * SPLIT * A_TILE;
+#pragma unroll
+        for (int i = 0; i < A_CHUNKS; i++) {
+            const int64_t kc = k0 + a_col[i];
+            const bool ok = a_src[i] && kc < K;
+#pragma unroll
+            for (int h = 0; h < SPLIT; h++)
+                cp_async16(as + h * A_TILE + a_dst[i], ok ? a_src[i] + h * K + kc : A, ok);
+        }
+        /* atom (n / 16, kt) of this thread's matrix: kt * 512 bytes after atom (n / 16, 0) */
+        cp_async16(Bq + stage * Q3_BSTAGE + tid * 16, b_ok ? b_src + (int64_t)kt * CK_INT4R_ATOM_BYTES : b_src, b_ok);
+    };
+
+    float acc[MI][NI][4], part[MI][NI][4];
+#pragma unroll
+    for (int i = 0; i < MI; i++)
+#pragma unroll
+        for (int j = 0; j < NI; j++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) acc[i][j][q] = part[i][j][q] = 0.0f;
+    const int g = lane >> 2, tig = lane & 3;
+    const ck_qmat *cm = qmat_of(a, e, wn * WTN);
+    /* the warp's first column in its matrix (its WTN columns are contiguous in one matrix); accumulator
+     * columns wcol + 8 ni + 2 tig + q, B fragment columns wcol + 8 ni + g */
+    const int wcol = (int)(a.mode == CK_GEMM_GATEUP ? nt * 64 + ((wn * WTN) & 63) : nt * QBN + wn * WTN);
+    const int fold_g = (int)a.group;
+    const int64_t R = N;
+    /* zeros: word wcol / 8 + ni of a group's row (clamped to the row: columns past N are never stored),
+     * nibble g */
+    const uint32_t *zrow = a.has_zeros ? static_cast<const uint32_t *>(cm->zeros) : nullptr;
+    uint32_t zz[NI]; /* bf16x2 (128 + zero) of the current group, per half */
+#pragma unroll
+    for (int ni = 0; ni < NI; ni++) zz[ni] = 0x43084308u; /* symmetric: 136 = 128 + 8 */
+    const int ktiles = (int)((K + QBK - 1) / QBK);
+#pragma unroll
+    for (int s = 0; s < QSTAGES - 1; s++) {
+        if (s < ktiles) load_stage(s, s);
+        cp_async_commit();
+    }
+    for (int kt = 0; kt < ktiles; kt++) {
+        cp_async_wait<QSTAGES - 2>(); /* this thread's copies of stage kt landed */
+        __syncthreads();              /* every thread's copies of kt visible; stage kt-1 fully consumed */
+        if (kt + QSTAGES - 1 < ktiles) load_stage(kt + QSTAGES - 1, (kt + QSTAGES - 1) % QSTAGES);
+        cp_async_commit();
+        const bf16 *as = As + (kt % QSTAGES) * SPLIT * A_TILE;
+        uint4 bw[NA]; /* this lane's 16 bytes of each atom of the warp: its B fragments of the 4 chunks */
+#pragma unroll
+        for (int na = 0; na < NA; na++)
+            bw[na] = *reinterpret_cast<const uint4 *>(Bq + (kt % QSTAGES) * Q3_BSTAGE +
+                                                      (wn * NA + na) * CK_INT4R_ATOM_BYTES + lane * 16);
+#pragma unroll
+        for (int ks = 0; ks < QBK / 16; ks++) {
+            const int64_t kk = (int64_t)kt * QBK + ks * 16;
+            if (kk >= K) break;
+            const int kki = (int)kk;
+            if (a.has_zeros && kki % fold_g == 0) { /* first chunk of a group: its zeros */
+#pragma unroll
+                for (int ni = 0; ni < NI; ni++) {
+                    const int zc = wcol / 8 + ni < (int)(R / 8) ? wcol / 8 + ni : (int)(R / 8) - 1;
+                    const uint32_t zw = __ldg(zrow + (int64_t)(kki / fold_g) * (R / 8) + zc);
+                    const uint32_t z = 128u + ((zw >> (4 * g)) & 15u) + 1u; /* 129..144, exact in bf16 */
+                    zz[ni] = u32_of(__floats2bfloat162_rn((float)z, (float)z));
+                }
+            }
+            uint32_t bfr[NI][2];
+#pragma unroll
+            for (int na = 0; na < NA; na++) {
+                const uint32_t w = ks == 0 ? bw[na].x : ks == 1 ? bw[na].y : ks == 2 ? bw[na].z : bw[na].w;
+#pragma unroll
+                for (int p = 0; p < 4; p++) {
+                    const int ni = 2 * na + (p >> 1);
+                    bfr[ni][p & 1] = u32_of(__hsub2(bf2(CK_INT4R_REG(w, p)), bf2(zz[ni])));
+                }
+            }
+#pragma unroll
+            for (int h = 0; h < SPLIT; h++) {
+                uint32_t af[MI][4];
+#pragma unroll
+                for (int mi = 0; mi < MI; mi++)
+                    ldsm_x4(af[mi][0], af[mi][1], af[mi][2], af[mi][3],
+                            as + h * A_TILE + (wm * WTM + mi * 16 + (lane & 15)) * QPITCH + ks * 16 + (lane >> 4) * 8);
+#pragma unroll
+                for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+                    for (int ni = 0; ni < NI; ni++) mma16816(part[mi][ni], af[mi], bfr[ni][0], bfr[ni][1]);
+            }
+            if ((kki + 16) % fold_g == 0 || kki + 16 == K) { /* last chunk of a group: fold (as v2) */
+                const int grp = kki / fold_g;
+                float sc[NI][2];
+#pragma unroll
+                for (int ni = 0; ni < NI; ni++)
+#pragma unroll
+                    for (int q = 0; q < 2; q++) {
+                        const int n = wcol + ni * 8 + tig * 2 + q;
+                        sc[ni][q] = __half2float(
+                            __ldg(static_cast<const __half *>(cm->scale) + (int64_t)grp * R + (n < N ? n : 0)));
+                    }
+#pragma unroll
+                for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+                    for (int ni = 0; ni < NI; ni++)
+#pragma unroll
+                        for (int q = 0; q < 4; q++) {
+                            acc[mi][ni][q] = fmaf(part[mi][ni][q], sc[ni][q & 1], acc[mi][ni][q]);
+                            part[mi][ni][q] = 0.0f;
+                        }
+            }
+        }
+    }
+    cp_async_wait<0>();
+
+    if (a.mode != CK_GEMM_GATEUP) {
+#pragma unroll
+        for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+            for (int ni = 0; ni < NI; ni++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int r = wm * WTM + mi * 16 + g + h * 8;
+                    if (r >= rows) continue;
+                    float *y = a.Y + (row0 + r) * a.ldy;
+#pragma unroll
+                    for (int q = 0; q < 2; q++) {
+                        const int64_t n = wcol + ni * 8 + tig * 2 + q;
+                        if (n < N) y[n] = acc[mi][ni][h * 2 + q];
+                    }
+                }
+        return;
+    }
+    __syncthreads(); /* every warp done with the ring before Cs overlays it */
+    float *Cs = reinterpret_cast<float *>(smem_raw);
+#pragma unroll
+    for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+        for (int ni = 0; ni < NI; ni++)
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+#pragma unroll
+                for (int q = 0; q < 2; q++)
+                    Cs[(wm * WTM + mi * 16 + g + h * 8) * (QBN + 4) + wn * WTN + ni * 8 + tig * 2 + q] =
+                        acc[mi][ni][h * 2 + q];
+    __syncthreads();
+    bf16 *H = reinterpret_cast<bf16 *>(a.H);
+    const int64_t ldh = N * a.split;
+    for (int i = tid; i < QBM * 64; i += QTHREADS) {
+        const int r = i >> 6, j = i & 63;
+        const int64_t col = nt * 64 + j;
+        if (r >= rows || col >= N) continue;
+        const float gv = Cs[r * (QBN + 4) + j], uv = Cs[r * (QBN + 4) + 64 + j];
+        const float hv = gv / (1.0f + expf(-gv)) * uv;
+        const bf16 hb = __float2bfloat16_rn(hv);
+        bf16 *hr = H + (row0 + r) * ldh;
+        hr[col] = hb;
+        if (a.split == 2) hr[N + col] = __float2bfloat16_rn(hv - __bfloat162float(hb));
+    }
+}
+
+template <int QBM, int SPLIT, int MINB> cudaError_t launch_q3(const ck_qgemm_args *a, cudaStream_t st) {
+    constexpr int smem = q3_smem<QBM, SPLIT>();
+    cudaError_t e = cudaFuncSetAttribute(qgemm3_kernel<QBM, SPLIT, MINB>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e != cudaSuccess) return e;
+    const int64_t nt = a->mode == CK_GEMM_GATEUP ? (a->N + 63) / 64 : (a->N + QBN - 1) / QBN;
+    const int64_t mt = a->mode == CK_GEMM_DENSE ? (a->M + QBM - 1) / QBM : a->max_tiles;
+    const int64_t blocks = mt * nt;
+    if (blocks <= 0) return cudaSuccess;
+    if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+    qgemm3_kernel<QBM, SPLIT, MINB><<<(unsigned)blocks, QTHREADS, smem, st>>>(*a);
+    return cudaGetLastError();
+}
+
+template <int QBM, int MINB> cudaError_t launch_v3(const ck_qgemm_args *a, cudaStream_t st) {
+    return a->split == 2 ? launch_q3<QBM, 2, MINB>(a, st) : launch_q3<QBM, 1, MINB>(a, st);
+}
+
+/* The reorder of cuda_qbits.h: one thread per u32 word of the reordered array. */
+__global__ void int4_reorder_kernel(const uint32_t *src, int64_t K, int64_t N, uint32_t *dst, int64_t words) {
+    const int64_t w = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (w >= words) return;
+    const int64_t K64 = (K + 63) / 64;
+    uint32_t out = 0;
+#pragma unroll
+    for (int s = 0; s < 8; s++) {
+        const int64_t k = CK_INT4R_K(w, s, K64), n = CK_INT4R_N(w, s, K64);
+        if (k < K && n < N) out |= ((src[(k / 8) * N + n] >> (4 * (k % 8))) & 15u) << (4 * s);
+    }
+    dst[w] = out;
+}
+
 } /* namespace */
 
 extern "C" {
@@ -520,10 +805,21 @@ cudaError_t ck_qgemm(const ck_qgemm_args *a, cudaStream_t st) {
              : bm == 64 ? launch_v2<CK_QT_FP8, 64>(a, st) : cudaErrorInvalidValue;
     case CK_QT_INT4:
         if (a->group < 16 || a->group % 16 || a->N % 8) return cudaErrorInvalidValue;
+        if (a->int4_reordered)
+            return bm == 32 ? (a->int4_reordered == 2 ? launch_v3<32, 2>(a, st) : launch_v3<32, 3>(a, st))
+                 : bm == 64 ? launch_v3<64, 2>(a, st) : cudaErrorInvalidValue;
         return bm == 32 ? launch_v2<CK_QT_INT4, 32>(a, st)
              : bm == 64 ? launch_v2<CK_QT_INT4, 64>(a, st) : cudaErrorInvalidValue;
     default: return cudaErrorInvalidValue;
     }
+}
+
+cudaError_t ck_int4_reorder(const void *src, int64_t K, int64_t N, void *dst, cudaStream_t st) {
+    if (K < 16 || K % 8 || N < 1 || N % 8) return cudaErrorInvalidValue;
+    const int64_t words = CK_INT4R_BYTES(N, K) / 4;
+    int4_reorder_kernel<<<(unsigned)((words + 255) / 256), 256, 0, st>>>(static_cast<const uint32_t *>(src), K, N,
+                                                                        static_cast<uint32_t *>(dst), words);
+    return cudaGetLastError();
 }
 
 } /* extern "C" */
