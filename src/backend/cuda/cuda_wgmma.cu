@@ -146,7 +146,7 @@ __global__ void __launch_bounds__(BM * 2, 1) wgmma_gemm_kernel(const ck_gemm_arg
     constexpr int THREADS = BM * 2, STAGES = wg_stages<BM, SPLIT>(), STAGE = wg_stage_bytes<BM, SPLIT>();
     constexpr int BN = wg_bn<BM>(), HALF = BN / 2, NR = BN / 2; /* NR: accumulators per thread */
     constexpr int A_CHUNKS = BM * 8 / THREADS, W_CHUNKS = BN * 8 / THREADS; /* 16-byte chunks per thread */
-    static_assert(STAGES >= 3, "the schedule loads STAGES - 2 tiles ahead");
+    static_assert(STAGES >= 2, "the schedule loads STAGES - 1 tiles ahead");
     extern __shared__ unsigned char smem_raw[];
     /* swizzle atoms need 1024-byte alignment */
     unsigned char *smem =
@@ -223,21 +223,20 @@ __global__ void __launch_bounds__(BM * 2, 1) wgmma_gemm_kernel(const ck_gemm_arg
 #pragma unroll
     for (int i = 0; i < NR; i++) acc[i] = 0.0f;
 
-    /* Schedule: stage s holds K tile kt with s = kt % STAGES; STAGES - 2 tiles are loaded ahead, so the
-     * stage refilled in iteration kt (that of tile kt - 2) was read by the wgmma group of iteration kt - 2,
-     * which every warpgroup completed (wait_group 1 at the end of kt - 1) before the barrier of kt. */
+    /* Schedule: stage s holds K tile kt with s = kt % STAGES, STAGES - 1 tiles loaded ahead.  Iteration
+     * kt: wait for tile kt's copies, barrier (everyone's landed), issue tile kt's wgmma group, wait until
+     * at most that group is in flight (tile kt - 1's is done), barrier (every warpgroup's is), refill
+     * tile kt - 1's stage with tile kt + STAGES - 1 while tile kt's MMAs run. */
     const int ktiles = (int)(K / WG_BK);
 #pragma unroll
-    for (int s = 0; s < STAGES - 2; s++) {
+    for (int s = 0; s < STAGES - 1; s++) {
         if (s < ktiles) load_stage(s, s);
         cp_async_commit();
     }
     for (int kt = 0; kt < ktiles; kt++) {
-        cp_async_wait<STAGES - 3>(); /* this thread's copies of tile kt landed */
+        cp_async_wait<STAGES - 2>(); /* this thread's copies of tile kt landed */
         fence_proxy_async();
-        __syncthreads();             /* everyone's; and tile kt - 2's stage is free */
-        if (kt + STAGES - 2 < ktiles) load_stage(kt + STAGES - 2, (kt + STAGES - 2) % STAGES);
-        cp_async_commit();
+        __syncthreads(); /* everyone's */
         const uint32_t st = sbase + (uint32_t)((kt % STAGES) * STAGE);
         const uint32_t a_hi = st + (uint32_t)(wg * 64 * ROW_BYTES), w_t = st + (uint32_t)(SPLIT * BM * ROW_BYTES);
         acc_fence(acc);
@@ -251,6 +250,9 @@ __global__ void __launch_bounds__(BM * 2, 1) wgmma_gemm_kernel(const ck_gemm_arg
         wg_commit();
         wg_wait<1>();
         acc_fence(acc);
+        __syncthreads(); /* tile kt - 1's stage is read by no one any more */
+        if (kt + STAGES - 1 < ktiles) load_stage(kt + STAGES - 1, (kt + STAGES - 1) % STAGES);
+        cp_async_commit();
     }
     wg_wait<0>();
     acc_fence(acc);
