@@ -160,10 +160,11 @@ EOF
         PYTHONUNBUFFERED=1 run_stage transformers 270 python3 bench/bench_transformers.py
         grep -E "ceiling|RESULT|peak|built" "$OUT/transformers.log" >> "$SUM"
         ;;
-    bench_fast) # the opt-in fast numerics (bf16 activations), for the speed it gives up
-        CLEF_CUDA_NUMERICS=fast run_stage bench_fast 150 "$BIN/clef" bench --synthetic full --seed 1 --device cuda \
-            --text-only --runs 1x300,1x1000,32x1000 --iters 5
-        grep -v -E "^(clef|===)" "$OUT/bench_fast.log" | grep -E "^[a-z_0-9]+ |run " | head -40 >> "$SUM"
+    bench_fast) # another numerics mode (BENCH_NUMERICS: fast (default) or balanced), for the speed it buys
+        nm=${BENCH_NUMERICS:-fast}
+        CLEF_CUDA_NUMERICS=$nm run_stage "bench_$nm" 150 "$BIN/clef" bench --synthetic full --seed 1 --device cuda \
+            --text-only --runs ${BENCH_FAST_RUNS:-1x300,1x1000,32x1000} --iters 5
+        grep -v -E "^(clef|===)" "$OUT/bench_$nm.log" | grep -E "^[a-z_0-9]+ |run " | head -40 >> "$SUM"
         ;;
     quant_small) # the quantized CUDA path end to end on `small` against the CPU's answers for the same
         # quantized weights (bench/parity/cpu_answers_small_seed1_<format>.jsonl), then BF16 vs each format
