@@ -42,13 +42,20 @@
  *   - Everything else (norms, RoPE, router softmax/top-k, SwiGLU, combine,
  *     head row ops) is f32 as on the CPU.
  * Determinism (backend.h): every output element has one fixed reduction
- * order that depends on its own row (and segment) only: GEMM tiles never
- * split K, the expert combine sums in ascending expert order, no float
- * atomics.  A record gives bitwise the same result alone or packed.
+ * order that depends on its own row (and segment) only: the custom GEMM
+ * tiles never split K, cuBLASLt split-K (below) has its split fixed per
+ * weight shape and a fixed-order reduction, the expert combine sums in
+ * ascending expert order, no float atomics.  A record gives bitwise the same
+ * result alone or packed.
  *
- * Dense products use cuBLASLt with one algorithm fixed per weight shape
- * (never split-K), unless CLEF_CUDA_GEMM=custom selects the hand-written
- * tensor-core kernel for them too.
+ * Dense products use cuBLASLt with one algorithm fixed per weight shape,
+ * timed once at 300 and 8192 rows (300 counting double), unless
+ * CLEF_CUDA_GEMM=custom selects the hand-written tensor-core kernel for them
+ * too.  The algorithm may split K (fixed split count; INPLACE, COMPUTE_TYPE
+ * or OUTPUT_TYPE reduction, each checked on the GPU for bitwise row
+ * independence first); CLEF_CUDA_LT_SPLITK=0 forbids that (the fallback),
+ * =2 allows only split-K algorithms where a shape has any (tests).
+ * CLEF_CUDA_LT_LOG=1 prints each shape's candidates and the pick.
  *
  * Quantized weights (src/quant: NVFP4 both forms, FP8 block, INT4 GPTQ sym /
  * asym) stay packed on the device (bytes + scales as in the checkpoint, ~1/4

@@ -34,12 +34,14 @@ enum cu_slot {
     SLOT_COUNT
 };
 
-/* A cuBLASLt algorithm fixed for one weight shape (never split-K), and the
- * layouts used with it. */
+/* A cuBLASLt algorithm fixed for one weight shape, and the layouts used with
+ * it.  The algorithm may split K (a split count and reduction scheme fixed
+ * here, the same for every call: see lt_candidates). */
 typedef struct lt_plan {
     int64_t N, K;
     int split; /* 2: planned for split products (precise dense): 2M stacked rows, then ck_split_sum */
     int ok; /* 0 = no batch-invariant algorithm or the custom kernel was faster: the custom kernel */
+    int64_t max_rows; /* stacked rows per cuBLASLt call: the algorithm's workspace fits up to this many */
     cublasLtMatmulAlgo_t algo;
     cublasLtMatrixLayout_t a, b, d;
 } lt_plan;
@@ -86,6 +88,9 @@ typedef struct cuda_ctx {
     int device;
     int precise, gemm_custom, profile;
     int gemm_lt_only; /* options gemm = 2: never pick the custom kernel for a shape that has a cuBLASLt algorithm */
+    /* CLEF_CUDA_LT_SPLITK, read at creation: 0 = no split-K cuBLASLt algorithms, 1 (default) = they
+     * compete with the others, 2 = only split-K ones where a shape has any (tests: exercises them) */
+    int lt_splitk;
     /* CLEF_CUDA_TUNE bits (default 7; results are bitwise the same either way): 1 = precise expert
      * GEMMs on 32-row tiles when the experts average <= 32 rows, 2 = precise attention with one K/V
      * buffer (two blocks per SM), 4 = precise expert GEMMs of big batches on 64-row tiles (two blocks
@@ -631,81 +636,198 @@ static int lt_layout(cublasLtMatrixLayout_t *l, cudaDataType_t type, int64_t row
     return lt_check(cublasLtMatrixLayoutCreate(l, type, (uint64_t)rows, (uint64_t)cols, ld), "layout", err);
 }
 
-/* Candidate algorithms for weight shape [N, K]: cuBLASLt heuristics at a
- * small and a large M, kept when they never split K and accept every M the
- * engine can ask for (1 .. 65536 rows).  Returns the count (<= cap). */
-static int lt_candidates(cuda_ctx *c, lt_plan *p, cublasLtMatmulAlgo_t *out, int cap) {
+/* Split count and reduction scheme of a cuBLASLt algorithm configuration. */
+static void lt_algo_split(const cublasLtMatmulAlgo_t *a, uint32_t *splitk, uint32_t *scheme) {
+    size_t got = 0;
+    *splitk = 1, *scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
+    cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, splitk, sizeof *splitk, &got);
+    cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, scheme, sizeof *scheme, &got);
+}
+
+static const char *lt_scheme_name(uint32_t s) {
+    return s == CUBLASLT_REDUCTION_SCHEME_NONE           ? "none"
+           : s == CUBLASLT_REDUCTION_SCHEME_INPLACE      ? "inplace"
+           : s == CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE ? "compute-type"
+           : s == CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE  ? "output-type"
+                                                         : "?";
+}
+
+/* Split-K and batch invariance.  A split-K algorithm cuts K into SPLITK_NUM
+ * slices, accumulates each in its own CTA, then sums the slices' partials.
+ * It is admitted only as configured once here (split count and reduction
+ * scheme fixed per weight shape, the same for every M) and only with one of
+ * the reduction schemes of cublasLt.h (cublasLtReductionScheme_t):
+ *  - INPLACE: "reduction is performed in place using the output buffer ...
+ *    and counters (in workspace) to guarantee the sequentiality": read as
+ *    the slices adding into the output one after the other in slice order
+ *    (a counter turnstile, like CUTLASS's serial split-K), no float atomics;
+ *  - COMPUTE_TYPE / OUTPUT_TYPE: the partials are stored in the workspace
+ *    (f32 either way here: the output is f32) and "reduced in a separate
+ *    step" by a reduction kernel.
+ * Either way each output element is the sum of its own SPLITK_NUM partials,
+ * each a fixed-order dot product over a K slice whose bounds depend on K and
+ * the split count only: a row's result depends on that row only, whatever M
+ * (the argument that already holds for the non-split algorithms).  Run to
+ * run, cuBLAS documents bitwise-identical results for one toolkit version on
+ * GPUs of one architecture and SM count, with one stream or a user-owned
+ * workspace per stream ("Results reproducibility", cuBLAS docs; one stream
+ * and one workspace per backend here).  In NVIDIA/CUDALibrarySamples issue
+ * 243 ("Nondeterministic reductions") a user saw split-K results vary; the
+ * maintainer's reply there explains differences between split counts, and
+ * advises a reduction-scheme mask of NONE only to exclude split-K: that is
+ * what CLEF_CUDA_LT_SPLITK=0 does.  As run-to-run and row independence are
+ * thus reasoned rather than documented for split-K, each split-K candidate
+ * is also checked on the GPU before it is timed (lt_verify: bitwise equal
+ * twice, alone and in batches); and its K slices must be whole
+ * multiples of 128 (a cuBLAS split-K bug reported on H100 drops a ragged K
+ * tail: facebookexperimental/triton PR 2767). */
+
+/* Stacked rows of the ladder at which an algorithm must be accepted (up to
+ * at least 2048; as far as its workspace fits, 65536 at most). */
+static const int64_t lt_ladder[] = {1, 7, 64, 300, 600, 1024, 2048, 4097, 8192, 16384, 32768, 65536};
+
+/* Whether algorithm `a` (as configured) may serve plan p, not being one of
+ * out[0 .. n): split-K only as described above; cublasLtMatmulAlgoCheck
+ * accepts it within the workspace at every ladder row count up to
+ * *max_rows >= 2048 (the rows a call is then limited to). */
+static int lt_admit(cuda_ctx *c, lt_plan *p, const cublasLtMatmulAlgo_t *a, const cublasLtMatmulAlgo_t *out, int n,
+                    int64_t *max_rows) {
+    uint32_t splitk, scheme;
+    lt_algo_split(a, &splitk, &scheme);
+    if (splitk > 1) {
+        if (!c->lt_splitk || p->K % (128 * (int64_t)splitk)) return 0;
+        if (scheme != CUBLASLT_REDUCTION_SCHEME_INPLACE && scheme != CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE &&
+            scheme != CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE)
+            return 0;
+    } else if (scheme != CUBLASLT_REDUCTION_SCHEME_NONE)
+        return 0;
+    for (int j = 0; j < n; j++)
+        if (memcmp(&out[j], a, sizeof *a) == 0) return 0;
+    int64_t cap = 0;
+    for (size_t j = 0; j < sizeof lt_ladder / sizeof *lt_ladder; j++) {
+        cublasLtMatrixLayoutSetAttribute(p->b, CUBLASLT_MATRIX_LAYOUT_COLS, &lt_ladder[j], sizeof lt_ladder[j]);
+        cublasLtMatrixLayoutSetAttribute(p->d, CUBLASLT_MATRIX_LAYOUT_COLS, &lt_ladder[j], sizeof lt_ladder[j]);
+        cublasLtMatmulHeuristicResult_t chk;
+        if (cublasLtMatmulAlgoCheck(c->lt, c->lt_desc, p->a, p->b, p->d, p->d, a, &chk) != CUBLAS_STATUS_SUCCESS ||
+            chk.workspaceSize > c->lt_ws_bytes)
+            break;
+        cap = lt_ladder[j];
+    }
+    *max_rows = cap;
+    return cap >= 2048;
+}
+
+/* Candidate algorithms for weight shape [N, K] (out, with the rows each
+ * call may have in rows): cuBLASLt heuristics at 4096, 300 (x2 stacked when
+ * split) and 256 rows, split-K ones included unless CLEF_CUDA_LT_SPLITK=0;
+ * and split-K variants (2, 4, 8, 16 slices; INPLACE and COMPUTE_TYPE) of the
+ * heuristic's first three non-split algorithms at the small row counts, as
+ * the heuristic may offer none there although few CTAs run without.  Each
+ * admitted by lt_admit.  Returns the count (<= cap). */
+static int lt_candidates(cuda_ctx *c, lt_plan *p, cublasLtMatmulAlgo_t *out, int64_t *rows, int cap) {
     cublasLtMatmulPreference_t pref;
     if (cublasLtMatmulPreferenceCreate(&pref) != CUBLAS_STATUS_SUCCESS) return 0;
     uint64_t ws = c->lt_ws_bytes;
     uint32_t al_ab = 256, al_cd = 16;
+    uint32_t mask = c->lt_splitk ? CUBLASLT_REDUCTION_SCHEME_MASK : CUBLASLT_REDUCTION_SCHEME_NONE;
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &mask, sizeof mask);
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_ab, sizeof al_ab);
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_ab, sizeof al_ab);
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_cd, sizeof al_cd);
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_cd, sizeof al_cd);
-    static const int64_t probe[] = {4096, 256};
-    static const int64_t ms[] = {1, 7, 64, 300, 4097, 65536}; /* split plans call with at most 16384 */
-    int n = 0;
+    const int64_t probe[] = {4096, 300 * p->split, 256};
+    cublasLtMatmulAlgo_t base[3];
+    int n = 0, nb = 0;
     for (size_t pi = 0; pi < sizeof probe / sizeof *probe; pi++) {
-        cublasLtMatrixLayoutSetAttribute(p->b, CUBLASLT_MATRIX_LAYOUT_COLS, &probe[pi], sizeof probe[pi]);
-        cublasLtMatrixLayoutSetAttribute(p->d, CUBLASLT_MATRIX_LAYOUT_COLS, &probe[pi], sizeof probe[pi]);
         cublasLtMatmulHeuristicResult_t res[16];
         int n_res = 0;
+        cublasLtMatrixLayoutSetAttribute(p->b, CUBLASLT_MATRIX_LAYOUT_COLS, &probe[pi], sizeof probe[pi]);
+        cublasLtMatrixLayoutSetAttribute(p->d, CUBLASLT_MATRIX_LAYOUT_COLS, &probe[pi], sizeof probe[pi]);
         if (cublasLtMatmulAlgoGetHeuristic(c->lt, c->lt_desc, p->a, p->b, p->d, p->d, pref, 16, res, &n_res) !=
             CUBLAS_STATUS_SUCCESS)
             continue;
-        for (int i = 0; i < n_res && n < cap; i++) {
+        for (int i = 0; i < n_res; i++) {
             if (res[i].state != CUBLAS_STATUS_SUCCESS) continue;
-            uint32_t splitk = 1, scheme = 0;
-            size_t got = 0;
-            cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk,
-                                                 sizeof splitk, &got);
-            cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme,
-                                                 sizeof scheme, &got);
-            if (splitk > 1 || scheme != CUBLASLT_REDUCTION_SCHEME_NONE) continue;
-            int dup = 0;
-            for (int j = 0; j < n && !dup; j++) dup = memcmp(&out[j], &res[i].algo, sizeof out[j]) == 0;
-            int all = !dup;
-            for (size_t j = 0; j < sizeof ms / sizeof *ms && all; j++) {
-                cublasLtMatrixLayoutSetAttribute(p->b, CUBLASLT_MATRIX_LAYOUT_COLS, &ms[j], sizeof ms[j]);
-                cublasLtMatrixLayoutSetAttribute(p->d, CUBLASLT_MATRIX_LAYOUT_COLS, &ms[j], sizeof ms[j]);
-                cublasLtMatmulHeuristicResult_t chk;
-                all = cublasLtMatmulAlgoCheck(c->lt, c->lt_desc, p->a, p->b, p->d, p->d, &res[i].algo, &chk) ==
-                          CUBLAS_STATUS_SUCCESS &&
-                      chk.workspaceSize <= c->lt_ws_bytes;
+            uint32_t splitk, scheme;
+            lt_algo_split(&res[i].algo, &splitk, &scheme);
+            if (pi > 0 && splitk == 1 && nb < 3) {
+                int dup = 0;
+                for (int j = 0; j < nb && !dup; j++) dup = memcmp(&base[j], &res[i].algo, sizeof base[j]) == 0;
+                if (!dup) base[nb++] = res[i].algo;
             }
-            cublasLtMatrixLayoutSetAttribute(p->b, CUBLASLT_MATRIX_LAYOUT_COLS, &probe[pi], sizeof probe[pi]);
-            cublasLtMatrixLayoutSetAttribute(p->d, CUBLASLT_MATRIX_LAYOUT_COLS, &probe[pi], sizeof probe[pi]);
-            if (all) out[n++] = res[i].algo;
+            if (n < cap && lt_admit(c, p, &res[i].algo, out, n, &rows[n])) out[n++] = res[i].algo;
         }
     }
     cublasLtMatmulPreferenceDestroy(pref);
+    static const uint32_t splits[] = {2, 4, 8, 16};
+    static const uint32_t schemes[] = {CUBLASLT_REDUCTION_SCHEME_INPLACE, CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE};
+    for (int b = 0; b < nb && c->lt_splitk; b++)
+        for (size_t s = 0; s < sizeof splits / sizeof *splits; s++)
+            for (size_t r = 0; r < sizeof schemes / sizeof *schemes; r++) {
+                cublasLtMatmulAlgo_t a = base[b];
+                if (cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits[s],
+                                                         sizeof splits[s]) != CUBLAS_STATUS_SUCCESS ||
+                    cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &schemes[r],
+                                                         sizeof schemes[r]) != CUBLAS_STATUS_SUCCESS)
+                    continue;
+                if (n < cap && lt_admit(c, p, &a, out, n, &rows[n])) out[n++] = a;
+            }
     return n;
 }
 
-/* Milliseconds of one product of M rows with candidate `i` (-1 = the custom
+/* Rows per cuBLASLt call of a split product (2x that many stacked rows). */
+#define SPLIT_LT_ROWS 8192
+
+/* Rows (tokens) per cuBLASLt call of plan p with an algorithm limited to
+ * max_rows stacked rows. */
+static int64_t lt_chunk(const lt_plan *p, int64_t max_rows) {
+    if (p->split == 1) return max_rows;
+    return max_rows / 2 < SPLIT_LT_ROWS ? max_rows / 2 : SPLIT_LT_ROWS;
+}
+
+/* y[T, N] = bf16(x) . W^T with `algo` on plan p's layouts, in calls of
+ * lt_chunk rows (rows are independent: no value changes).  Split plans: a16
+ * rows are [hi | lo], read as 2T rows of K (hi_0, lo_0, hi_1, ...) into the
+ * scratch d (2 * min(T, chunk) * N floats), then y = hi + lo (+ bias) by
+ * ck_split_sum; other plans write y directly and ignore bias.  Returns 0;
+ * 1 with *ls = the cuBLASLt status; 2 with *cs = the CUDA error. */
+static int lt_run(cuda_ctx *c, lt_plan *p, const cublasLtMatmulAlgo_t *algo, int64_t max_rows, const void *w,
+                  const uint16_t *a16, int64_t T, const float *bias, float *y, float *d, cublasStatus_t *ls,
+                  cudaError_t *cs) {
+    const float one = 1.0f, zero = 0.0f;
+    const int64_t chunk = lt_chunk(p, max_rows);
+    for (int64_t r0 = 0; r0 < T; r0 += chunk) {
+        const int64_t n = T - r0 < chunk ? T - r0 : chunk, rows = n * p->split;
+        float *o = p->split == 2 ? d : y + r0 * p->N;
+        cublasLtMatrixLayoutSetAttribute(p->b, CUBLASLT_MATRIX_LAYOUT_COLS, &rows, sizeof rows);
+        cublasLtMatrixLayoutSetAttribute(p->d, CUBLASLT_MATRIX_LAYOUT_COLS, &rows, sizeof rows);
+        *ls = cublasLtMatmul(c->lt, c->lt_desc, &one, w, p->a, a16 + r0 * p->split * p->K, p->b, &zero, o, p->d, o,
+                             p->d, algo, c->lt_ws, c->lt_ws_bytes, c->st);
+        if (*ls != CUBLAS_STATUS_SUCCESS) return 1;
+        if (p->split == 2 && (*cs = ck_split_sum(d, n, p->N, bias, y + r0 * p->N, c->st)) != cudaSuccess) return 2;
+    }
+    return 0;
+}
+
+/* Milliseconds of one product of M rows with `algo` (NULL = the custom
  * kernel): best of 3 after a warm-up, or a huge value if it fails. */
-static double time_candidate(cuda_ctx *c, lt_plan *p, const cublasLtMatmulAlgo_t *algo, const void *w,
-                             const uint16_t *a16, float *y, float *y2, int64_t M) {
+static double time_candidate(cuda_ctx *c, lt_plan *p, const cublasLtMatmulAlgo_t *algo, int64_t max_rows,
+                             const void *w, const uint16_t *a16, float *y, float *y2, int64_t M) {
     cudaEvent_t e0, e1;
     if (cudaEventCreate(&e0) != cudaSuccess) return 1e30;
     if (cudaEventCreate(&e1) != cudaSuccess) {
         cudaEventDestroy(e0);
         return 1e30;
     }
-    const float one = 1.0f, zero = 0.0f;
-    const int64_t MS = M * p->split; /* stacked [hi; lo] rows when split */
-    cublasLtMatrixLayoutSetAttribute(p->b, CUBLASLT_MATRIX_LAYOUT_COLS, &MS, sizeof MS);
-    cublasLtMatrixLayoutSetAttribute(p->d, CUBLASLT_MATRIX_LAYOUT_COLS, &MS, sizeof MS);
     double best = 1e30;
     for (int rep = 0; rep < 4; rep++) {
         cudaEventRecord(e0, c->st);
         int ok;
         if (algo) {
-            ok = cublasLtMatmul(c->lt, c->lt_desc, &one, w, p->a, a16, p->b, &zero, y, p->d, y, p->d, algo, c->lt_ws,
-                                c->lt_ws_bytes, c->st) == CUBLAS_STATUS_SUCCESS;
-            if (ok && p->split == 2) ok = ck_split_sum(y, M, p->N, NULL, y2, c->st) == cudaSuccess;
+            cublasStatus_t ls;
+            cudaError_t cs;
+            ok = lt_run(c, p, algo, max_rows, w, a16, M, NULL, p->split == 2 ? y2 : y, y, &ls, &cs) == 0;
         } else {
             ck_gemm_args g = {.mode = CK_GEMM_DENSE, .A = a16, .lda = p->K * p->split, .K = p->K, .split = p->split,
                               .N = p->N, .W = w, .M = M, .Y = y, .ldy = p->N, .big = M >= 1024};
@@ -725,13 +847,86 @@ static double time_candidate(cuda_ctx *c, lt_plan *p, const cublasLtMatmulAlgo_t
     return best;
 }
 
-/* The algorithm for weight shape [N, K] (w: the weight), chosen once: every
- * candidate never splits K, so each row is reduced the same way whatever the
- * batch, and the choice depends only on the shape.  Candidates (cuBLASLt
- * algorithms and the custom kernel) are timed at 300 and 8192 rows (the
- * single-decision and the batched regime); the one with the smallest sum of
- * slowdowns against the best of each size wins (ties within 3%: the earlier,
- * i.e. the heuristic's order).  CLEF_CUDA_LT_LOG=1 prints the timings. */
+/* Checks split-K candidate `algo` on this GPU before it may be chosen (the
+ * split-K note above): on R = 64 random rows written at the start of a16
+ * (MB rows room; y, y2 as for time_candidate), the R rows' result must be
+ * bitwise the same twice, alone (row 0), and as the first rows of batches of
+ * 300 and MB rows, and within 1e-4 (relative L2) of the custom kernel's.
+ * Returns NULL if it passes, else what failed. */
+static const char *lt_verify(cuda_ctx *c, lt_plan *p, const cublasLtMatmulAlgo_t *algo, int64_t max_rows,
+                             const void *w, uint16_t *a16, float *y, float *y2, int64_t MB) {
+    enum { R = 64 };
+    const size_t na = (size_t)(R * p->split * p->K), ny = (size_t)(R * p->N);
+    uint16_t *h = malloc(na * sizeof *h);
+    float *ref = malloc(ny * sizeof *ref), *got = malloc(ny * sizeof *got);
+    const char *why = NULL;
+    if (!h || !ref || !got) {
+        why = "out of host memory";
+        goto done;
+    }
+    uint64_t s = 0x9e3779b97f4a7c15ull;
+    for (size_t i = 0; i < na; i++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        h[i] = clef_f32_to_bf16((float)(int64_t)(s >> 40) / (float)(1 << 23) - 1.0f);
+    }
+    float *out = p->split == 2 ? y2 : y;
+    ck_gemm_args g = {.mode = CK_GEMM_DENSE, .A = a16, .lda = p->K * p->split, .K = p->K, .split = p->split,
+                      .N = p->N, .W = w, .M = R, .Y = out, .ldy = p->N};
+    if (cudaMemcpyAsync(a16, h, na * sizeof *h, cudaMemcpyHostToDevice, c->st) != cudaSuccess ||
+        ck_gemm(&g, c->st) != cudaSuccess ||
+        cudaMemcpyAsync(ref, out, ny * sizeof *ref, cudaMemcpyDeviceToHost, c->st) != cudaSuccess ||
+        cudaStreamSynchronize(c->st) != cudaSuccess) {
+        why = "custom kernel reference failed";
+        goto done;
+    }
+    /* the first run against the custom kernel; then it is the reference of the others */
+    cublasStatus_t ls;
+    cudaError_t cs;
+    if (lt_run(c, p, algo, max_rows, w, a16, R, NULL, out, y, &ls, &cs) ||
+        cudaMemcpyAsync(got, out, ny * sizeof *got, cudaMemcpyDeviceToHost, c->st) != cudaSuccess ||
+        cudaStreamSynchronize(c->st) != cudaSuccess) {
+        why = "a call failed";
+        goto done;
+    }
+    double e2 = 0, r2 = 0;
+    for (size_t i = 0; i < ny; i++) {
+        const double d = (double)got[i] - ref[i];
+        e2 += d * d, r2 += (double)ref[i] * ref[i];
+    }
+    if (!(e2 <= 1e-8 * r2)) {
+        why = "differs from the custom kernel";
+        goto done;
+    }
+    memcpy(ref, got, ny * sizeof *got);
+    static const char *names[] = {"64 rows again", "1 row", "300 rows", "the big batch"};
+    const int64_t ms[] = {R, 1, 300, MB};
+    for (int k = 0; k < 4 && !why; k++) {
+        const size_t n = (size_t)((ms[k] < R ? ms[k] : R) * p->N);
+        if (lt_run(c, p, algo, max_rows, w, a16, ms[k], NULL, out, y, &ls, &cs) ||
+            cudaMemcpyAsync(got, out, n * sizeof *got, cudaMemcpyDeviceToHost, c->st) != cudaSuccess ||
+            cudaStreamSynchronize(c->st) != cudaSuccess)
+            why = "a call failed";
+        else if (memcmp(got, ref, n * sizeof *got) != 0)
+            why = names[k];
+    }
+done:
+    cudaGetLastError();
+    free(h), free(ref), free(got);
+    return why;
+}
+
+/* The algorithm for weight shape [N, K] (w: the weight), chosen once, so
+ * each row is reduced the same way whatever the batch and the choice
+ * depends only on the shape (split-K ones: see the note above lt_admit).
+ * Candidates (cuBLASLt algorithms and the custom kernel) are timed at 300
+ * and 8192 rows: 300 is the latency case (one decision of ~300 tokens),
+ * 8192 the batched throughput case.  The pick minimises 2 x (slowdown at
+ * 300 vs the best there) + (slowdown at 8192 vs the best there): the
+ * latency case counts double, so an algorithm 10% faster at 300 rows may be
+ * up to ~20% slower at 8192 (ties within 3%: the earlier, i.e. the
+ * heuristic's order).  CLEF_CUDA_LT_SPLITK=2 allows only split-K algorithms
+ * where a shape has any (tests).  CLEF_CUDA_LT_LOG=1 prints the timings,
+ * split counts and reduction schemes. */
 static lt_plan *lt_plan_for(cuda_ctx *c, int64_t N, int64_t K, int split, const void *w, clef_err *err) {
     for (size_t i = 0; i < c->n_plans; i++)
         if (c->plans[i].N == N && c->plans[i].K == K && c->plans[i].split == split) return &c->plans[i];
@@ -752,9 +947,10 @@ static lt_plan *lt_plan_for(cuda_ctx *c, int64_t N, int64_t K, int split, const 
         lt_layout(&p->d, CUDA_R_32F, N, 4096, N, err))
         return NULL;
     c->n_plans++;
-    enum { MAXC = 24 };
+    enum { MAXC = 64 };
     cublasLtMatmulAlgo_t cand[MAXC];
-    const int nc = lt_candidates(c, p, cand, MAXC);
+    int64_t rows[MAXC];
+    const int nc = lt_candidates(c, p, cand, rows, MAXC);
     /* scratch for the timings: 8192 rows of activations and outputs */
     const int64_t MB = 8192, MS = 300;
     void *buf = NULL;
@@ -767,76 +963,82 @@ static lt_plan *lt_plan_for(cuda_ctx *c, int64_t N, int64_t K, int split, const 
     }
     /* 0x3c3c: bf16 0.0115 everywhere (not zeros, which run faster than real data) */
     cudaMemsetAsync(buf, 0x3c, a_bytes, c->st);
-    const uint16_t *a16 = buf;
+    uint16_t *a16 = buf;
     float *y = (float *)((char *)buf + a_bytes), *y2 = (float *)((char *)buf + a_bytes + y_bytes);
     double t[MAXC + 1][2], best[2] = {1e30, 1e30};
+    uint32_t sk[MAXC + 1], sch[MAXC + 1];
+    const char *bad[MAXC + 1];
+    int any_splitk = 0;
     for (int i = 0; i <= nc; i++) { /* i == nc: the custom kernel */
         const cublasLtMatmulAlgo_t *al = i < nc ? &cand[i] : NULL;
-        t[i][0] = time_candidate(c, p, al, w, a16, y, y2, MS);
-        t[i][1] = time_candidate(c, p, al, w, a16, y, y2, MB);
+        sk[i] = 1, sch[i] = CUBLASLT_REDUCTION_SCHEME_NONE, bad[i] = NULL;
+        if (al) lt_algo_split(al, &sk[i], &sch[i]);
+        if (sk[i] > 1) bad[i] = lt_verify(c, p, al, rows[i], w, a16, y, y2, MB);
+        if (bad[i]) {
+            t[i][0] = t[i][1] = 1e30;
+            continue;
+        }
+        any_splitk |= sk[i] > 1;
+        t[i][0] = time_candidate(c, p, al, al ? rows[i] : 0, w, a16, y, y2, MS);
+        t[i][1] = time_candidate(c, p, al, al ? rows[i] : 0, w, a16, y, y2, MB);
         for (int j = 0; j < 2; j++)
             if (t[i][j] < best[j]) best[j] = t[i][j];
     }
     cudaFreeAsync(buf, c->st);
+    const int only_splitk = c->lt_splitk == 2 && any_splitk;
     int pick = -1;
     double pick_cost = 1e30;
     for (int i = 0; i <= nc; i++) {
-        if (i == nc && c->gemm_lt_only) break;
-        const double cost = t[i][0] / best[0] + t[i][1] / best[1];
+        if (i == nc && (c->gemm_lt_only || only_splitk)) break;
+        if (bad[i] || (only_splitk && sk[i] == 1)) continue;
+        const double cost = 2.0 * t[i][0] / best[0] + t[i][1] / best[1];
         if (cost < pick_cost * 0.97) {
             pick = i;
             pick_cost = cost;
         }
     }
     if (getenv("CLEF_CUDA_LT_LOG")) {
-        for (int i = 0; i <= nc; i++)
-            fprintf(stderr, "clef cuda: [%lld x %lld]%s %s %d: %.1f us at %lld rows, %.1f us at %lld rows%s\n",
-                    (long long)N, (long long)K, split == 2 ? " split" : "", i < nc ? "cublaslt algo" : "custom kernel",
-                    i, 1e3 * t[i][0],
-                    (long long)MS, 1e3 * t[i][1], (long long)MB, i == pick ? "  <- chosen" : "");
+        for (int i = 0; i <= nc; i++) {
+            char how[96];
+            if (i == nc)
+                snprintf(how, sizeof how, "custom kernel %d", i);
+            else
+                snprintf(how, sizeof how, "cublaslt algo %d (split-K %u %s, <= %lld rows a call)", i, sk[i],
+                         lt_scheme_name(sch[i]), (long long)rows[i]);
+            if (bad[i])
+                fprintf(stderr, "clef cuda: [%lld x %lld]%s %s: rejected: %s\n", (long long)N, (long long)K,
+                        split == 2 ? " split" : "", how, bad[i]);
+            else
+                fprintf(stderr, "clef cuda: [%lld x %lld]%s %s: %.1f us at %lld rows, %.1f us at %lld rows%s\n",
+                        (long long)N, (long long)K, split == 2 ? " split" : "", how, 1e3 * t[i][0], (long long)MS,
+                        1e3 * t[i][1], (long long)MB, i == pick ? "  <- chosen" : "");
+        }
     }
     if (pick >= 0 && pick < nc) {
         p->algo = cand[pick];
+        p->max_rows = rows[pick];
         p->ok = 1;
     }
     return p;
 }
 
-/* Rows per cuBLASLt call of a split product (2x that many stacked rows). */
-#define SPLIT_LT_ROWS 8192
-
-/* y[T, N] = bf16(x) . W^T through the fixed cuBLASLt algorithm of W's shape.
- * Split plans: a16 rows are [hi | lo], read as 2T rows of K (hi_0, lo_0,
- * hi_1, ...) in one call per SPLIT_LT_ROWS rows into SLOT_SPLIT_Y, then
- * y = hi + lo (+ bias) by ck_split_sum.  Each of the stacked rows is reduced
- * by the same fixed non-split-K algorithm whatever its neighbours, so a
- * row's result still depends on that row only.  Bias added here only for
- * split plans. */
+/* y[T, N] = bf16(x) . W^T through the fixed cuBLASLt algorithm of W's shape
+ * (lt_run; the split plans' hi and lo rows go through SLOT_SPLIT_Y).  Each
+ * stacked row is reduced by the same fixed algorithm whatever its
+ * neighbours, so a row's result depends on that row only.  Bias added here
+ * only for split plans. */
 static int lt_matmul(cuda_ctx *c, lt_plan *p, const uint16_t *a16, int64_t T, const clef_weight *w,
                      const float *bias, float *y, clef_err *err) {
-    const float one = 1.0f, zero = 0.0f;
-    if (p->split == 1) {
-        cublasLtMatrixLayoutSetAttribute(p->b, CUBLASLT_MATRIX_LAYOUT_COLS, &T, sizeof T);
-        cublasLtMatrixLayoutSetAttribute(p->d, CUBLASLT_MATRIX_LAYOUT_COLS, &T, sizeof T);
-        return lt_check(cublasLtMatmul(c->lt, c->lt_desc, &one, w->data, p->a, a16, p->b, &zero, y, p->d, y, p->d,
-                                       &p->algo, c->lt_ws, c->lt_ws_bytes, c->st),
-                        "matmul", err);
+    float *d = NULL;
+    if (p->split == 2) {
+        const int64_t chunk = lt_chunk(p, p->max_rows);
+        d = cu_slot(c, SLOT_SPLIT_Y, (size_t)(2 * (T < chunk ? T : chunk) * p->N) * sizeof(float), err);
+        if (!d) return -1;
     }
-    /* split: chunks of SPLIT_LT_ROWS rows bound the scratch (rows are independent: no value changes) */
-    const int64_t chunk = T < SPLIT_LT_ROWS ? T : SPLIT_LT_ROWS;
-    float *d = cu_slot(c, SLOT_SPLIT_Y, (size_t)(2 * chunk * p->N) * sizeof(float), err);
-    if (!d) return -1;
-    for (int64_t r0 = 0; r0 < T; r0 += chunk) {
-        const int64_t n = T - r0 < chunk ? T - r0 : chunk, rows = 2 * n;
-        cublasLtMatrixLayoutSetAttribute(p->b, CUBLASLT_MATRIX_LAYOUT_COLS, &rows, sizeof rows);
-        cublasLtMatrixLayoutSetAttribute(p->d, CUBLASLT_MATRIX_LAYOUT_COLS, &rows, sizeof rows);
-        if (lt_check(cublasLtMatmul(c->lt, c->lt_desc, &one, w->data, p->a, a16 + r0 * 2 * p->K, p->b, &zero, d, p->d,
-                                    d, p->d, &p->algo, c->lt_ws, c->lt_ws_bytes, c->st),
-                     "matmul", err) ||
-            cu_check(ck_split_sum(d, n, p->N, bias, y + r0 * p->N, c->st), "split sum", err))
-            return -1;
-    }
-    return 0;
+    cublasStatus_t ls = CUBLAS_STATUS_SUCCESS;
+    cudaError_t cs = cudaSuccess;
+    const int rc = lt_run(c, p, &p->algo, p->max_rows, w->data, a16, T, p->split == 2 ? bias : NULL, y, d, &ls, &cs);
+    return rc == 1 ? lt_check(ls, "matmul", err) : rc == 2 ? cu_check(cs, "split sum", err) : 0;
 }
 
 static int weight_plain_bf16_ok(const clef_weight *w, const char *what, clef_err *err) {
@@ -1567,7 +1769,10 @@ static int ctx_init(cuda_ctx *c, clef_err *err) {
         lt_check(cublasLtMatmulDescSetAttribute(c->lt_desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "desc", err))
         return -1;
     if (c->wgmma && !(ck_wgmma_built() && prop.major == 9 && prop.minor == 0)) c->wgmma = 0;
-    c->lt_ws_bytes = (size_t)32 << 20;
+    /* 64 MiB, allocated once: split-K algorithms whose reduction goes through the workspace
+     * (COMPUTE_TYPE / OUTPUT_TYPE partials, split x rows x N floats) are called on as many rows as
+     * fit (lt_plan.max_rows); the others need at most a few counters. */
+    c->lt_ws_bytes = (size_t)64 << 20;
     if (cu_check(cudaMalloc(&c->lt_ws, c->lt_ws_bytes), "cuBLASLt workspace", err)) return -1;
     note_usage(c);
     return 0;
@@ -1619,6 +1824,7 @@ clef_backend *clef_cuda_backend_create_ex(const clef_cuda_options *opt, clef_err
         c->int4_v2 = q4 && strcmp(q4, "v2") == 0;
         c->int4_2blk = q4 && strcmp(q4, "v3-2blk") == 0;
     }
+    c->lt_splitk = getenv_int("CLEF_CUDA_LT_SPLITK", 1);
     be->ops = &cuda_ops;
     be->ctx = c;
     if (ctx_init(c, err) != 0) {
