@@ -29,6 +29,11 @@
  * stacked [hi; lo] rows (gemm = 2 forces cuBLASLt where an algorithm
  * exists) and the split custom kernel; and with CLEF_CUDA_TUNE=0 (64-row
  * expert tiles, two K/V buffers in attention), bitwise equal to the default.
+ * Two more backends (fast and precise) run with CLEF_CUDA_LT_SPLITK=2: the
+ * dense products use a split-K cuBLASLt algorithm wherever a shape has one
+ * that passed the backend's checks, so the matmul tests (the model's
+ * projection shapes at 1, 300 and 8300 rows included) hold split-K to the
+ * same CPU agreement and bitwise row invariance.
  * Every GPU output is poisoned with NaN before the op, so an element the
  * op forgot to write fails the check. */
 #include <math.h>
@@ -44,7 +49,7 @@
 #define TOL_BF16 1e-2
 #define TOL_PRECISE 1e-5
 #define TOL_PRECISE_ATTN 3e-5
-#define N_GPU 5
+#define N_GPU 7
 
 static uint64_t rng_state = 0x2545f4914f6cdd1dull;
 
@@ -68,8 +73,10 @@ typedef struct fx {
 } fx;
 
 /* fast cuBLASLt, fast custom kernel, precise with cuBLASLt, precise with the custom kernel, precise
- * with CLEF_CUDA_TUNE=0 (64-row expert tiles, two K/V buffers: must give bitwise G_PRECISE's results) */
-enum { G_LT, G_CUSTOM, G_PRECISE, G_PRECISE_CUSTOM, G_PRECISE_T0 };
+ * with CLEF_CUDA_TUNE=0 (64-row expert tiles, two K/V buffers: must give bitwise G_PRECISE's results),
+ * fast and precise cuBLASLt with CLEF_CUDA_LT_SPLITK=2 (split-K algorithms wherever a shape has one;
+ * only the dense products differ, so only the matmul tests use them) */
+enum { G_LT, G_CUSTOM, G_PRECISE, G_PRECISE_CUSTOM, G_PRECISE_T0, G_LT_SPLITK, G_PRECISE_SPLITK };
 
 static int setup(void **state) {
     if (tu_cuda_devices(state) == 0) return 0;
@@ -81,17 +88,21 @@ static int setup(void **state) {
                                         {.device = 0, .precise = 0, .gemm = 1, .profile = 0},
                                         {.device = 0, .precise = 1, .gemm = 2, .profile = 0},
                                         {.device = 0, .precise = 1, .gemm = 1, .profile = 0},
+                                        {.device = 0, .precise = 1, .gemm = 2, .profile = 0},
+                                        {.device = 0, .precise = 0, .gemm = 2, .profile = 0},
                                         {.device = 0, .precise = 1, .gemm = 2, .profile = 0}};
-    const char *names[N_GPU] = {"cublaslt", "custom", "precise", "prec-cust", "prec-t0"};
-    const double tols[N_GPU] = {TOL_BF16, TOL_BF16, TOL_PRECISE, TOL_PRECISE, TOL_PRECISE};
+    const char *names[N_GPU] = {"cublaslt", "custom", "precise", "prec-cust", "prec-t0", "lt-splitk", "prec-spk"};
+    const double tols[N_GPU] = {TOL_BF16, TOL_BF16, TOL_PRECISE, TOL_PRECISE, TOL_PRECISE, TOL_BF16, TOL_PRECISE};
     for (int i = 0; i < N_GPU; i++) {
         if (i == G_PRECISE_T0) setenv("CLEF_CUDA_TUNE", "0", 1); /* read at creation */
+        if (i >= G_LT_SPLITK) setenv("CLEF_CUDA_LT_SPLITK", "2", 1);
         f->gpu[i] = clef_cuda_backend_create_ex(&o[i], &err);
         if (!f->gpu[i]) {
             fprintf(stderr, "cuda backend: %s\n", err.message);
             return -1;
         }
         if (i == G_PRECISE_T0) unsetenv("CLEF_CUDA_TUNE");
+        if (i >= G_LT_SPLITK) unsetenv("CLEF_CUDA_LT_SPLITK");
         f->name[i] = names[i];
         f->tol_mm[i] = tols[i];
     }
@@ -169,6 +180,75 @@ static void test_matmul(void **state) {
     matmul_case(f, 1500, 2048, 512, 0); /* big tiles for the batch, small ones for the slices */
     matmul_case(f, 33, 64, 1, 1);       /* one output column (the head's scorer) */
     matmul_case(f, 8300, 64, 128, 1);   /* precise cuBLASLt: two calls of <= 8192 rows; row 8299 alone */
+}
+
+/* A model projection shape [N x K] at T rows (> 8192: two precise cuBLASLt
+ * calls), the latency case of 300 rows and single rows: the first 300 rows
+ * against the CPU; bitwise, the 300-row call, rows alone, a 300-row slice
+ * from the middle and a second call of all T rows against the T-row call.
+ * The CPU reference covers 300 rows only (T rows of a 4096 x 2048 product
+ * would take the CPU tens of seconds). */
+static void matmul_shape_case(fx *f, int64_t T, int64_t K, int64_t N) {
+    enum { S = 300 };
+    clef_err err;
+    float *x = rand_vec((size_t)(T * K), 1.0f);
+    uint16_t *wh = rand_bf16((size_t)(N * K), 1.0f / sqrtf((float)K));
+    clef_weight wc;
+    tu_ok(f->cpu->ops->weight_init(f->cpu, &wc, CLEF_DT_BF16, N, K, wh, &err), &err);
+    float *ref = malloc((size_t)(S * N) * sizeof *ref);
+    tu_ok(f->cpu->ops->matmul(f->cpu, x, S, &wc, NULL, ref, &err), &err);
+    char what[64];
+    snprintf(what, sizeof what, "matmul [%lld x %lld] T=%lld", (long long)N, (long long)K, (long long)T);
+    for (int gi = 0; gi < N_GPU; gi++) {
+        clef_backend *g = f->gpu[gi];
+        clef_weight w;
+        tu_ok(g->ops->weight_init(g, &w, CLEF_DT_BF16, N, K, wh, &err), &err);
+        float *dx = tu_dput(g, x, (size_t)(T * K) * sizeof(float));
+        float *dy = tu_dnan(g, (size_t)(T * N)), *dy1 = tu_dnan(g, (size_t)(T * N));
+        tu_ok(g->ops->matmul(g, dx, T, &w, NULL, dy, &err), &err);
+        float *y = tu_dget(g, dy, (size_t)(T * N));
+        tu_ok(g->ops->matmul(g, dx, S, &w, NULL, dy1, &err), &err);
+        float *ys = tu_dget(g, dy1, (size_t)(S * N));
+        check(what, f->name[gi], ys, ref, (size_t)(S * N), f->tol_mm[gi]);
+        if (memcmp(ys, y, (size_t)(S * N) * sizeof(float)) != 0)
+            fail_msg("%s on %s: the first %d rows alone differ from the batch", what, f->name[gi], S);
+        free(ys);
+        const int64_t s0 = T / 2 - 1;
+        tu_ok(g->ops->matmul(g, dx + s0 * K, S, &w, NULL, dy1, &err), &err);
+        ys = tu_dget(g, dy1, (size_t)(S * N));
+        if (memcmp(ys, y + s0 * N, (size_t)(S * N) * sizeof(float)) != 0)
+            fail_msg("%s on %s: a slice of %d rows differs from the batch", what, f->name[gi], S);
+        free(ys);
+        const int64_t picks[4] = {0, S - 1, T / 2, T - 1};
+        for (int i = 0; i < 4; i++) {
+            tu_ok(g->ops->matmul(g, dx + picks[i] * K, 1, &w, NULL, dy1, &err), &err);
+            float *y1 = tu_dget(g, dy1, (size_t)N);
+            if (memcmp(y1, y + picks[i] * N, (size_t)N * sizeof(float)) != 0)
+                fail_msg("%s on %s: row %lld alone differs from the batch", what, f->name[gi], (long long)picks[i]);
+            free(y1);
+        }
+        tu_ok(g->ops->matmul(g, dx, T, &w, NULL, dy1, &err), &err);
+        float *y2 = tu_dget(g, dy1, (size_t)(T * N));
+        if (memcmp(y2, y, (size_t)(T * N) * sizeof(float)) != 0)
+            fail_msg("%s on %s: a second call differs from the first", what, f->name[gi]);
+        printf("  %-34s %-9s %d rows / a slice / rows alone / again: bitwise equal\n", what, f->name[gi], S);
+        free(y2), free(y);
+        g->ops->free(g, dx), g->ops->free(g, dy), g->ops->free(g, dy1);
+        g->ops->weight_release(g, &w);
+    }
+    f->cpu->ops->weight_release(f->cpu, &wc);
+    free(x), free(wh), free(ref);
+}
+
+/* The thinker's dense projections (q, k and v, o, router) at their real
+ * shapes: what CLEF_CUDA_LT_SPLITK=2 puts on split-K. */
+static void test_matmul_model_shapes(void **state) {
+    TU_NEED_GPU(state);
+    fx *f = *state;
+    matmul_shape_case(f, 8300, 2048, 512);  /* k, v */
+    matmul_shape_case(f, 8300, 2048, 128);  /* router */
+    matmul_shape_case(f, 8300, 4096, 2048); /* o */
+    matmul_shape_case(f, 8300, 2048, 4096); /* q */
 }
 
 static void test_matmul_f32_weight(void **state) {
@@ -364,7 +444,8 @@ static void attention_case(fx *f, const char *what, int64_t n_seg, const int64_t
     float *ref = malloc((size_t)(nq * os) * 4), *prec_o = NULL;
     tu_ok(f->cpu->ops->attention(f->cpu, q, k, v, ref, &a, &err), &err);
     for (int gi = 0; gi < N_GPU; gi++) {
-        if (gi == G_CUSTOM || gi == G_PRECISE_CUSTOM) continue; /* attention does not depend on the GEMM choice */
+        if (gi == G_CUSTOM || gi == G_PRECISE_CUSTOM || gi >= G_LT_SPLITK)
+            continue; /* attention does not depend on the GEMM choice */
         clef_backend *g = f->gpu[gi];
         const size_t kvn = (size_t)(kvrows * ks * (strided ? 1 : 2));
         float *dq = tu_dput(g, q, (size_t)(nq * qs) * 4), *dkv = tu_dput(g, kv, kvn * 4),
@@ -473,7 +554,8 @@ static void test_moe(void **state) {
     float *ref = malloc((size_t)(T * H) * 4), *prec_y = NULL, *fast_y = NULL;
     tu_ok(f->cpu->ops->moe(f->cpu, x, T, idx, rw, k, &mc, ref, &err), &err);
     for (int gi = 0; gi < N_GPU; gi++) {
-        if (gi == G_CUSTOM || gi == G_PRECISE_CUSTOM) continue; /* the experts always use the custom kernel */
+        if (gi == G_CUSTOM || gi == G_PRECISE_CUSTOM || gi >= G_LT_SPLITK)
+            continue; /* the experts always use the custom kernel */
         clef_backend *g = f->gpu[gi];
         clef_weight wg[3][16];
         for (int j = 0; j < 3; j++)
@@ -579,7 +661,8 @@ static void test_moe(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_matmul),      cmocka_unit_test(test_matmul_f32_weight),
+        cmocka_unit_test(test_matmul),      cmocka_unit_test(test_matmul_model_shapes),
+        cmocka_unit_test(test_matmul_f32_weight),
         cmocka_unit_test(test_gather_norms_elementwise), cmocka_unit_test(test_head_rows),
         cmocka_unit_test(test_rope),        cmocka_unit_test(test_attention),
         cmocka_unit_test(test_router),      cmocka_unit_test(test_moe),
