@@ -11,6 +11,9 @@
  *
  * With split = 2 (the precise mode) the same kernel takes Q, K, V as
  * hi + lo bf16 pairs and runs three MMAs per product (see attn_tc_kernel).
+ * attn2_kernel (v2, the default; CLEF_CUDA_ATTN=v1 selects attn_tc_kernel)
+ * is the same algorithm reorganised for throughput: 128-row blocks in the
+ * fast mode, masks only where needed, skipped causal tiles (see there).
  *
  * attn_f32_kernel handles any other head_dim in f32 (the head's single-head
  * summary attention of width W, small test models): one warp per (query
