@@ -481,6 +481,7 @@ static void test_attention_bench(void **state) {
                      {f->alt[A_V1_PRECISE], "v1 precise"}, {f->gpu[G_PRECISE], "v2 precise"},
                      {f->alt[A_V2W], "v2w precise"}};
     const int64_t n_seg[2] = {8, 32}, len[2] = {4096, 1000};
+    float *ref[2] = {NULL, NULL}; /* v1's output, fast and precise */
     for (int c = 0; c < 2; c++) {
         const int64_t ns = n_seg[c], T = ns * len[c];
         int64_t off[33];
@@ -509,10 +510,21 @@ static void test_attention_bench(void **state) {
             printf("  attention %2lld x %4lld  %-12s %8.3f ms/layer %7.1f TFLOP/s%s (x48 layers: %.1f ms)\n",
                    (long long)ns, (long long)len[c], ks[i].name, ms, flop / (ms * 1e-3) / 1e12,
                    prec ? " (x3 MMA work)" : "              ", 48.0 * ms);
+            /* long records: every kernel agrees with v1 of its mode (the CPU would take minutes here) */
+            float *o = tu_dget(g, dout, (size_t)(T * nh * D));
+            if (i == 0 || i == 2) {
+                free(ref[i / 2]);
+                ref[i / 2] = o;
+            } else {
+                char w[64];
+                snprintf(w, sizeof w, "attn %lld x %lld vs v1", (long long)ns, (long long)len[c]);
+                check(w, ks[i].name, o, ref[prec], (size_t)(T * nh * D), prec ? TOL_PRECISE_ATTN : TOL_BF16);
+                free(o);
+            }
             g->ops->free(g, dq), g->ops->free(g, dkv), g->ops->free(g, dout);
         }
     }
-    free(q), free(kv);
+    free(q), free(kv), free(ref[0]), free(ref[1]);
 }
 
 /* ---- router and experts -------------------------------------------------- */
