@@ -290,7 +290,8 @@ __global__ void __launch_bounds__(FA_THREADS) attn_tc_kernel(const bf16 *__restr
  *    lies wholly above its rows (its rows' result would not change: such a
  *    tile adds p = 0 exactly and rescales by exp2(0) = 1);
  *  - exp2f(s * scale_log2 - max * scale_log2) as one FFMA per score, the
- *    running max kept on the raw scores (scale_log2 > 0);
+ *    running max kept on the raw scores (scale_log2 > 0); O is rescaled only
+ *    when a row's max moved (a factor of exactly 1 otherwise);
  *  - a 1-D grid with the query heads fastest: the 8 query heads of a KV head
  *    run side by side on the same K / V tiles (L2 hits), heaviest tiles first.
  * Batch invariance is as in v1: a block holds rows of one segment, K / V tiles
@@ -496,7 +497,8 @@ __global__ void __launch_bounds__(FA2_THREADS) attn2_kernel(const bf16 *__restri
                     mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 2));
                     const float mnew = fmaxf(m[mt][hh], mx[hh]);
                     base[hh] = mnew == -INFINITY ? 0.0f : mnew * scale_log2; /* a fully masked row stays finite */
-                    alpha[hh] = exp2f(fmaf(m[mt][hh], scale_log2, -base[hh]));
+                    /* an unchanged max rescales by exactly 1 (the FFMA would leave a rounding residual) */
+                    alpha[hh] = m[mt][hh] == mnew ? 1.0f : exp2f(fmaf(m[mt][hh], scale_log2, -base[hh]));
                     m[mt][hh] = mnew;
                 }
                 float rs[2] = {0.0f, 0.0f};
@@ -514,12 +516,15 @@ __global__ void __launch_bounds__(FA2_THREADS) attn2_kernel(const bf16 *__restri
                     rs[hh] += __shfl_xor_sync(0xffffffffu, rs[hh], 2);
                     l[mt][hh] = l[mt][hh] * alpha[hh] + rs[hh];
                 }
+                /* rescale O only when some row's max moved (x * 1.0f == x: skipping is exact) */
+                if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
-                for (int i = 0; i < DP / 8; i++) {
-                    o[mt][i][0] *= alpha[0];
-                    o[mt][i][1] *= alpha[0];
-                    o[mt][i][2] *= alpha[1];
-                    o[mt][i][3] *= alpha[1];
+                    for (int i = 0; i < DP / 8; i++) {
+                        o[mt][i][0] *= alpha[0];
+                        o[mt][i][1] *= alpha[0];
+                        o[mt][i][2] *= alpha[1];
+                        o[mt][i][3] *= alpha[1];
+                    }
                 }
                 /* P as bf16 A fragments right away (half the registers of the f32 scores) */
 #pragma unroll
