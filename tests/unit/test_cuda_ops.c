@@ -34,12 +34,17 @@
  * that passed the backend's checks, so the matmul tests (the model's
  * projection shapes at 1, 300 and 8300 rows included) hold split-K to the
  * same CPU agreement and bitwise row invariance.
+ * Attention is also checked with the v1 kernel (CLEF_CUDA_ATTN=v1, fast and
+ * precise) and with 128-row tiles in the precise mode (CLEF_CUDA_ATTN=v2w).
+ * With CLEF_ATTN_BENCH=1 the attention op is timed at 8 x 4096 and 32 x 1000
+ * tokens (32 query heads of 128, 4 KV heads, causal) for every kernel and mode.
  * Every GPU output is poisoned with NaN before the op, so an element the
  * op forgot to write fails the check. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend/cpu/cpu.h"
 #include "backend/cuda/cuda.h"
@@ -65,11 +70,17 @@ static uint16_t *rand_bf16(size_t n, float scale) {
 
 /* The backends under test: cuBLASLt dense products, the custom kernel for
  * them, and the precise mode; plus the CPU reference. */
+/* attention-only backends: the v1 kernel (fast, precise), v2 with 128-row tiles when precise */
+enum { A_V1, A_V1_PRECISE, A_V2W, N_ALT };
+static const char *const ALT_ENV[N_ALT] = {"v1", "v1", "v2w"};
+static const char *const ALT_NAME[N_ALT] = {"v1", "v1-prec", "v2w-prec"};
+
 typedef struct fx {
     clef_backend *cpu;
     clef_backend *gpu[N_GPU];
     const char *name[N_GPU];
     double tol_mm[N_GPU]; /* products */
+    clef_backend *alt[N_ALT];
 } fx;
 
 /* fast cuBLASLt, fast custom kernel, precise with cuBLASLt, precise with the custom kernel, precise
@@ -106,6 +117,16 @@ static int setup(void **state) {
         f->name[i] = names[i];
         f->tol_mm[i] = tols[i];
     }
+    for (int i = 0; i < N_ALT; i++) {
+        const clef_cuda_options oa = {.device = 0, .precise = i != A_V1, .gemm = 2, .profile = 0};
+        setenv("CLEF_CUDA_ATTN", ALT_ENV[i], 1); /* read at creation */
+        f->alt[i] = clef_cuda_backend_create_ex(&oa, &err);
+        unsetenv("CLEF_CUDA_ATTN");
+        if (!f->alt[i]) {
+            fprintf(stderr, "cuda backend: %s\n", err.message);
+            return -1;
+        }
+    }
     tu_print_cuda_device(f->gpu[0]);
     *state = f;
     return 0;
@@ -116,6 +137,8 @@ static int teardown(void **state) {
     if (!f) return 0;
     for (int i = 0; i < N_GPU; i++)
         if (f->gpu[i]) f->gpu[i]->ops->destroy(f->gpu[i]);
+    for (int i = 0; i < N_ALT; i++)
+        if (f->alt[i]) f->alt[i]->ops->destroy(f->alt[i]);
     f->cpu->ops->destroy(f->cpu);
     free(f);
     return 0;
@@ -426,8 +449,8 @@ static void test_rope(void **state) {
 
 /* ---- attention ----------------------------------------------------------- */
 
-/* Packed segments on every GPU backend vs the CPU; then each segment alone
- * vs its rows in the packed result, bitwise. */
+/* Packed segments on every GPU backend (and the attention-only ones) vs the
+ * CPU; then each segment alone vs its rows in the packed result, bitwise. */
 static void attention_case(fx *f, const char *what, int64_t n_seg, const int64_t *qoff, const int64_t *kvoff,
                            int64_t nh, int64_t nkv, int64_t D, int causal, int strided) {
     clef_err err;
@@ -443,20 +466,22 @@ static void attention_case(fx *f, const char *what, int64_t n_seg, const int64_t
                         .scale = 1.0f / sqrtf((float)D), .causal = causal};
     float *ref = malloc((size_t)(nq * os) * 4), *prec_o = NULL;
     tu_ok(f->cpu->ops->attention(f->cpu, q, k, v, ref, &a, &err), &err);
-    for (int gi = 0; gi < N_GPU; gi++) {
-        if (gi == G_CUSTOM || gi == G_PRECISE_CUSTOM || gi >= G_LT_SPLITK)
+    for (int gi = 0; gi < N_GPU + N_ALT; gi++) {
+        if (gi == G_CUSTOM || gi == G_PRECISE_CUSTOM || (gi >= G_LT_SPLITK && gi < N_GPU))
             continue; /* attention does not depend on the GEMM choice */
-        clef_backend *g = f->gpu[gi];
+        clef_backend *g = gi < N_GPU ? f->gpu[gi] : f->alt[gi - N_GPU];
+        const char *gname = gi < N_GPU ? f->name[gi] : ALT_NAME[gi - N_GPU];
         const size_t kvn = (size_t)(kvrows * ks * (strided ? 1 : 2));
         float *dq = tu_dput(g, q, (size_t)(nq * qs) * 4), *dkv = tu_dput(g, kv, kvn * 4),
               *dout = tu_dnan(g, (size_t)(nq * os));
         const float *dk = dkv + (k - kv), *dv = dkv + (v - kv);
         tu_ok(g->ops->attention(g, dq, dk, dv, dout, &a, &err), &err);
         float *o = tu_dget(g, dout, (size_t)(nq * os));
-        const int tc = D == 64 || D == 72 || D == 128, prec = gi == G_PRECISE || gi == G_PRECISE_T0;
+        const int tc = D == 64 || D == 72 || D == 128,
+                  prec = gi == G_PRECISE || gi == G_PRECISE_T0 || gi == N_GPU + A_V1_PRECISE || gi == N_GPU + A_V2W;
         char w2[96];
         snprintf(w2, sizeof w2, "%s%s", what, !tc ? " [f32]" : prec ? " [tc split]" : " [tc]");
-        check(w2, f->name[gi], o, ref, (size_t)(nq * os), !tc ? TOL_PRECISE : prec ? TOL_PRECISE_ATTN : TOL_BF16);
+        check(w2, gname, o, ref, (size_t)(nq * os), !tc ? TOL_PRECISE : prec ? TOL_PRECISE_ATTN : TOL_BF16);
         if (gi == G_PRECISE) {
             free(prec_o);
             prec_o = malloc((size_t)(nq * os) * 4);
@@ -474,11 +499,11 @@ static void attention_case(fx *f, const char *what, int64_t n_seg, const int64_t
             tu_ok(g->ops->attention(g, dq + qoff[s] * qs, dk + kvoff[s] * ks, dv + kvoff[s] * ks, d1, &a1, &err), &err);
             float *o1 = tu_dget(g, d1, (size_t)(ql * os));
             if (memcmp(o1, o + qoff[s] * os, (size_t)(ql * os) * 4) != 0)
-                fail_msg("%s on %s: segment %lld alone differs from packed", what, f->name[gi], (long long)s);
+                fail_msg("%s on %s: segment %lld alone differs from packed", what, gname, (long long)s);
             free(o1);
             g->ops->free(g, d1);
         }
-        printf("  %-34s %-9s every segment alone: bitwise equal to packed\n", what, f->name[gi]);
+        printf("  %-34s %-9s every segment alone: bitwise equal to packed\n", what, gname);
         free(o);
         g->ops->free(g, dq), g->ops->free(g, dkv), g->ops->free(g, dout);
     }
@@ -499,6 +524,88 @@ static void test_attention(void **state) {
     const int64_t vo[4] = {0, 64, 100, 357};
     attention_case(f, "attn vision D=72 (padded to 80)", 3, vo, vo, 16, 16, 72, 0, 1);
     attention_case(f, "attn causal GQA D=72", 6, off, off, 8, 2, 72, 1, 0);
+    attention_case(f, "attn causal GQA D=64", 6, off, off, 8, 2, 64, 1, 0);
+    /* several 128-row tiles per segment: skipped and masked causal tiles per warp, partial last tiles */
+    const int64_t lo[6] = {0, 300, 301, 429, 690, 1000}; /* 300, 1, 128, 261, 310 */
+    attention_case(f, "attn causal GQA D=128 long", 5, lo, lo, 8, 2, 128, 1, 0);
+    attention_case(f, "attn full GQA D=128", 5, lo, lo, 4, 2, 128, 0, 0);
+    attention_case(f, "attn cross D=128", 3, qo, ko, 4, 2, 128, 0, 0);
+}
+
+/* ---- attention timing (CLEF_ATTN_BENCH=1) ------------------------------- */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The thinker's attention (32 query heads of 128, 4 KV heads, causal) at
+ * 8 x 4096 and 32 x 1000 tokens: ms per call of the attention op (which
+ * includes converting Q, K, V to bf16) and TFLOP/s of the causal products
+ * (4 D per query-key pair per head; the precise mode runs 3x the MMAs). */
+static void test_attention_bench(void **state) {
+    TU_NEED_GPU(state);
+    const char *env = getenv("CLEF_ATTN_BENCH");
+    if (!env || strcmp(env, "1")) {
+        printf("  CLEF_ATTN_BENCH unset: timing skipped\n");
+        skip();
+    }
+    fx *f = *state;
+    clef_err err;
+    const int64_t nh = 32, nkv = 4, D = 128, TMAX = 8 * 4096;
+    float *q = rand_vec((size_t)(TMAX * nh * D), 1.0f), *kv = rand_vec((size_t)(2 * TMAX * nkv * D), 1.0f);
+    struct {
+        clef_backend *be;
+        const char *name;
+    } const ks[5] = {{f->alt[A_V1], "v1 fast"},           {f->gpu[G_LT], "v2 fast"},
+                     {f->alt[A_V1_PRECISE], "v1 precise"}, {f->gpu[G_PRECISE], "v2 precise"},
+                     {f->alt[A_V2W], "v2w precise"}};
+    const int64_t n_seg[2] = {8, 32}, len[2] = {4096, 1000};
+    float *ref[2] = {NULL, NULL}; /* v1's output, fast and precise */
+    for (int c = 0; c < 2; c++) {
+        const int64_t ns = n_seg[c], T = ns * len[c];
+        int64_t off[33];
+        double pairs = 0;
+        for (int64_t s = 0; s <= ns; s++) off[s] = s * len[c];
+        for (int64_t s = 0; s < ns; s++) pairs += 0.5 * (double)len[c] * (double)(len[c] + 1);
+        const double flop = 4.0 * (double)D * (double)nh * pairs;
+        clef_attn_desc a = {.n_seg = ns, .q_off = off, .kv_off = off, .n_q_heads = nh, .n_kv_heads = nkv,
+                            .head_dim = D, .q_stride = nh * D, .k_stride = nkv * D, .v_stride = nkv * D,
+                            .o_stride = nh * D, .scale = 1.0f / sqrtf((float)D), .causal = 1};
+        for (int i = 0; i < 5; i++) {
+            clef_backend *g = ks[i].be;
+            float *dq = tu_dput(g, q, (size_t)(T * nh * D) * 4), *dkv = tu_dput(g, kv, (size_t)(2 * T * nkv * D) * 4),
+                  *dout = tu_dnan(g, (size_t)(T * nh * D));
+            const float *dk = dkv, *dv = dkv + T * nkv * D;
+            tu_ok(g->ops->attention(g, dq, dk, dv, dout, &a, &err), &err); /* warm-up */
+            float *s0 = tu_dget(g, dout, 1);
+            free(s0);
+            const int reps = 10;
+            const double t0 = now_s();
+            for (int r = 0; r < reps; r++) tu_ok(g->ops->attention(g, dq, dk, dv, dout, &a, &err), &err);
+            float *s1 = tu_dget(g, dout, 1);
+            free(s1);
+            const double ms = (now_s() - t0) * 1e3 / reps;
+            const int prec = i >= 2;
+            printf("  attention %2lld x %4lld  %-12s %8.3f ms/layer %7.1f TFLOP/s%s (x48 layers: %.1f ms)\n",
+                   (long long)ns, (long long)len[c], ks[i].name, ms, flop / (ms * 1e-3) / 1e12,
+                   prec ? " (x3 MMA work)" : "              ", 48.0 * ms);
+            /* long records: every kernel agrees with v1 of its mode (the CPU would take minutes here) */
+            float *o = tu_dget(g, dout, (size_t)(T * nh * D));
+            if (i == 0 || i == 2) {
+                free(ref[i / 2]);
+                ref[i / 2] = o;
+            } else {
+                char w[64];
+                snprintf(w, sizeof w, "attn %lld x %lld vs v1", (long long)ns, (long long)len[c]);
+                check(w, ks[i].name, o, ref[prec], (size_t)(T * nh * D), prec ? TOL_PRECISE_ATTN : TOL_BF16);
+                free(o);
+            }
+            g->ops->free(g, dq), g->ops->free(g, dkv), g->ops->free(g, dout);
+        }
+    }
+    free(q), free(kv), free(ref[0]), free(ref[1]);
 }
 
 /* ---- router and experts -------------------------------------------------- */
@@ -666,6 +773,7 @@ int main(void) {
         cmocka_unit_test(test_gather_norms_elementwise), cmocka_unit_test(test_head_rows),
         cmocka_unit_test(test_rope),        cmocka_unit_test(test_attention),
         cmocka_unit_test(test_router),      cmocka_unit_test(test_moe),
+        cmocka_unit_test(test_attention_bench),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

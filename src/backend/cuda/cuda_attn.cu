@@ -11,6 +11,9 @@
  *
  * With split = 2 (the precise mode) the same kernel takes Q, K, V as
  * hi + lo bf16 pairs and runs three MMAs per product (see attn_tc_kernel).
+ * attn2_kernel (v2, the default; CLEF_CUDA_ATTN=v1 selects attn_tc_kernel)
+ * is the same algorithm reorganised for throughput: 128-row blocks in the
+ * fast mode, masks only where needed, skipped causal tiles (see there).
  *
  * attn_f32_kernel handles any other head_dim in f32 (the head's single-head
  * summary attention of width W, small test models): one warp per (query
@@ -273,6 +276,321 @@ __global__ void __launch_bounds__(FA_THREADS) attn_tc_kernel(const bf16 *__restr
     }
 }
 
+/* ---- tensor-core flash attention, v2 ------------------------------------- */
+
+/* attn2_kernel: the same algorithm and numerics contract as attn_tc_kernel,
+ * reorganised for throughput (CLEF_CUDA_ATTN=v1 selects the kernel above):
+ *  - MT m16 tiles per warp: with MT = 2 a block of 4 warps owns 128 query rows
+ *    (32 per warp), so every K / V fragment read from shared memory feeds two
+ *    MMAs instead of one and every K / V tile fetched from L2 serves twice the
+ *    rows; Q is then re-read from shared memory per tile (registers hold the
+ *    two O accumulators of 32 x DP instead);
+ *  - the mask is applied only on the tiles that need it (the causal diagonal,
+ *    the segment's last partial tile), and a warp skips a causal tile that
+ *    lies wholly above its rows (its rows' result would not change: such a
+ *    tile adds p = 0 exactly and rescales by exp2(0) = 1);
+ *  - exp2f(s * scale_log2 - max * scale_log2) as one FFMA per score, the
+ *    running max kept on the raw scores (scale_log2 > 0); O is rescaled only
+ *    when a row's max moved (a factor of exactly 1 otherwise);
+ *  - a 1-D grid with the query heads fastest: the 8 query heads of a KV head
+ *    run side by side on the same K / V tiles (L2 hits), heaviest tiles first.
+ * Batch invariance is as in v1: a block holds rows of one segment, K / V tiles
+ * start at multiples of 64 from the segment's first key, and which tiles a
+ * warp computes or masks depends only on positions within the segment. */
+constexpr int FA2_THREADS = 128;
+
+/* keys per K / V tile: 32 with two m tiles per warp (the scores of 32 x 64 would leave too few
+ * registers next to the 32 x DP accumulator: spills), else 64 */
+template <int MT> __host__ __device__ constexpr int fa2_bn() { return MT == 2 ? 32 : 64; }
+
+template <int DP, int SPLIT, int NBUF, int MT> constexpr int fa2_smem_bytes() {
+    return SPLIT * (64 * MT + 2 * NBUF * fa2_bn<MT>()) * (DP + 8) * 2;
+}
+
+template <int D, int DP, bool CAUSAL, int SPLIT, int NBUF, int MT>
+__global__ void __launch_bounds__(FA2_THREADS) attn2_kernel(const bf16 *__restrict__ Q, const bf16 *__restrict__ K,
+                                                            const bf16 *__restrict__ V, float *__restrict__ out,
+                                                            int64_t o_stride, const int32_t *__restrict__ tiles,
+                                                            const int64_t *__restrict__ q_off,
+                                                            const int64_t *__restrict__ kv_off, int nh, int nkv,
+                                                            float scale_log2) {
+    static_assert(D % 8 == 0 && DP % 16 == 0 && DP >= D && DP - D < 16, "head size padding");
+    constexpr int BM = 64 * MT, BN = fa2_bn<MT>(), NT = BN / 8, P = DP + 8, CH = D / 8, KD = DP / 16, WR = 16 * MT;
+    constexpr bool QREG = MT == 1; /* one m tile: Q (hi) fragments stay in registers as in v1 */
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    /* Qs [SPLIT][BM][P]; Kb, Vb [NBUF buffers][SPLIT][BN][P] */
+    constexpr int QT = BM * P, TP = BN * P; /* one Q tile, one K or V tile */
+    bf16 *Qs = reinterpret_cast<bf16 *>(smem_raw), *Kb = Qs + SPLIT * QT, *Vb = Kb + NBUF * SPLIT * TP;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tig = lane & 3;
+    const int tile = (int)(blockIdx.x / (unsigned)nh), h = (int)(blockIdx.x % (unsigned)nh);
+    const int s = tiles[2 * tile], i0 = tiles[2 * tile + 1];
+    /* positions within a segment fit in int (the host checks kl <= INT32_MAX) */
+    const int64_t q0 = q_off[s], kv0 = kv_off[s];
+    const int ql = (int)(q_off[s + 1] - q0), kl = (int)(kv_off[s + 1] - kv0);
+    const int hk = h / (nh / nkv);
+    const int64_t qrs = (int64_t)SPLIT * nh * D, krs = (int64_t)SPLIT * nkv * D; /* row strides */
+    if (DP > D) { /* zero the pad columns of every tile once; the loads below never touch them */
+        constexpr int PADW = DP > D ? (DP - D) / 2 : 1; /* 32-bit words per row */
+        uint32_t *all = reinterpret_cast<uint32_t *>(smem_raw);
+        const int rows = SPLIT * (BM + 2 * NBUF * BN);
+        for (int c = tid; c < rows * PADW; c += FA2_THREADS)
+            all[((c / PADW) * P + D) / 2 + c % PADW] = 0u;
+    }
+
+    for (int c = tid; c < BM * CH; c += FA2_THREADS) {
+        const int r = c / CH, col = (c % CH) * 8;
+        const bool ok = i0 + r < ql;
+        const int64_t off = (q0 + i0 + r) * qrs + (int64_t)h * D + col;
+        cp_async16(Qs + r * P + col, ok ? Q + off : Q, ok);
+        if (SPLIT == 2) cp_async16(Qs + QT + r * P + col, ok ? Q + off + (int64_t)nh * D : Q, ok);
+    }
+    cp_async_commit();
+    /* K/V tile j into buffer buf; rows past the segment are zeros (P = 0 there, 0 * 0 stays finite) */
+    /* a thread copies the same 16-byte column of rows r, r + RS, ... when CH divides the block
+     * (D = 64, 128): one row offset per tile instead of one per copy, which keeps registers free */
+    constexpr bool REG = FA2_THREADS % CH == 0;
+    constexpr int RS = REG ? FA2_THREADS / CH : 1;
+    const int kr0 = tid / CH, kcol = (tid % CH) * 8;
+    auto load_kv = [&](int j0, int buf) {
+        bf16 *Ks = Kb + buf * SPLIT * TP, *Vs = Vb + buf * SPLIT * TP;
+        const int64_t lo = (int64_t)nkv * D;
+        if (REG) {
+            const int64_t off = (kv0 + j0 + kr0) * krs + (int64_t)hk * D + kcol;
+#pragma unroll
+            for (int i = 0; i < (REG ? BN / RS : 1); i++) {
+                const int r = kr0 + i * RS;
+                const bool ok = j0 + r < kl;
+                const int64_t oi = off + (int64_t)i * RS * krs;
+                cp_async16(Ks + r * P + kcol, ok ? K + oi : K, ok);
+                cp_async16(Vs + r * P + kcol, ok ? V + oi : V, ok);
+                if (SPLIT == 2) {
+                    cp_async16(Ks + TP + r * P + kcol, ok ? K + oi + lo : K, ok);
+                    cp_async16(Vs + TP + r * P + kcol, ok ? V + oi + lo : V, ok);
+                }
+            }
+        } else {
+            for (int c = tid; c < BN * CH; c += FA2_THREADS) {
+                const int r = c / CH, col = (c % CH) * 8;
+                const bool ok = j0 + r < kl;
+                const int64_t off = (kv0 + j0 + r) * krs + (int64_t)hk * D + col;
+                cp_async16(Ks + r * P + col, ok ? K + off : K, ok);
+                cp_async16(Vs + r * P + col, ok ? V + off : V, ok);
+                if (SPLIT == 2) {
+                    cp_async16(Ks + TP + r * P + col, ok ? K + off + lo : K, ok);
+                    cp_async16(Vs + TP + r * P + col, ok ? V + off + lo : V, ok);
+                }
+            }
+        }
+        cp_async_commit();
+    };
+
+    const int n_keys = CAUSAL ? (kl - i0 < BM ? kl : i0 + BM) : kl;
+    const int wr0 = warp * WR; /* this warp's first row in the block */
+    const int wq0 = i0 + wr0;  /* ... within the segment */
+    float m[MT][2], l[MT][2];           /* running max (raw scores) and sum, rows g and g + 8 of each m tile */
+    float o[MT][DP / 8][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        m[mt][0] = m[mt][1] = -INFINITY;
+        l[mt][0] = l[mt][1] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < DP / 8; i++) o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.0f;
+    }
+    uint32_t qf[QREG ? KD : 1][4]; /* MT = 1: Q (hi) fragments, loaded on the first tile */
+    const int arow = (lane & 15) * P + (lane >> 4) * 8; /* ldmatrix A-operand address within an m tile */
+
+    if (n_keys > 0) load_kv(0, 0);
+    for (int j0 = 0; j0 < n_keys; j0 += BN) {
+        const int buf = NBUF == 2 ? (j0 / BN) & 1 : 0;
+        if (NBUF == 2) {
+            __syncthreads(); /* everyone is done with the buffer the next tile goes to */
+            if (j0 < n_keys - BN) {
+                load_kv(j0 + BN, buf ^ 1); /* in flight while this tile is computed */
+                cp_async_wait<1>();
+            } else {
+                cp_async_wait<0>();
+            }
+        } else {
+            cp_async_wait<0>(); /* one buffer: tile j0 was issued after the previous tile's compute */
+        }
+        __syncthreads();
+        const bf16 *Ks = Kb + buf * SPLIT * TP, *Vs = Vb + buf * SPLIT * TP;
+        if (QREG && j0 == 0) {
+#pragma unroll
+            for (int kk = 0; kk < (QREG ? KD : 0); kk++)
+                ldsm_x4(qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], Qs + wr0 * P + arow + kk * 16);
+        }
+        /* causal: a tile whose first key is past this warp's last row adds nothing to its rows */
+        const bool active = !CAUSAL || j0 - WR < wq0;
+        if (active) {
+            float sa[MT][NT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int i = 0; i < NT; i++) sa[mt][i][0] = sa[mt][i][1] = sa[mt][i][2] = sa[mt][i][3] = 0.0f;
+            /* MT = 2: not unrolled over kk (Q is re-read per kk anyway), or the
+             * compiler's prefetching of fragments runs out of registers */
+#pragma unroll(QREG ? KD : 1)
+            for (int kk = 0; kk < KD; kk++) {
+                uint32_t qa[MT][4], qlo[MT][4];
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    const bf16 *qp = Qs + (wr0 + mt * 16) * P + arow + kk * 16;
+                    if (QREG) {
+                        qa[mt][0] = qf[QREG ? kk : 0][0], qa[mt][1] = qf[QREG ? kk : 0][1];
+                        qa[mt][2] = qf[QREG ? kk : 0][2], qa[mt][3] = qf[QREG ? kk : 0][3];
+                    } else {
+                        ldsm_x4(qa[mt][0], qa[mt][1], qa[mt][2], qa[mt][3], qp);
+                    }
+                    if (SPLIT == 2) ldsm_x4(qlo[mt][0], qlo[mt][1], qlo[mt][2], qlo[mt][3], qp + QT);
+                }
+#pragma unroll
+                for (int nj = 0; nj < BN / 16; nj++) {
+                    uint32_t b0, b1, b2, b3;
+                    const int koff = (nj * 16 + (lane & 7) + ((lane >> 4) << 3)) * P + kk * 16 + ((lane >> 3) & 1) * 8;
+                    ldsm_x4(b0, b1, b2, b3, Ks + koff);
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) {
+                        mma16816(sa[mt][2 * nj], qa[mt], b0, b1);
+                        mma16816(sa[mt][2 * nj + 1], qa[mt], b2, b3);
+                    }
+                    if (SPLIT == 2) {
+                        uint32_t c0, c1, c2, c3;
+                        ldsm_x4(c0, c1, c2, c3, Ks + TP + koff);
+#pragma unroll
+                        for (int mt = 0; mt < MT; mt++) {
+                            mma16816(sa[mt][2 * nj], qa[mt], c0, c1); /* Qh . Kl */
+                            mma16816(sa[mt][2 * nj + 1], qa[mt], c2, c3);
+                            mma16816(sa[mt][2 * nj], qlo[mt], b0, b1); /* Ql . Kh */
+                            mma16816(sa[mt][2 * nj + 1], qlo[mt], b2, b3);
+                        }
+                    }
+                }
+            }
+            /* mask (diagonal and last tiles only), online softmax on the raw scores */
+            uint32_t pa[MT][BN / 16][4], pl[MT][SPLIT == 2 ? BN / 16 : 1][4]; /* P (hi, lo) as A fragments */
+            const bool masked = (CAUSAL && j0 - wq0 > 1 - BN) || j0 > kl - BN;
+            /* relative to j0 and this thread's first column tig * 2: the last key a row may see
+             * (the segment's end; causal: the row itself, warp row 0 is key wq0 - j0) */
+            const int kend = (kl - j0 < BN ? kl - j0 : BN) - 1 - tig * 2;
+            const int rdiag = (wq0 - j0 < BN ? wq0 - j0 : BN) - tig * 2; /* >= -WR on an active tile */
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                float mx[2] = {-INFINITY, -INFINITY};
+                int last[2];
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++) {
+                    const int d = rdiag + mt * 16 + g + hh * 8;
+                    last[hh] = CAUSAL && d < kend ? d : kend;
+                }
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                    for (int q = 0; q < 4; q++) {
+                        if (masked && nt * 8 + (q & 1) > last[q >> 1]) sa[mt][nt][q] = -INFINITY;
+                        mx[q >> 1] = fmaxf(mx[q >> 1], sa[mt][nt][q]);
+                    }
+                float base[2], alpha[2];
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++) {
+                    mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 1));
+                    mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 2));
+                    const float mnew = fmaxf(m[mt][hh], mx[hh]);
+                    base[hh] = mnew == -INFINITY ? 0.0f : mnew * scale_log2; /* a fully masked row stays finite */
+                    /* an unchanged max rescales by exactly 1 (the FFMA would leave a rounding residual) */
+                    alpha[hh] = m[mt][hh] == mnew ? 1.0f : exp2f(fmaf(m[mt][hh], scale_log2, -base[hh]));
+                    m[mt][hh] = mnew;
+                }
+                float rs[2] = {0.0f, 0.0f};
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                    for (int q = 0; q < 4; q++) {
+                        const float p = exp2f(fmaf(sa[mt][nt][q], scale_log2, -base[q >> 1]));
+                        sa[mt][nt][q] = p;
+                        rs[q >> 1] += p;
+                    }
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++) {
+                    rs[hh] += __shfl_xor_sync(0xffffffffu, rs[hh], 1);
+                    rs[hh] += __shfl_xor_sync(0xffffffffu, rs[hh], 2);
+                    l[mt][hh] = l[mt][hh] * alpha[hh] + rs[hh];
+                }
+                /* rescale O only when some row's max moved (x * 1.0f == x: skipping is exact) */
+                if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+#pragma unroll
+                    for (int i = 0; i < DP / 8; i++) {
+                        o[mt][i][0] *= alpha[0];
+                        o[mt][i][1] *= alpha[0];
+                        o[mt][i][2] *= alpha[1];
+                        o[mt][i][3] *= alpha[1];
+                    }
+                }
+                /* P as bf16 A fragments right away (half the registers of the f32 scores) */
+#pragma unroll
+                for (int kk = 0; kk < BN / 16; kk++) {
+                    const float *s0 = sa[mt][2 * kk], *s1 = sa[mt][2 * kk + 1];
+                    pa[mt][kk][0] = pack_bf16(s0[0], s0[1]);
+                    pa[mt][kk][1] = pack_bf16(s0[2], s0[3]);
+                    pa[mt][kk][2] = pack_bf16(s1[0], s1[1]);
+                    pa[mt][kk][3] = pack_bf16(s1[2], s1[3]);
+                    if (SPLIT == 2) { /* p - bf16(p), element by element */
+#pragma unroll
+                        for (int u = 0; u < 4; u++) {
+                            const float *src = sa[mt][2 * kk + (u >> 1)] + (u & 1) * 2;
+                            const __nv_bfloat162 hb = *reinterpret_cast<const __nv_bfloat162 *>(&pa[mt][kk][u]);
+                            pl[mt][SPLIT == 2 ? kk : 0][u] = pack_bf16(src[0] - __low2float(hb), src[1] - __high2float(hb));
+                        }
+                    }
+                }
+            }
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++) {
+#pragma unroll
+                for (int dn = 0; dn < DP / 16; dn++) {
+                    uint32_t b0, b1, b2, b3;
+                    const int voff = (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * P + dn * 16 + (lane >> 4) * 8;
+                    ldsm_x4_t(b0, b1, b2, b3, Vs + voff);
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) {
+                        mma16816(o[mt][2 * dn], pa[mt][kk], b0, b1);
+                        mma16816(o[mt][2 * dn + 1], pa[mt][kk], b2, b3);
+                    }
+                    if (SPLIT == 2) {
+                        uint32_t c0, c1, c2, c3;
+                        ldsm_x4_t(c0, c1, c2, c3, Vs + TP + voff);
+#pragma unroll
+                        for (int mt = 0; mt < MT; mt++) {
+                            mma16816(o[mt][2 * dn], pa[mt][kk], c0, c1); /* Ph . Vl */
+                            mma16816(o[mt][2 * dn + 1], pa[mt][kk], c2, c3);
+                            mma16816(o[mt][2 * dn], pl[mt][SPLIT == 2 ? kk : 0], b0, b1); /* Pl . Vh */
+                            mma16816(o[mt][2 * dn + 1], pl[mt][SPLIT == 2 ? kk : 0], b2, b3);
+                        }
+                    }
+                }
+            }
+        }
+        if (NBUF == 1 && j0 < n_keys - BN) {
+            __syncthreads(); /* everyone is done with the buffer */
+            load_kv(j0 + BN, 0);
+        }
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            const int r = wr0 + mt * 16 + g + hh * 8;
+            if (i0 + r >= ql) continue;
+            const float inv = l[mt][hh] > 0.0f ? 1.0f / l[mt][hh] : 0.0f;
+            float *orow = out + (q0 + i0 + r) * o_stride + (int64_t)h * D;
+#pragma unroll
+            for (int dt = 0; dt < D / 8; dt++) {
+                orow[dt * 8 + tig * 2] = o[mt][dt][hh * 2] * inv;
+                orow[dt * 8 + tig * 2 + 1] = o[mt][dt][hh * 2 + 1] * inv;
+            }
+        }
+}
+
 /* ---- f32 attention ------------------------------------------------------ */
 
 constexpr int F32_WARPS = 4;
@@ -361,9 +679,48 @@ cudaError_t launch_tc_d(const bf16 *q, const bf16 *k, const bf16 *v, float *out,
                   : launch_tc<D, DP, false, 1, 2>(q, k, v, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, st);
 }
 
+template <int D, int DP, bool CAUSAL, int SPLIT, int NBUF, int MT>
+cudaError_t launch2(const bf16 *q, const bf16 *k, const bf16 *v, float *out, int64_t o_stride, const int32_t *tiles,
+                    int64_t n_tiles, const int64_t *q_off, const int64_t *kv_off, int nh, int nkv, float scale_log2,
+                    cudaStream_t st) {
+    static unsigned done = 0;
+    constexpr int smem = fa2_smem_bytes<DP, SPLIT, NBUF, MT>();
+    cudaError_t e = allow_smem(attn2_kernel<D, DP, CAUSAL, SPLIT, NBUF, MT>, smem, &done);
+    if (e != cudaSuccess) return e;
+    const int64_t blocks = n_tiles * nh; /* block = tile * nh + head */
+    if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+    attn2_kernel<D, DP, CAUSAL, SPLIT, NBUF, MT><<<(unsigned)blocks, FA2_THREADS, smem, st>>>(
+        q, k, v, out, o_stride, tiles, q_off, kv_off, nh, nkv, scale_log2);
+    return cudaGetLastError();
+}
+
+/* v2 configurations: fast: 128-row blocks on 32-key tiles, two K/V buffers
+ * (68 KB of shared memory at D = 128; registers allow two blocks per SM);
+ * precise: 64-row blocks on 64-key tiles with one or two K/V buffers as v1
+ * (Q hi in registers), or (variant 3) 128-row blocks on 32-key tiles with one
+ * buffer (102 KB, two blocks per SM). */
+template <int D, int DP, bool CAUSAL>
+cudaError_t launch2_d(const bf16 *q, const bf16 *k, const bf16 *v, float *out, int64_t o_stride,
+                      const int32_t *tiles, int64_t n_tiles, const int64_t *q_off, const int64_t *kv_off, int nh,
+                      int nkv, float sl2, int split, int one_buf, int variant, cudaStream_t st) {
+    if (split == 1)
+        return launch2<D, DP, CAUSAL, 1, 2, 2>(q, k, v, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, st);
+    if (variant == 3)
+        return launch2<D, DP, CAUSAL, 2, 1, 2>(q, k, v, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, st);
+    if (one_buf)
+        return launch2<D, DP, CAUSAL, 2, 1, 1>(q, k, v, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, st);
+    return launch2<D, DP, CAUSAL, 2, 2, 1>(q, k, v, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, st);
+}
+
 } /* namespace */
 
 extern "C" {
+
+int ck_attn_tc_rows(int split, int variant) {
+    if (variant == 1) return 64;
+    if (variant == 3) return 128;
+    return split == 1 ? 128 : 64;
+}
 
 cudaError_t ck_rope(float *x, int64_t T, int64_t heads, int64_t D, const int32_t *pos, int64_t s1, int64_t s2,
                     const float *inv_freq, cudaStream_t st) {
@@ -375,15 +732,35 @@ cudaError_t ck_rope(float *x, int64_t T, int64_t heads, int64_t D, const int32_t
 
 cudaError_t ck_attn_tc(const uint16_t *q, const uint16_t *k, const uint16_t *v, float *out, int64_t o_stride,
                        const int32_t *tiles, int64_t n_tiles, const int64_t *q_off, const int64_t *kv_off, int nh,
-                       int nkv, int D, float scale, int causal, int split, cudaStream_t st) {
+                       int nkv, int D, float scale, int causal, int split, int variant, cudaStream_t st) {
     if (n_tiles <= 0) return cudaSuccess;
     if (split != 1 && split != 2 && split != 3) return cudaErrorInvalidValue;
+    if (variant < 1 || variant > 3) return cudaErrorInvalidValue;
     const int one_buf = split == 3; /* split 3: the split kernel with one K/V buffer (two blocks per SM fit) */
     if (split == 3) split = 2;
     if (n_tiles > 0x7fffffffLL || nh > 65535) return cudaErrorInvalidConfiguration;
     const bf16 *Q = reinterpret_cast<const bf16 *>(q), *K = reinterpret_cast<const bf16 *>(k),
                *V = reinterpret_cast<const bf16 *>(v);
     const float sl2 = scale * 1.4426950408889634f;
+    if (variant != 1) {
+        if (!(sl2 > 0.0f && sl2 < INFINITY)) return cudaErrorInvalidValue; /* the max is taken on raw scores */
+        if (D == 128)
+            return causal ? launch2_d<128, 128, true>(Q, K, V, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv,
+                                                      sl2, split, one_buf, variant, st)
+                          : launch2_d<128, 128, false>(Q, K, V, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv,
+                                                       sl2, split, one_buf, variant, st);
+        if (D == 64)
+            return causal ? launch2_d<64, 64, true>(Q, K, V, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2,
+                                                    split, one_buf, variant, st)
+                          : launch2_d<64, 64, false>(Q, K, V, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv,
+                                                     sl2, split, one_buf, variant, st);
+        if (D == 72)
+            return causal ? launch2_d<72, 80, true>(Q, K, V, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2,
+                                                    split, one_buf, variant, st)
+                          : launch2_d<72, 80, false>(Q, K, V, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv,
+                                                     sl2, split, one_buf, variant, st);
+        return cudaErrorInvalidValue;
+    }
     if (D == 128)
         return launch_tc_d<128, 128>(Q, K, V, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, causal, split,
                                 one_buf, st);

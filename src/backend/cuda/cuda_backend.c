@@ -103,6 +103,9 @@ typedef struct cuda_ctx {
      * H200 and asserted by tests/unit/test_cuda_ops).  CLEF_CUDA_WGMMA, default 2 where built for
      * sm_90a and the device is compute capability 9.0, else 0. */
     int wgmma;
+    /* tensor-core attention kernel (CLEF_CUDA_ATTN): 1 = v1, 2 = v2 (default), 3 = v2 with 128-row
+     * tiles in the precise mode too (see ck_attn_tc_rows) */
+    int attn_variant;
     /* which parts run precise (split-bf16 products, f32 attention): PRECISE_* bits */
     unsigned precise_parts;
     cudaStream_t st;
@@ -1163,7 +1166,7 @@ static int cu_rope(clef_backend *be, float *x, int64_t T, int64_t heads, const i
                               err));
 }
 
-/* Attention: offsets (and, on the tensor-core path, the 64-row query tiles,
+/* Attention: offsets (and, on the tensor-core path, the 64- or 128-row query tiles,
  * heaviest first) staged in one copy; Q, K, V converted to bf16 rows. */
 static int cu_attention(clef_backend *be, const float *q, const float *k, const float *v, float *out,
                         const clef_attn_desc *a, clef_err *err) {
@@ -1172,6 +1175,9 @@ static int cu_attention(clef_backend *be, const float *q, const float *k, const 
     if (nh <= 0 || nkv <= 0 || nh % nkv || D <= 0 || ns < 0 || nh > 65535)
         return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CUDA attention: %lld query / %lld kv heads of %lld",
                          (long long)nh, (long long)nkv, (long long)D);
+    const int tc = D == 64 || D == 72 || D == 128, split = c->precise_parts & PRECISE_ATTN ? 2 : 1;
+    const int variant = a->scale > 0.0f ? c->attn_variant : 1, ksplit = split == 2 && (c->tune & 2) ? 3 : split;
+    const int64_t bm = ck_attn_tc_rows(ksplit, variant); /* query rows per tile */
     int64_t n_tiles = 0;
     for (int64_t s = 0; s < ns; s++) {
         int64_t ql = a->q_off[s + 1] - a->q_off[s], kl = a->kv_off[s + 1] - a->kv_off[s];
@@ -1179,11 +1185,10 @@ static int cu_attention(clef_backend *be, const float *q, const float *k, const 
             return clef_fail(err, 500, CLEF_E_INTERNAL, NULL,
                              "CUDA attention: segment %lld has %lld queries and %lld keys", (long long)s,
                              (long long)ql, (long long)kl);
-        n_tiles += (ql + 63) / 64;
+        n_tiles += (ql + bm - 1) / bm;
     }
     const int64_t nq = ns ? a->q_off[ns] : 0, nk = ns ? a->kv_off[ns] : 0;
     if (nq == 0) return 0;
-    const int tc = D == 64 || D == 72 || D == 128, split = c->precise_parts & PRECISE_ATTN ? 2 : 1;
     op_begin(c, !tc ? "attention (f32)" : split == 2 ? "attention (tensor cores, split)" : "attention (tensor cores)",
              0);
     const size_t off_bytes = (size_t)(ns + 1) * sizeof(int64_t);
@@ -1197,7 +1202,7 @@ static int cu_attention(clef_backend *be, const float *q, const float *k, const 
         int64_t maxq = 0, m = 0;
         for (int64_t s = 0; s < ns; s++)
             if (a->q_off[s + 1] - a->q_off[s] > maxq) maxq = a->q_off[s + 1] - a->q_off[s];
-        for (int64_t i0 = ((maxq + 63) / 64 - 1) * 64; i0 >= 0; i0 -= 64)
+        for (int64_t i0 = ((maxq + bm - 1) / bm - 1) * bm; i0 >= 0; i0 -= bm)
             for (int64_t s = 0; s < ns; s++)
                 if (a->q_off[s + 1] - a->q_off[s] > i0) {
                     t[2 * m] = (int32_t)s;
@@ -1221,8 +1226,7 @@ static int cu_attention(clef_backend *be, const float *q, const float *k, const 
             rc = cu_check(ck_rows_to_bf16(v, nk, nkv * D, a->v_stride, v16, split, c->st), "attention v", err);
         if (rc == 0)
             rc = cu_check(ck_attn_tc(q16, k16, v16, out, a->o_stride, (const int32_t *)(d + 2 * off_bytes), n_tiles, dq,
-                                     dk, (int)nh, (int)nkv, (int)D, a->scale, a->causal,
-                                     split == 2 && (c->tune & 2) ? 3 : split, c->st),
+                                     dk, (int)nh, (int)nkv, (int)D, a->scale, a->causal, ksplit, variant, c->st),
                           "attention", err);
     } else {
         rc = cu_check(ck_attn_f32(q, k, v, out, a->q_stride, a->k_stride, a->v_stride, a->o_stride, dq, dk, ns, nq,
@@ -1825,6 +1829,8 @@ clef_backend *clef_cuda_backend_create_ex(const clef_cuda_options *opt, clef_err
         c->int4_2blk = q4 && strcmp(q4, "v3-2blk") == 0;
     }
     c->lt_splitk = getenv_int("CLEF_CUDA_LT_SPLITK", 1);
+    const char *av = getenv("CLEF_CUDA_ATTN");
+    c->attn_variant = av && strcmp(av, "v1") == 0 ? 1 : av && strcmp(av, "v2w") == 0 ? 3 : 2;
     be->ops = &cuda_ops;
     be->ctx = c;
     if (ctx_init(c, err) != 0) {
@@ -1846,12 +1852,13 @@ void clef_cuda_describe(clef_backend *be, char *buf, size_t cap) {
         return;
     }
     cuda_ctx *c = cu_of(be);
-    snprintf(buf, cap, "%s%s%s%s%s%s%s", c->desc, c->precise ? ", precise" : !c->precise_parts ? ", fast (bf16)" : "",
+    snprintf(buf, cap, "%s%s%s%s%s%s%s%s", c->desc, c->precise ? ", precise" : !c->precise_parts ? ", fast (bf16)" : "",
              !c->precise && (c->precise_parts & PRECISE_DENSE) ? ", precise dense" : "",
              !c->precise && (c->precise_parts & PRECISE_EXPERTS) ? ", precise experts" : "",
              !c->precise && (c->precise_parts & PRECISE_ATTN) ? ", precise attention" : "",
              c->gemm_custom ? ", custom dense GEMM" : ", cuBLASLt dense GEMM",
-             c->wgmma == 1 ? ", wgmma experts" : c->wgmma == 2 ? ", wgmma experts (big batches)" : "");
+             c->wgmma == 1 ? ", wgmma experts" : c->wgmma == 2 ? ", wgmma experts (big batches)" : "",
+             c->attn_variant == 1 ? ", attention v1" : c->attn_variant == 3 ? ", attention v2w" : "");
 }
 
 size_t clef_cuda_peak_bytes(clef_backend *be) {

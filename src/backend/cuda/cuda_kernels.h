@@ -207,17 +207,25 @@ cudaError_t ck_gather(const void *table, int is_f32, int64_t rows, int64_t cols,
 cudaError_t ck_rope(float *x, int64_t T, int64_t heads, int64_t D, const int32_t *pos, int64_t s1, int64_t s2,
                     const float *inv_freq, cudaStream_t st);
 
-/* Tensor-core flash attention (D = 64 or 128): q [*, nh, D], k/v [*, nkv, D]
+/* Query rows per tile of ck_attn_tc for this split (1, 2 or 3) and kernel
+ * variant (1 = v1; 2 = v2 (default); 3 = v2 with 128-row tiles in the precise
+ * mode as well): 64 or 128. */
+int ck_attn_tc_rows(int split, int variant);
+
+/* Tensor-core flash attention (D = 64, 72 or 128): q [*, nh, D], k/v [*, nkv, D]
  * bf16 rows packed (row stride nh*D / nkv*D); tiles int32 [n_tiles][2] =
- * (segment, first query row within it, a multiple of 64); offsets int64
+ * (segment, first query row within it, a multiple of ck_attn_tc_rows(split,
+ * variant)), heaviest first is fastest; offsets int64
  * [n_seg + 1].  out f32 rows o_stride apart.  split = 2: q, k, v rows are
  * [hi | lo] (ck_rows_to_bf16 split 2; row strides doubled) and every product
  * takes three MMAs (hi.hi + hi.lo + lo.hi), P split the same way; split = 3:
  * the same with one K/V buffer instead of two (104 KB of shared memory at
- * D = 128: two blocks per SM; bitwise the same results as split = 2). */
+ * D = 128: two blocks per SM; bitwise the same results as split = 2).
+ * variant: see ck_attn_tc_rows; variants 2 and 3 need scale > 0.  Errors:
+ * cudaErrorInvalidValue for an unsupported D, split, variant or scale. */
 cudaError_t ck_attn_tc(const uint16_t *q, const uint16_t *k, const uint16_t *v, float *out, int64_t o_stride,
                        const int32_t *tiles, int64_t n_tiles, const int64_t *q_off, const int64_t *kv_off, int nh,
-                       int nkv, int D, float scale, int causal, int split, cudaStream_t st);
+                       int nkv, int D, float scale, int causal, int split, int variant, cudaStream_t st);
 
 /* f32 attention for any head_dim: one warp per (query row, head), online
  * softmax over the keys in order.  n_rows = q_off[n_seg]. */
