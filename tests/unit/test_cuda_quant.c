@@ -538,6 +538,139 @@ static void test_v3_int4_reorder_host(void **state) {
     }
 }
 
+/* ---- host emulation of the packed wgmma kernel's weight tiles ------------- */
+
+/* Byte offset of element (r, k) (k < 64) in a 128B-swizzled bf16 tile of
+ * 128-byte rows: cuda_wgmma.cu's sw128 (chunk k / 8 XOR r % 8), the layout
+ * its wgmma descriptors read. */
+static int64_t sw128_host(int64_t r, int64_t k) { return r * 128 + (((k / 8) ^ (r & 7)) << 4) + (k % 8) * 2; }
+
+/* The packed wgmma kernel (cuda_wgmma.cu, 128 x 128 tiles, 256 threads)
+ * replayed on the host for one weight [N, K] and both column maps (DOWN:
+ * tile row r = column 128 nt + r; GATEUP: rows r < 64 the gate matrix,
+ * columns 64 nt + r % 64; here the same matrix for both halves): per tile
+ * nt and K step kt every thread copies what its load_stage copies and
+ * writes what its dequant_stage writes into a swizzled 128 x 64 tile, which
+ * is then read as the wgmma reads it.  Formats: INT4 reordered (the bf16
+ * code q - zero, times the group scale of its fold: bitwise the CPU decode),
+ * NVFP4 / FP8 (the unit placement: element (r, k) must be the weight element
+ * (column of r, 64 kt + k); each tile element written exactly once).
+ * Returns the number of mismatches; *oob counts out-of-bounds reads. */
+static int64_t qwg_emulate(const clef_qweight *q, const uint8_t *rq, int gateup, int64_t *oob) {
+    const int64_t N = q->rows, K = q->cols, K64 = K / 64;
+    const int64_t ntn = gateup ? (N + 63) / 64 : (N + 127) / 128;
+    int64_t bad = 0;
+    uint16_t tile[128 * 64];
+    int64_t src[128 * 64]; /* INT4: unused; units: n * K + k of the element each slot got */
+    int cnt[128 * 64];
+    float *ref = malloc((size_t)(N * K) * 4);
+    clef_qweight_rows_f32(q, 0, N, ref);
+    for (int64_t nt = 0; nt < ntn; nt++)
+        for (int64_t kt = 0; kt < K64; kt++) {
+            memset(cnt, 0, sizeof cnt);
+            for (int tid = 0; tid < 256; tid++) {
+                const int lane = tid & 31, g = lane >> 2, t = lane & 3;
+                if (q->quant.type == CLEF_QT_INT4_GPTQ) {
+                    const int c = (tid >> 5) * 16;
+                    int64_t n = gateup ? nt * 64 + (c % 64) : nt * 128 + c;
+                    const int b_ok = n < N;
+                    n = b_ok ? n : 0;
+                    const int64_t off = CK_INT4R_ATOM_OFF(n / 16, (int64_t)0, K64) + lane * 16 +
+                                        (b_ok ? kt * CK_INT4R_ATOM_BYTES : 0);
+                    uint32_t w[4] = {0, 0, 0, 0}, zw[2] = {0, 0};
+                    if (b_ok) {
+                        if (off + 16 > CK_INT4R_BYTES(N, K)) (*oob)++;
+                        else memcpy(w, rq + off, 16);
+                    }
+                    const uint32_t *zeros = q->quant.zeros;
+                    const int z_ok = b_ok && zeros != NULL;
+                    const int64_t zc0 = n / 8 < N / 8 ? n / 8 : N / 8 - 1, zc1 = n / 8 + 1 < N / 8 ? n / 8 + 1 : N / 8 - 1;
+                    if (z_ok) {
+                        const int64_t row = (kt * 64 / q->quant.group) * (N / 8);
+                        zw[0] = zeros[row + zc0], zw[1] = zeros[row + zc1];
+                    }
+                    const uint32_t z_add = zeros ? 1u : 8u;
+                    for (int kc = 0; kc < 4; kc++)
+                        for (int p = 0; p < 4; p++) {
+                            const int ni = p >> 1, j = p & 1;
+                            const uint32_t z = 128u + ((zw[ni] >> (4 * g)) & 15u) + z_add;
+                            const uint32_t reg = CK_INT4R_REG(w[kc], p);
+                            const int64_t r = (tid >> 5) * 16 + g + 8 * ni, k = 16 * kc + 8 * j + 2 * t;
+                            const int64_t at = sw128_host(r, k);
+                            if (at % 4 || sw128_host(r, k + 1) != at + 2) bad++;
+                            for (int hf = 0; hf < 2; hf++) { /* bf16 (128 + q) - (128 + z) = q - z, exact */
+                                const int64_t slot = at / 2 + hf;
+                                const double v = bf16_value((reg >> (16 * hf)) & 0xFFFFu) - (double)z;
+                                tile[slot] = (uint16_t)(int16_t)v;
+                                cnt[slot]++;
+                            }
+                        }
+                } else {
+                    for (int i = 0; i < 2; i++) { /* kernel v2's units u = tid + 256 i: row u / 4, chunk u % 4 */
+                        const int u = tid + 256 * i, ur = u / 4, kc = u % 4;
+                        const int64_t n = gateup ? nt * 64 + (ur % 64) : nt * 128 + ur;
+                        for (int e = 0; e < 16; e++) { /* chunks 2 kc, 2 kc + 1 of row ur */
+                            const int64_t k = 16 * kc + e;
+                            const int64_t slot = ur * 64 + ((k / 8) ^ (ur & 7)) * 8 + (k % 8);
+                            src[slot] = n < N ? n * K + kt * 64 + k : -1;
+                            cnt[slot]++;
+                        }
+                    }
+                }
+            }
+            /* the wgmma read: element (r, k) at sw128_host(r, k) */
+            for (int64_t r = 0; r < 128; r++)
+                for (int64_t k = 0; k < 64; k++) {
+                    const int64_t slot = sw128_host(r, k) / 2;
+                    if (cnt[slot] != 1) {
+                        bad++;
+                        continue;
+                    }
+                    const int64_t n = gateup ? nt * 64 + (r % 64) : nt * 128 + r, kk = kt * 64 + k;
+                    if (n >= N) continue;
+                    if (q->quant.type == CLEF_QT_INT4_GPTQ) {
+                        const float sc = clef_f16_to_f32(((const uint16_t *)q->quant.scale)[(kk / q->quant.group) * N + n]);
+                        const float v = (float)(int16_t)tile[slot] * sc;
+                        if (memcmp(&v, &ref[n * K + kk], 4)) bad++;
+                    } else if (src[slot] != n * K + kk) {
+                        bad++;
+                    }
+                }
+        }
+    free(ref);
+    return bad;
+}
+
+/* The packed wgmma kernel's weight tiles on the host (qwg_emulate): every
+ * format, both column maps, shapes of the moe test and one with N % 128 != 0. */
+static void test_qwgmma_tiles_host(void **state) {
+    (void)state;
+    static const int64_t shapes[2][2] = {{128, 256}, {200, 384}};
+    for (int kind = 0; kind < Q_KINDS; kind++)
+        for (int si = 0; si < 2; si++) {
+            const int64_t N = shapes[si][0], K = shapes[si][1];
+            hq h;
+            make_q(&h, (enum qkind)kind, N, K);
+            uint8_t *rq = NULL;
+            if (h.q.quant.type == CLEF_QT_INT4_GPTQ) {
+                rq = calloc(1, (size_t)CK_INT4R_BYTES(N, K));
+                int4_reorder_host(h.data, K, N, (uint32_t *)rq);
+            }
+            for (int gu = 0; gu < 2; gu++) {
+                int64_t oob = 0;
+                const int64_t bad = qwg_emulate(&h.q, rq, gu, &oob);
+                if (bad || oob)
+                    fail_msg("packed wgmma tiles %s N=%lld K=%lld %s: %lld mismatches, %lld reads out of bounds",
+                             QNAME[kind], (long long)N, (long long)K, gu ? "gate/up" : "down", (long long)bad,
+                             (long long)oob);
+            }
+            printf("  packed wgmma tiles %-28s N=%-4lld K=%-4lld both column maps: as the CPU decode / v2 units\n",
+                   QNAME[kind], (long long)N, (long long)K);
+            free(rq);
+            free_q(&h);
+        }
+}
+
 /* ---- the dense matmul with a packed weight -------------------------------- */
 
 /* INT4: kernel v2 (the CLEF_CUDA_QGEMM_INT4=v2 backend: GPTQ layout) gives
@@ -1020,6 +1153,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fp4_register_decode_host), cmocka_unit_test(test_v2_pipeline_host),
         cmocka_unit_test(test_v2_addressing_host), cmocka_unit_test(test_v3_int4_reorder_host),
+        cmocka_unit_test(test_qwgmma_tiles_host),
         cmocka_unit_test(test_refuses_bad_shapes), cmocka_unit_test(test_matmul_packed),
         cmocka_unit_test(test_moe_nvfp4_ct),       cmocka_unit_test(test_moe_nvfp4_modelopt),
         cmocka_unit_test(test_moe_fp8),            cmocka_unit_test(test_moe_int4_sym),
