@@ -813,8 +813,29 @@ static void moe_case(fx *f, enum qkind kind) {
         float *ys = tu_dget(g, dy1, (size_t)(40 * H));
         assert_memory_equal(ys, y + 13 * H, (size_t)(40 * H) * 4);
         free(ys);
+        /* the batch, profiled: where the backend uses wgmma experts, its first pass must have run the
+         * packed wgmma kernel (the op names of moe_pass_packed) */
+        clef_cuda_set_profile(g, 1);
+        clef_cuda_profile_dump(g, NULL); /* forget earlier timings */
         tu_ok(g->ops->moe(g, dx, TB, di, dw, k, &mg, dy1, &err), &err);
         float *yb = tu_dget(g, dy1, (size_t)(TB * H));
+        {
+            char *prof = NULL, desc[256];
+            size_t plen = 0;
+            FILE *ms = open_memstream(&prof, &plen);
+            assert_non_null(ms);
+            clef_cuda_profile_dump(g, ms);
+            fclose(ms);
+            clef_cuda_profile_dump(g, NULL);
+            clef_cuda_set_profile(g, 0);
+            clef_cuda_describe(g, desc, sizeof desc);
+            const int want = strstr(desc, "wgmma experts") != NULL, got = strstr(prof, "GEMM (wgmma)") != NULL;
+            if (want && !got) fail_msg("%s (%s): the batch of %lld did not run the packed wgmma kernel:\n%s", what,
+                                       MODE[gi], (long long)TB, prof);
+            printf("  %-40s %-8s batch of %lld: %s\n", what, MODE[gi], (long long)TB,
+                   got ? "first pass on the packed wgmma kernel" : "packed wgmma kernel not used (device / build)");
+            free(prof);
+        }
         if (memcmp(yb, y, (size_t)(T * H) * 4) != 0)
             fail_msg("%s (%s): the first %lld tokens differ inside a batch of %lld", what, MODE[gi], (long long)T,
                      (long long)TB);
