@@ -1,5 +1,5 @@
 /* cuda_wgmma.cu — the grouped expert GEMMs (GATEUP with SwiGLU, DOWN) on
- * Hopper's warpgroup MMA (wgmma.mma_async, sm_90a).
+ * Hopper's warpgroup MMA (wgmma.mma_async, sm_90a), bf16 or packed weights.
  *
  * Same contract as ck_gemm's grouped modes (cuda_kernels.h): the tile plan
  * of ck_moe_plan, [hi | lo] activation rows when split = 2, bf16 weights
@@ -13,6 +13,10 @@
  * registers, so every output element is one fixed-order sum over K: its
  * value depends on its A row and weight row only, never on BM, the grid or
  * the rows packed around it (backend.h determinism rule).
+ *
+ * The same kernel, templated on the weight format, runs the packed
+ * (quantized) experts of ck_qgemm (NVFP4, FP8 blocks, INT4 reordered) with
+ * bitwise ck_qgemm's results: see the kernel's comment.
  *
  * Built only when the CUDA architectures include sm_90a (CLEF_CUDA_WGMMA is
  * then defined by CMake); elsewhere ck_gemm_wgmma reports
