@@ -214,11 +214,11 @@ EOF
         done
         ;;
     qgemm_bench) # per-layer expert GEMM times at the full shapes (BF16 and every packed format), for each
-        # CLEF_CUDA_WGMMA mode in WGMMA_MODES (default "1 0": the wgmma kernel, then the mma.sync one)
+        # CLEF_CUDA_WGMMA mode in WGMMA_MODES (default "1 0": the wgmma kernels (bf16 and packed), then mma.sync)
         for m in ${WGMMA_MODES:-1 0}; do
-            CLEF_CUDA_WGMMA=$m CLEF_QGEMM_BENCH=1 run_stage "qgemm_bench_wgmma$m" 240 "$BIN/test_cuda_quant"
+            CLEF_CUDA_WGMMA=$m CLEF_QGEMM_BENCH=1 run_stage "qgemm_bench_wgmma$m" 360 "$BIN/test_cuda_quant"
             note "qgemm bench, CLEF_CUDA_WGMMA=$m:"
-            grep -E "ms|per layer|T *=" "$OUT/qgemm_bench_wgmma$m.log" | grep -v -E "^\[|rel L2" | head -30 >> "$SUM"
+            grep -E "ms|per layer|T *=" "$OUT/qgemm_bench_wgmma$m.log" | grep -v -E "^\[|rel L2" | head -60 >> "$SUM"
         done
         ;;
     *) echo "unknown stage $st" >&2 ;;

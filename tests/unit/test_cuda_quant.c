@@ -30,11 +30,18 @@
  * bitwise the CPU decode.  On the GPU, INT4 also runs on a second backend
  * created with CLEF_CUDA_QGEMM_INT4=v2 (GPTQ layout, kernel v2): its matmul
  * and moe outputs must equal v3's bitwise (batch and a row alone).
+ * Packed experts on the wgmma kernel (cuda_wgmma.cu, passes of >= 8192
+ * expert rows by default on sm_90a): the moe batch of 8300 tokens (k = 4:
+ * a first pass of 32768 rows) must equal, bitwise, the same tokens alone /
+ * in small batches (mma.sync kernels) and the whole batch on that second
+ * backend (created with CLEF_CUDA_QWGMMA=0 too: mma.sync kernels only), and
+ * 200 of its tokens the CPU within the tolerance.
  *
  * With CLEF_QGEMM_BENCH=1 it also times the moe op at the full model's
  * expert shapes (128 experts, hidden 2048, inter 768, top-8) for 300 and
- * 32000 tokens, fast and precise, BF16, every packed format and INT4 again
- * with kernel v2 ("int4 sym G=128 (kernel v2)"), and checks
+ * 32000 tokens, fast and precise, BF16, every packed format, and every
+ * packed format again on the mma.sync-only backend ("... (mma.sync)"; INT4
+ * there: kernel v2), and checks
  * that packed INT4 / NVFP4 experts take at most 0.3x the device weight
  * memory of BF16 ones (clef_cuda_weight_bytes: the packed bytes + scales,
  * no bf16 copy). */
@@ -70,7 +77,8 @@ static float *rand_vec(size_t n, float scale) { return tu_rand_vec(&rng_state, n
 typedef struct fx {
     clef_backend *cpu;
     clef_backend *gpu[2]; /* fast, precise */
-    clef_backend *gpu_v2[2]; /* the same with CLEF_CUDA_QGEMM_INT4=v2 (INT4 in the GPTQ layout, kernel v2) */
+    clef_backend *gpu_v2[2]; /* the same with CLEF_CUDA_QGEMM_INT4=v2 (INT4 in the GPTQ layout, kernel v2) and
+                                CLEF_CUDA_QWGMMA=0 (packed experts on the mma.sync kernels only) */
 } fx;
 
 static const char *const MODE[2] = {"fast", "precise"};
@@ -88,19 +96,26 @@ static int setup(void **state) {
             fprintf(stderr, "cuda backend: %s\n", err.message);
             return -1;
         }
-        const char *old = getenv("CLEF_CUDA_QGEMM_INT4");
-        char *keep = old ? strdup(old) : NULL;
+        const char *old = getenv("CLEF_CUDA_QGEMM_INT4"), *oldw = getenv("CLEF_CUDA_QWGMMA");
+        char *keep = old ? strdup(old) : NULL, *keepw = oldw ? strdup(oldw) : NULL;
         setenv("CLEF_CUDA_QGEMM_INT4", "v2", 1); /* read when the backend is created */
+        setenv("CLEF_CUDA_QWGMMA", "0", 1);
         f->gpu_v2[i] = clef_cuda_backend_create_ex(&o, &err);
         if (keep) setenv("CLEF_CUDA_QGEMM_INT4", keep, 1);
         else unsetenv("CLEF_CUDA_QGEMM_INT4");
-        free(keep);
+        if (keepw) setenv("CLEF_CUDA_QWGMMA", keepw, 1);
+        else unsetenv("CLEF_CUDA_QWGMMA");
+        free(keep), free(keepw);
         if (!f->gpu_v2[i]) {
             fprintf(stderr, "cuda backend (INT4 v2): %s\n", err.message);
             return -1;
         }
     }
     tu_print_cuda_device(f->gpu[0]);
+    char d0[256], d1[256];
+    clef_cuda_describe(f->gpu[0], d0, sizeof d0);
+    clef_cuda_describe(f->gpu_v2[0], d1, sizeof d1);
+    printf("  backend under test: %s\n  reference backend:  %s (CLEF_CUDA_QGEMM_INT4=v2 CLEF_CUDA_QWGMMA=0)\n", d0, d1);
     *state = f;
     return 0;
 }
@@ -523,6 +538,139 @@ static void test_v3_int4_reorder_host(void **state) {
     }
 }
 
+/* ---- host emulation of the packed wgmma kernel's weight tiles ------------- */
+
+/* Byte offset of element (r, k) (k < 64) in a 128B-swizzled bf16 tile of
+ * 128-byte rows: cuda_wgmma.cu's sw128 (chunk k / 8 XOR r % 8), the layout
+ * its wgmma descriptors read. */
+static int64_t sw128_host(int64_t r, int64_t k) { return r * 128 + (((k / 8) ^ (r & 7)) << 4) + (k % 8) * 2; }
+
+/* The packed wgmma kernel (cuda_wgmma.cu, 128 x 128 tiles, 256 threads)
+ * replayed on the host for one weight [N, K] and both column maps (DOWN:
+ * tile row r = column 128 nt + r; GATEUP: rows r < 64 the gate matrix,
+ * columns 64 nt + r % 64; here the same matrix for both halves): per tile
+ * nt and K step kt every thread copies what its load_stage copies and
+ * writes what its dequant_stage writes into a swizzled 128 x 64 tile, which
+ * is then read as the wgmma reads it.  Formats: INT4 reordered (the bf16
+ * code q - zero, times the group scale of its fold: bitwise the CPU decode),
+ * NVFP4 / FP8 (the unit placement: element (r, k) must be the weight element
+ * (column of r, 64 kt + k); each tile element written exactly once).
+ * Returns the number of mismatches; *oob counts out-of-bounds reads. */
+static int64_t qwg_emulate(const clef_qweight *q, const uint8_t *rq, int gateup, int64_t *oob) {
+    const int64_t N = q->rows, K = q->cols, K64 = K / 64;
+    const int64_t ntn = gateup ? (N + 63) / 64 : (N + 127) / 128;
+    int64_t bad = 0;
+    uint16_t tile[128 * 64];
+    int64_t src[128 * 64]; /* INT4: unused; units: n * K + k of the element each slot got */
+    int cnt[128 * 64];
+    float *ref = malloc((size_t)(N * K) * 4);
+    clef_qweight_rows_f32(q, 0, N, ref);
+    for (int64_t nt = 0; nt < ntn; nt++)
+        for (int64_t kt = 0; kt < K64; kt++) {
+            memset(cnt, 0, sizeof cnt);
+            for (int tid = 0; tid < 256; tid++) {
+                const int lane = tid & 31, g = lane >> 2, t = lane & 3;
+                if (q->quant.type == CLEF_QT_INT4_GPTQ) {
+                    const int c = (tid >> 5) * 16;
+                    int64_t n = gateup ? nt * 64 + (c % 64) : nt * 128 + c;
+                    const int b_ok = n < N;
+                    n = b_ok ? n : 0;
+                    const int64_t off = CK_INT4R_ATOM_OFF(n / 16, (int64_t)0, K64) + lane * 16 +
+                                        (b_ok ? kt * CK_INT4R_ATOM_BYTES : 0);
+                    uint32_t w[4] = {0, 0, 0, 0}, zw[2] = {0, 0};
+                    if (b_ok) {
+                        if (off + 16 > CK_INT4R_BYTES(N, K)) (*oob)++;
+                        else memcpy(w, rq + off, 16);
+                    }
+                    const uint32_t *zeros = q->quant.zeros;
+                    const int z_ok = b_ok && zeros != NULL;
+                    const int64_t zc0 = n / 8 < N / 8 ? n / 8 : N / 8 - 1, zc1 = n / 8 + 1 < N / 8 ? n / 8 + 1 : N / 8 - 1;
+                    if (z_ok) {
+                        const int64_t row = (kt * 64 / q->quant.group) * (N / 8);
+                        zw[0] = zeros[row + zc0], zw[1] = zeros[row + zc1];
+                    }
+                    const uint32_t z_add = zeros ? 1u : 8u;
+                    for (int kc = 0; kc < 4; kc++)
+                        for (int p = 0; p < 4; p++) {
+                            const int ni = p >> 1, j = p & 1;
+                            const uint32_t z = 128u + ((zw[ni] >> (4 * g)) & 15u) + z_add;
+                            const uint32_t reg = CK_INT4R_REG(w[kc], p);
+                            const int64_t r = (tid >> 5) * 16 + g + 8 * ni, k = 16 * kc + 8 * j + 2 * t;
+                            const int64_t at = sw128_host(r, k);
+                            if (at % 4 || sw128_host(r, k + 1) != at + 2) bad++;
+                            for (int hf = 0; hf < 2; hf++) { /* bf16 (128 + q) - (128 + z) = q - z, exact */
+                                const int64_t slot = at / 2 + hf;
+                                const double v = bf16_value((reg >> (16 * hf)) & 0xFFFFu) - (double)z;
+                                tile[slot] = (uint16_t)(int16_t)v;
+                                cnt[slot]++;
+                            }
+                        }
+                } else {
+                    for (int i = 0; i < 2; i++) { /* kernel v2's units u = tid + 256 i: row u / 4, chunk u % 4 */
+                        const int u = tid + 256 * i, ur = u / 4, kc = u % 4;
+                        const int64_t n = gateup ? nt * 64 + (ur % 64) : nt * 128 + ur;
+                        for (int e = 0; e < 16; e++) { /* chunks 2 kc, 2 kc + 1 of row ur */
+                            const int64_t k = 16 * kc + e;
+                            const int64_t slot = ur * 64 + ((k / 8) ^ (ur & 7)) * 8 + (k % 8);
+                            src[slot] = n < N ? n * K + kt * 64 + k : -1;
+                            cnt[slot]++;
+                        }
+                    }
+                }
+            }
+            /* the wgmma read: element (r, k) at sw128_host(r, k) */
+            for (int64_t r = 0; r < 128; r++)
+                for (int64_t k = 0; k < 64; k++) {
+                    const int64_t slot = sw128_host(r, k) / 2;
+                    if (cnt[slot] != 1) {
+                        bad++;
+                        continue;
+                    }
+                    const int64_t n = gateup ? nt * 64 + (r % 64) : nt * 128 + r, kk = kt * 64 + k;
+                    if (n >= N) continue;
+                    if (q->quant.type == CLEF_QT_INT4_GPTQ) {
+                        const float sc = clef_f16_to_f32(((const uint16_t *)q->quant.scale)[(kk / q->quant.group) * N + n]);
+                        const float v = (float)(int16_t)tile[slot] * sc;
+                        if (memcmp(&v, &ref[n * K + kk], 4)) bad++;
+                    } else if (src[slot] != n * K + kk) {
+                        bad++;
+                    }
+                }
+        }
+    free(ref);
+    return bad;
+}
+
+/* The packed wgmma kernel's weight tiles on the host (qwg_emulate): every
+ * format, both column maps, shapes of the moe test and one with N % 128 != 0. */
+static void test_qwgmma_tiles_host(void **state) {
+    (void)state;
+    static const int64_t shapes[2][2] = {{128, 256}, {200, 384}};
+    for (int kind = 0; kind < Q_KINDS; kind++)
+        for (int si = 0; si < 2; si++) {
+            const int64_t N = shapes[si][0], K = shapes[si][1];
+            hq h;
+            make_q(&h, (enum qkind)kind, N, K);
+            uint8_t *rq = NULL;
+            if (h.q.quant.type == CLEF_QT_INT4_GPTQ) {
+                rq = calloc(1, (size_t)CK_INT4R_BYTES(N, K));
+                int4_reorder_host(h.data, K, N, (uint32_t *)rq);
+            }
+            for (int gu = 0; gu < 2; gu++) {
+                int64_t oob = 0;
+                const int64_t bad = qwg_emulate(&h.q, rq, gu, &oob);
+                if (bad || oob)
+                    fail_msg("packed wgmma tiles %s N=%lld K=%lld %s: %lld mismatches, %lld reads out of bounds",
+                             QNAME[kind], (long long)N, (long long)K, gu ? "gate/up" : "down", (long long)bad,
+                             (long long)oob);
+            }
+            printf("  packed wgmma tiles %-28s N=%-4lld K=%-4lld both column maps: as the CPU decode / v2 units\n",
+                   QNAME[kind], (long long)N, (long long)K);
+            free(rq);
+            free_q(&h);
+        }
+}
+
 /* ---- the dense matmul with a packed weight -------------------------------- */
 
 /* INT4: kernel v2 (the CLEF_CUDA_QGEMM_INT4=v2 backend: GPTQ layout) gives
@@ -635,12 +783,13 @@ static void moe_case(fx *f, enum qkind kind) {
                 fail_msg("%s (%s): token %lld alone differs from the batch", what, MODE[gi], (long long)picks[i]);
             free(y1);
         }
+        /* the reference backend: mma.sync packed kernels only (INT4: kernel v2, GPTQ layout) */
+        clef_backend *v2 = f->gpu_v2[gi];
+        clef_weight wv[3][E];
+        for (int j = 0; j < 3; j++)
+            for (int e = 0; e < E; e++) tu_ok(v2->ops->weight_init_packed(v2, &wv[j][e], &h[j][e].q, &err), &err);
+        clef_moe_weights mv = {.n_experts = E, .hidden = H, .inter = NI, .gate = wv[0], .up = wv[1], .down = wv[2]};
         if (kind == Q_INT4_SYM || kind == Q_INT4_ASYM) { /* kernel v2 (GPTQ layout) = v3, bitwise */
-            clef_backend *v2 = f->gpu_v2[gi];
-            clef_weight wv[3][E];
-            for (int j = 0; j < 3; j++)
-                for (int e = 0; e < E; e++) tu_ok(v2->ops->weight_init_packed(v2, &wv[j][e], &h[j][e].q, &err), &err);
-            clef_moe_weights mv = {.n_experts = E, .hidden = H, .inter = NI, .gate = wv[0], .up = wv[1], .down = wv[2]};
             float *vx = tu_dput(v2, x, (size_t)(T * H) * 4), *vw = tu_dput(v2, rw, (size_t)(T * k) * 4);
             int32_t *vi = tu_dput(v2, idx, (size_t)(T * k) * 4);
             float *vy = tu_dnan(v2, (size_t)(T * H));
@@ -659,15 +808,34 @@ static void moe_case(fx *f, enum qkind kind) {
                    MODE[gi], (long long)T);
             free(yv), free(yv1);
             v2->ops->free(v2, vx), v2->ops->free(v2, vw), v2->ops->free(v2, vi), v2->ops->free(v2, vy);
-            for (int j = 0; j < 3; j++)
-                for (int e = 0; e < E; e++) v2->ops->weight_release(v2, &wv[j][e]);
         }
         tu_ok(g->ops->moe(g, dx + 13 * H, 40, di + 13 * k, dw + 13 * k, k, &mg, dy1, &err), &err);
         float *ys = tu_dget(g, dy1, (size_t)(40 * H));
         assert_memory_equal(ys, y + 13 * H, (size_t)(40 * H) * 4);
         free(ys);
+        /* the batch, profiled: where the backend uses wgmma experts, its first pass must have run the
+         * packed wgmma kernel (the op names of moe_pass_packed) */
+        clef_cuda_set_profile(g, 1);
+        clef_cuda_profile_dump(g, NULL); /* forget earlier timings */
         tu_ok(g->ops->moe(g, dx, TB, di, dw, k, &mg, dy1, &err), &err);
         float *yb = tu_dget(g, dy1, (size_t)(TB * H));
+        {
+            char *prof = NULL, desc[256];
+            size_t plen = 0;
+            FILE *ms = open_memstream(&prof, &plen);
+            assert_non_null(ms);
+            clef_cuda_profile_dump(g, ms);
+            fclose(ms);
+            clef_cuda_profile_dump(g, NULL);
+            clef_cuda_set_profile(g, 0);
+            clef_cuda_describe(g, desc, sizeof desc);
+            const int want = strstr(desc, "wgmma experts") != NULL, got = strstr(prof, "GEMM (wgmma)") != NULL;
+            if (want && !got) fail_msg("%s (%s): the batch of %lld did not run the packed wgmma kernel:\n%s", what,
+                                       MODE[gi], (long long)TB, prof);
+            printf("  %-40s %-8s batch of %lld: %s\n", what, MODE[gi], (long long)TB,
+                   got ? "first pass on the packed wgmma kernel" : "packed wgmma kernel not used (device / build)");
+            free(prof);
+        }
         if (memcmp(yb, y, (size_t)(T * H) * 4) != 0)
             fail_msg("%s (%s): the first %lld tokens differ inside a batch of %lld", what, MODE[gi], (long long)T,
                      (long long)TB);
@@ -675,7 +843,49 @@ static void moe_case(fx *f, enum qkind kind) {
         float *y1 = tu_dget(g, dy, (size_t)H);
         if (memcmp(y1, yb + 8250 * H, (size_t)H * 4) != 0)
             fail_msg("%s (%s): token 8250 alone differs from the batch of %lld", what, MODE[gi], (long long)TB);
-        printf("  %-40s %-8s tokens alone / slice / batch of %lld: bitwise equal\n", what, MODE[gi], (long long)TB);
+        /* The batch's first pass (8192 tokens, 32768 expert rows) runs on the wgmma kernel where it applies
+         * (CLEF_CUDA_WGMMA=2 default, sm_90a): a token of that pass alone (4 rows: mma.sync kernels) ... */
+        tu_ok(g->ops->moe(g, dx + 5000 * H, 1, di + 5000 * k, dw + 5000 * k, k, &mg, dy, &err), &err);
+        float *y5 = tu_dget(g, dy, (size_t)H);
+        if (memcmp(y5, yb + 5000 * H, (size_t)H * 4) != 0)
+            fail_msg("%s (%s): token 5000 alone differs from the batch of %lld (big pass)", what, MODE[gi],
+                     (long long)TB);
+        /* ... the whole batch on the reference backend (mma.sync kernels only), every output bitwise ... */
+        {
+            float *vx = tu_dput(v2, x, (size_t)(TB * H) * 4), *vw = tu_dput(v2, rw, (size_t)(TB * k) * 4);
+            int32_t *vi = tu_dput(v2, idx, (size_t)(TB * k) * 4);
+            float *vy = tu_dnan(v2, (size_t)(TB * H));
+            tu_ok(v2->ops->moe(v2, vx, TB, vi, vw, k, &mv, vy, &err), &err);
+            float *yr = tu_dget(v2, vy, (size_t)(TB * H));
+            int64_t bad = 0, first = -1;
+            for (int64_t i = 0; i < TB * H; i++)
+                if (memcmp(&yr[i], &yb[i], 4) != 0) {
+                    if (first < 0) first = i;
+                    bad++;
+                }
+            if (bad)
+                fail_msg("%s (%s): batch of %lld differs from the mma.sync-only backend in %lld of %lld outputs (first: "
+                         "token %lld, column %lld: %.9g vs %.9g)", what, MODE[gi], (long long)TB, (long long)bad,
+                         (long long)(TB * H), (long long)(first / H), (long long)(first % H), (double)yb[first],
+                         (double)yr[first]);
+            free(yr);
+            v2->ops->free(v2, vx), v2->ops->free(v2, vw), v2->ops->free(v2, vi), v2->ops->free(v2, vy);
+        }
+        /* ... and 200 tokens of the big pass against the CPU */
+        {
+            const int64_t t0 = 4000, nt = 200;
+            float *rb = malloc((size_t)(nt * H) * 4);
+            tu_ok(f->cpu->ops->moe(f->cpu, x + t0 * H, nt, idx + t0 * k, rw + t0 * k, k, &mc, rb, &err), &err);
+            char wb[112];
+            snprintf(wb, sizeof wb, "%s (batch %lld)", what, (long long)TB);
+            check(wb, MODE[gi], yb + t0 * H, rb, (size_t)(nt * H), TOL[gi]);
+            free(rb);
+        }
+        printf("  %-40s %-8s tokens alone / slice / batch of %lld: bitwise equal (and to the mma.sync-only "
+               "backend)\n", what, MODE[gi], (long long)TB);
+        free(y5);
+        for (int j = 0; j < 3; j++)
+            for (int e = 0; e < E; e++) v2->ops->weight_release(v2, &wv[j][e]);
         free(y1), free(yb), free(y);
         g->ops->free(g, dx), g->ops->free(g, dw), g->ops->free(g, di), g->ops->free(g, dy), g->ops->free(g, dy1);
         for (int j = 0; j < 3; j++)
@@ -877,14 +1087,15 @@ static void test_bench_full_shapes(void **state) {
         size_t bf16_mem = 0;
         printf("  full expert shapes: %d experts, hidden %lld, inter %lld, top-%lld (%s mode)\n", E, (long long)H,
                (long long)NI, (long long)k, MODE[gi]);
-        for (int v = 0; v < 2; v++) { /* v = 1: INT4 again on the CLEF_CUDA_QGEMM_INT4=v2 backend (kernel v2) */
+        for (int v = 0; v < 2; v++) { /* v = 1: the packed formats again on the reference backend (mma.sync
+                                         kernels only; INT4: kernel v2) */
             clef_backend *g = v ? f->gpu_v2[gi] : f->gpu[gi];
             float *dx = tu_dput(g, x, (size_t)(TMAX * H) * 4), *dw = tu_dput(g, rw, (size_t)(TMAX * k) * 4);
             int32_t *di = tu_dput(g, idx, (size_t)(TMAX * k) * 4);
             float *dy = tu_dnan(g, (size_t)(TMAX * H));
             for (int kind = -1; kind < Q_KINDS; kind++) {
                 if (kind == Q_NVFP4_MO || kind == Q_INT4_ASYM) continue; /* same kernels as their siblings */
-                if (v && kind != Q_INT4_SYM) continue;
+                if (v && kind < 0) continue; /* bf16: the same kernels on both backends */
                 clef_weight wg[3][E];
                 hq h[3][E];
                 uint16_t *wb = NULL;
@@ -913,8 +1124,11 @@ static void test_bench_full_shapes(void **state) {
                 const size_t used = clef_cuda_weight_bytes(g) - used0;
                 if (kind < 0) bf16_mem = used;
                 clef_moe_weights mg = {.n_experts = E, .hidden = H, .inter = NI, .gate = wg[0], .up = wg[1], .down = wg[2]};
-                const char *name = kind < 0 ? "bf16" : v ? "int4 sym G=128 (kernel v2)" : QNAME[kind];
-                printf("  %-28s weights %.1f MiB (device weight memory +%.1f MiB, %.3fx bf16; driver: %.1f GiB used)\n", name,
+                char vname[64];
+                snprintf(vname, sizeof vname, "%s (mma.sync%s)", kind >= 0 ? QNAME[kind] : "",
+                         kind == Q_INT4_SYM ? ", v2" : "");
+                const char *name = kind < 0 ? "bf16" : v ? vname : QNAME[kind];
+                printf("  %-40s weights %.1f MiB (device weight memory +%.1f MiB, %.3fx bf16; driver: %.1f GiB used)\n", name,
                        (double)wbytes / 1048576.0, (double)used / 1048576.0, bf16_mem ? (double)used / (double)bf16_mem : 1.0,
                        (double)clef_cuda_used_bytes(g) / 1073741824.0);
                 /* symmetric INT4 leaves its all-7 qzeros on the host: up to 1.3% below clef_qweight_bytes */
@@ -939,7 +1153,7 @@ static void test_bench_full_shapes(void **state) {
                     const double flop = 2.0 * (double)(T * k) * (double)(3 * H * NI);
                     /* bytes: every expert's weights once (at 300 tokens nearly every expert is hit) */
                     const double bytes = kind < 0 ? bf16_bytes : (double)wbytes;
-                    printf("  %-28s %-8s T=%-6lld %8.3f ms/layer  %7.1f GB/s weights  %6.1f TFLOP/s\n", name, MODE[gi],
+                    printf("  %-40s %-8s T=%-6lld %8.3f ms/layer  %7.1f GB/s weights  %6.1f TFLOP/s\n", name, MODE[gi],
                            (long long)T, ms, bytes / (ms * 1e-3) / 1e9, flop / (ms * 1e-3) / 1e12);
                 }
                 /* where the time goes at 300 tokens: the op's parts */
@@ -960,6 +1174,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fp4_register_decode_host), cmocka_unit_test(test_v2_pipeline_host),
         cmocka_unit_test(test_v2_addressing_host), cmocka_unit_test(test_v3_int4_reorder_host),
+        cmocka_unit_test(test_qwgmma_tiles_host),
         cmocka_unit_test(test_refuses_bad_shapes), cmocka_unit_test(test_matmul_packed),
         cmocka_unit_test(test_moe_nvfp4_ct),       cmocka_unit_test(test_moe_nvfp4_modelopt),
         cmocka_unit_test(test_moe_fp8),            cmocka_unit_test(test_moe_int4_sym),

@@ -37,7 +37,11 @@
  *   CLEF_CUDA_WGMMA: 0 = expert GEMMs on the mma.sync kernel only, 1 = on
  *   the sm_90a wgmma kernel (cuda_wgmma.cu) at every size, 2 (default on
  *   sm_90a builds and compute capability 9.0) = wgmma from 8192 expert rows
- *   per pass; both kernels give bitwise the same sums.
+ *   per pass; both kernels give bitwise the same sums.  Packed (quantized)
+ *   experts follow the same rule on the wgmma variant of cuda_wgmma.cu
+ *   (128-row tiles; NVFP4, FP8 blocks with Bc % 64 == 0, INT4 reordered
+ *   with G % 64 == 0; bitwise the results of cuda_qgemm.cu's kernels)
+ *   unless CLEF_CUDA_QWGMMA=0 (default 1).
  *   - Other head sizes use an f32 attention kernel in both modes.
  *   - Everything else (norms, RoPE, router softmax/top-k, SwiGLU, combine,
  *     head row ops) is f32 as on the CPU.

@@ -106,6 +106,9 @@ typedef struct cuda_ctx {
     /* tensor-core attention kernel (CLEF_CUDA_ATTN): 1 = v1, 2 = v2 (default), 3 = v2 with 128-row
      * tiles in the precise mode too (see ck_attn_tc_rows) */
     int attn_variant;
+    /* packed experts on the wgmma kernel too (ck_qgemm_wgmma) where wgmma is used for the pass and the
+     * format qualifies (bitwise the same results as ck_qgemm): CLEF_CUDA_QWGMMA, default 1, 0 = never */
+    int qwgmma;
     /* which parts run precise (split-bf16 products, f32 attention): PRECISE_* bits */
     unsigned precise_parts;
     cudaStream_t st;
@@ -1468,7 +1471,15 @@ static int moe_pass_packed(cuda_ctx *c, const float *x, int64_t T, const int32_t
     op_begin(c, "moe: permutation", 1);
     ck_qgemm_args fmt = {0};
     qargs_format(c, &fmt, &ex->gate[0]);
-    const int split = c->precise_parts & PRECISE_EXPERTS ? 2 : 1, BM = ck_qgemm_bm(fmt.qtype, TK, E);
+    const int split = c->precise_parts & PRECISE_EXPERTS ? 2 : 1;
+    /* the wgmma kernel (128-row tiles) under the bf16 rule of moe_pass, when both products qualify */
+    ck_qgemm_args fg = {.mode = CK_GEMM_GATEUP, .lda = H * split, .K = H, .split = split, .N = NI},
+                  fd = {.mode = CK_GEMM_DOWN, .lda = NI * split, .K = NI, .split = split, .N = H};
+    qargs_format(c, &fg, &ex->gate[0]);
+    qargs_format(c, &fd, &ex->down[0]);
+    const int wg = c->qwgmma && (c->wgmma == 1 || (c->wgmma == 2 && TK >= 8192)) && ck_qgemm_wgmma_fits(&fg) &&
+                   ck_qgemm_wgmma_fits(&fd);
+    const int BM = wg ? 128 : ck_qgemm_bm(fmt.qtype, TK, E);
     moe_plan pl;
     if (moe_plan_make(c, idx, T, k, E, BM, &pl, err)) return op_end(c, -1);
     op_end(c, 0);
@@ -1481,7 +1492,7 @@ static int moe_pass_packed(cuda_ctx *c, const float *x, int64_t T, const int32_t
     if (!a16) return op_end(c, -1);
     op_end(c, 0);
 
-    op_begin(c, "moe: packed gate+up GEMM (SwiGLU)", 1);
+    op_begin(c, wg ? "moe: packed gate+up GEMM (SwiGLU, wgmma)" : "moe: packed gate+up GEMM (SwiGLU)", 1);
     uint16_t *hbuf = cu_slot(c, SLOT_MOE_H, (size_t)TK * (size_t)(NI * split) * 2, err);
     if (!hbuf) return op_end(c, -1);
     ck_qgemm_args g = {.mode = CK_GEMM_GATEUP, .A = a16, .lda = H * split, .K = H, .split = split, .N = NI,
@@ -1489,10 +1500,10 @@ static int moe_pass_packed(cuda_ctx *c, const float *x, int64_t T, const int32_t
                        .n_tiles = n_tiles, .max_tiles = max_tiles, .row_src = row_tok, .H = hbuf};
     qargs_format(c, &g, &ex->gate[0]);
     g.bm = BM;
-    if (cu_check(ck_qgemm(&g, c->st), "moe packed gate/up", err)) return op_end(c, -1);
+    if (cu_check(wg ? ck_qgemm_wgmma(&g, c->st) : ck_qgemm(&g, c->st), "moe packed gate/up", err)) return op_end(c, -1);
     op_end(c, 0);
 
-    op_begin(c, "moe: packed down GEMM", 1);
+    op_begin(c, wg ? "moe: packed down GEMM (wgmma)" : "moe: packed down GEMM", 1);
     float *yp = cu_slot(c, SLOT_MOE_Y, (size_t)TK * (size_t)H * sizeof(float), err);
     if (!yp) return op_end(c, -1);
     ck_qgemm_args d = {.mode = CK_GEMM_DOWN, .A = hbuf, .lda = NI * split, .K = NI, .split = split, .N = H,
@@ -1500,7 +1511,7 @@ static int moe_pass_packed(cuda_ctx *c, const float *x, int64_t T, const int32_t
                        .n_tiles = n_tiles, .max_tiles = max_tiles, .Y = yp, .ldy = H};
     qargs_format(c, &d, &ex->down[0]);
     d.bm = BM;
-    if (cu_check(ck_qgemm(&d, c->st), "moe packed down", err)) return op_end(c, -1);
+    if (cu_check(wg ? ck_qgemm_wgmma(&d, c->st) : ck_qgemm(&d, c->st), "moe packed down", err)) return op_end(c, -1);
     op_end(c, 0);
 
     op_begin(c, "moe: combine", 0);
@@ -1823,6 +1834,7 @@ clef_backend *clef_cuda_backend_create_ex(const clef_cuda_options *opt, clef_err
     c->tune = (unsigned)getenv_int("CLEF_CUDA_TUNE", 7);
     c->wgmma = getenv_int("CLEF_CUDA_WGMMA", 2);
     if (c->wgmma < 0 || c->wgmma > 2) c->wgmma = 2;
+    c->qwgmma = getenv_int("CLEF_CUDA_QWGMMA", 1) != 0;
     {
         const char *q4 = getenv("CLEF_CUDA_QGEMM_INT4");
         c->int4_v2 = q4 && strcmp(q4, "v2") == 0;
@@ -1852,12 +1864,13 @@ void clef_cuda_describe(clef_backend *be, char *buf, size_t cap) {
         return;
     }
     cuda_ctx *c = cu_of(be);
-    snprintf(buf, cap, "%s%s%s%s%s%s%s%s", c->desc, c->precise ? ", precise" : !c->precise_parts ? ", fast (bf16)" : "",
+    snprintf(buf, cap, "%s%s%s%s%s%s%s%s%s", c->desc, c->precise ? ", precise" : !c->precise_parts ? ", fast (bf16)" : "",
              !c->precise && (c->precise_parts & PRECISE_DENSE) ? ", precise dense" : "",
              !c->precise && (c->precise_parts & PRECISE_EXPERTS) ? ", precise experts" : "",
              !c->precise && (c->precise_parts & PRECISE_ATTN) ? ", precise attention" : "",
              c->gemm_custom ? ", custom dense GEMM" : ", cuBLASLt dense GEMM",
              c->wgmma == 1 ? ", wgmma experts" : c->wgmma == 2 ? ", wgmma experts (big batches)" : "",
+             c->wgmma && !c->qwgmma ? " (packed: mma.sync)" : "",
              c->attn_variant == 1 ? ", attention v1" : c->attn_variant == 3 ? ", attention v2w" : "");
 }
 

@@ -82,7 +82,7 @@ int ck_wgmma_built(void);
  * (wgmma.mma_async, cuda_wgmma.cu): same arguments, same results contract
  * (one fixed-order sum over K per element, hi then lo per 16-wide chunk).
  * big = 0: 64-row tiles, 1: 128-row tiles (ck_gemm_bm(big) rows: the plan of
- * ck_moe_plan must use the same BM).  Needs K % 64 == 0, lda % 8 == 0 and,
+ * ck_moe_plan must use the same BM).  Needs K >= 64, K % 64 == 0, lda % 8 == 0 and,
  * for DOWN, an even ldy and 8-byte aligned Y; a device of compute
  * capability 9.0.  cudaErrorNotSupported when the build lacks sm_90a,
  * cudaErrorInvalidValue on other shapes. */
@@ -150,6 +150,24 @@ typedef struct ck_qgemm_args {
 int ck_qgemm_bm(int qtype, int64_t rows, int64_t n_experts);
 
 cudaError_t ck_qgemm(const ck_qgemm_args *a, cudaStream_t st);
+
+/* 1 when the grouped product a (mode, K, N, lda, split and the format
+ * fields; bm, pointers and plan not looked at) can run on ck_qgemm_wgmma:
+ * the build holds sm_90a code, GATEUP or DOWN, K % 64 == 0, lda % 8 == 0;
+ * NVFP4; FP8 with block_c % 64 == 0 and block_r % 8 == 0; INT4 in the
+ * reordered layout (int4_reordered != 0) with G % 64 == 0.  Else 0. */
+int ck_qgemm_wgmma_fits(const ck_qgemm_args *a);
+
+/* The grouped modes of ck_qgemm on Hopper warpgroup MMAs (cuda_wgmma.cu:
+ * the packed weights dequantized per stage into the swizzled bf16 tile):
+ * same arguments and bitwise the same results as ck_qgemm (same exact bf16
+ * weight codes, same k16 chunk order, hi then lo, same per-group folds and
+ * epilogue), so the host may pick either per pass.  Needs
+ * ck_qgemm_wgmma_fits(a), bm == 128 (the plan of ck_moe_plan with BM 128),
+ * for DOWN an even ldy and 8-byte aligned Y, and a device of compute
+ * capability 9.0.  cudaErrorNotSupported when the build lacks sm_90a,
+ * cudaErrorInvalidValue on other arguments. */
+cudaError_t ck_qgemm_wgmma(const ck_qgemm_args *a, cudaStream_t st);
 
 /* INT4 q u32 [K/8, N] (GPTQ layout, device) -> dst in the reordered layout
  * of cuda_qbits.h (CK_INT4R_*: atoms of 16 columns x 64 K whose 16-byte lane

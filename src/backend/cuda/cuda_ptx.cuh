@@ -16,6 +16,15 @@ static __device__ __forceinline__ void cp_async16(void *dst, const void *src, bo
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
                  "r"(valid ? 16 : 0));
 }
+/* 4- and 8-byte async copies (cache at all levels); valid = 0 fills zeros. */
+static __device__ __forceinline__ void cp_async4(void *dst, const void *src, bool valid) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(valid ? 4 : 0));
+}
+static __device__ __forceinline__ void cp_async8(void *dst, const void *src, bool valid) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(valid ? 8 : 0));
+}
 static __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 /* Wait until at most N committed copy groups are still in flight. */
 template <int N> static __device__ __forceinline__ void cp_async_wait() {

@@ -54,6 +54,7 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_qbits.h"
 #include "backend/cuda/cuda_ptx.cuh"
+#include "backend/cuda/cuda_qdecode.cuh"
 
 typedef __nv_bfloat16 bf16;
 
@@ -70,19 +71,6 @@ constexpr int UNITS_PER_THREAD = UNITS / QTHREADS;
  * warps 1x8 (BM 32) or 2x4. */
 template <int BM> __host__ __device__ constexpr int q_warps_m() { return BM == 32 ? 1 : 2; }
 
-/* 4- and 8-byte async copies (cache at all levels); valid = 0 fills zeros. */
-__device__ __forceinline__ void cp_async4(void *dst, const void *src, bool valid) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-                 "r"(valid ? 4 : 0));
-}
-__device__ __forceinline__ void cp_async8(void *dst, const void *src, bool valid) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-                 "r"(valid ? 8 : 0));
-}
-
-/* bf16x2 (a, b) from two floats exact in bf16. */
-__device__ __forceinline__ __nv_bfloat162 bf2(uint32_t u) { return *reinterpret_cast<__nv_bfloat162 *>(&u); }
-__device__ __forceinline__ uint32_t u32_of(__nv_bfloat162 v) { return *reinterpret_cast<uint32_t *>(&v); }
 
 /* The weight matrix of a column c of the block (GATEUP: gate for c < 64). */
 __device__ __forceinline__ const ck_qmat *qmat_of(const ck_qgemm_args &a, int e, int c) {
@@ -279,38 +267,12 @@ __global__ void __launch_bounds__(QTHREADS, q2_min_blocks<QT, BM, SPLIT>()) qgem
             if (QT == CK_QT_NVFP4) {
                 const int64_t kk = k0 + u_kc[i] * 16;
                 const int64_t si = (int64_t)u_n[i] * (K / 16) + kk / 16;
-                const uint32_t sb = (aux[u] >> (8 * (int)(si & 3))) & 0xFFu;
-                const __half2 sh = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(sb | (sb << 8)), __NV_E4M3);
-                const float2 sf = __half22float2(sh);
-                const __nv_bfloat162 sh2 = __floats2bfloat162_rn(0.5f * sf.x, 0.5f * sf.y); /* scale / 2: exact */
-                const __nv_bfloat162 c128 = bf2(CK_BF16X2_128);
-                const uint2 d = *reinterpret_cast<const uint2 *>(pk + u * UB);
-#pragma unroll
-                for (int j = 0; j < 8; j++) {
-                    const uint32_t byte = ((j < 4 ? d.x : d.y) >> (8 * (j & 3))) & 0xFFu;
-                    const uint32_t t2 = __byte_perm(CK_FP4_T2_LO, CK_FP4_T2_HI, CK_FP4X2_PRMT_SEL(byte));
-                    const uint32_t mag = u32_of(__hsub2(bf2((t2 & 0x00FF00FFu) | CK_BF16X2_128), c128));
-                    outw[j] = u32_of(__hmul2(bf2(mag | CK_FP4X2_SIGN(byte)), sh2));
-                }
+                qdec_nvfp4(*reinterpret_cast<const uint2 *>(pk + u * UB), (aux[u] >> (8 * (int)(si & 3))) & 0xFFu, outw);
             } else if (QT == CK_QT_FP8) {
-                const uint4 d = *reinterpret_cast<const uint4 *>(pk + u * UB);
-                const uint32_t w4[4] = {d.x, d.y, d.z, d.w};
-#pragma unroll
-                for (int j = 0; j < 8; j++) {
-                    const uint32_t pair = (w4[j >> 1] >> (16 * (j & 1))) & 0xFFFFu;
-                    const float2 f = __half22float2(__nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)pair, __NV_E4M3));
-                    outw[j] = pack_bf16(f.x, f.y);
-                }
+                qdec_fp8(*reinterpret_cast<const uint4 *>(pk + u * UB), outw);
             } else {
-                const uint2 d = *reinterpret_cast<const uint2 *>(pk + u * UB);
                 const int z = a.has_zeros ? (int)((aux[u] >> (4 * (int)(u_n[i] & 7))) & 15u) + 1 : 8;
-                const __nv_bfloat162 zz = __floats2bfloat162_rn(128.0f + (float)z, 128.0f + (float)z);
-#pragma unroll
-                for (int j = 0; j < 8; j++) {
-                    const uint32_t t = (j < 4 ? d.x : d.y) >> (8 * (j & 3));
-                    const uint32_t p = (t & 0xFu) | ((t & 0xF0u) << 12) | 0x43004300u;
-                    outw[j] = u32_of(__hsub2(bf2(p), zz));
-                }
+                qdec_int4(*reinterpret_cast<const uint2 *>(pk + u * UB), z, outw);
             }
             uint4 *dst = reinterpret_cast<uint4 *>(wd + u_r[i] * QPITCH + u_kc[i] * 16);
             dst[0] = make_uint4(outw[0], outw[1], outw[2], outw[3]);
@@ -652,8 +614,7 @@ __global__ void __launch_bounds__(QTHREADS, MINB) qgemm3_kernel(const ck_qgemm_a
                 for (int ni = 0; ni < NI; ni++) {
                     const int zc = wcol / 8 + ni < (int)(R / 8) ? wcol / 8 + ni : (int)(R / 8) - 1;
                     const uint32_t zw = __ldg(zrow + (int64_t)(kki / fold_g) * (R / 8) + zc);
-                    const uint32_t z = 128u + ((zw >> (4 * g)) & 15u) + 1u; /* 129..144, exact in bf16 */
-                    zz[ni] = u32_of(__floats2bfloat162_rn((float)z, (float)z));
+                    zz[ni] = qdec_int4r_zero(1, (zw >> (4 * g)) & 15u); /* bf16x2 128 + zero, exact */
                 }
             }
             uint32_t bfr[NI][2];
@@ -663,7 +624,7 @@ __global__ void __launch_bounds__(QTHREADS, MINB) qgemm3_kernel(const ck_qgemm_a
 #pragma unroll
                 for (int p = 0; p < 4; p++) {
                     const int ni = 2 * na + (p >> 1);
-                    bfr[ni][p & 1] = u32_of(__hsub2(bf2(CK_INT4R_REG(w, p)), bf2(zz[ni])));
+                    bfr[ni][p & 1] = qdec_int4r(w, p, zz[ni]);
                 }
             }
 #pragma unroll
