@@ -71,9 +71,10 @@ static uint16_t *rand_bf16(size_t n, float scale) {
 /* The backends under test: cuBLASLt dense products, the custom kernel for
  * them, and the precise mode; plus the CPU reference. */
 /* attention-only backends: the v1 kernel (fast, precise), v2 with 128-row tiles when precise */
-enum { A_V1, A_V1_PRECISE, A_V2W, N_ALT };
-static const char *const ALT_ENV[N_ALT] = {"v1", "v1", "v2w"};
-static const char *const ALT_NAME[N_ALT] = {"v1", "v1-prec", "v2w-prec"};
+enum { A_V1, A_V1_PRECISE, A_V2_PRECISE, N_ALT };
+/* the precise default is v2w (128-row tiles): the alternative checks v2's 64-row precise kernel */
+static const char *const ALT_ENV[N_ALT] = {"v1", "v1", "v2"};
+static const char *const ALT_NAME[N_ALT] = {"v1", "v1-prec", "v2-prec"};
 
 typedef struct fx {
     clef_backend *cpu;
@@ -478,7 +479,7 @@ static void attention_case(fx *f, const char *what, int64_t n_seg, const int64_t
         tu_ok(g->ops->attention(g, dq, dk, dv, dout, &a, &err), &err);
         float *o = tu_dget(g, dout, (size_t)(nq * os));
         const int tc = D == 64 || D == 72 || D == 128,
-                  prec = gi == G_PRECISE || gi == G_PRECISE_T0 || gi == N_GPU + A_V1_PRECISE || gi == N_GPU + A_V2W;
+                  prec = gi == G_PRECISE || gi == G_PRECISE_T0 || gi == N_GPU + A_V1_PRECISE || gi == N_GPU + A_V2_PRECISE;
         char w2[96];
         snprintf(w2, sizeof w2, "%s%s", what, !tc ? " [f32]" : prec ? " [tc split]" : " [tc]");
         check(w2, gname, o, ref, (size_t)(nq * os), !tc ? TOL_PRECISE : prec ? TOL_PRECISE_ATTN : TOL_BF16);
@@ -559,8 +560,8 @@ static void test_attention_bench(void **state) {
         clef_backend *be;
         const char *name;
     } const ks[5] = {{f->alt[A_V1], "v1 fast"},           {f->gpu[G_LT], "v2 fast"},
-                     {f->alt[A_V1_PRECISE], "v1 precise"}, {f->gpu[G_PRECISE], "v2 precise"},
-                     {f->alt[A_V2W], "v2w precise"}};
+                     {f->alt[A_V1_PRECISE], "v1 precise"}, {f->alt[A_V2_PRECISE], "v2 precise"},
+                     {f->gpu[G_PRECISE], "v2w precise (default)"}};
     const int64_t n_seg[2] = {8, 32}, len[2] = {4096, 1000};
     float *ref[2] = {NULL, NULL}; /* v1's output, fast and precise */
     for (int c = 0; c < 2; c++) {

@@ -92,7 +92,14 @@ static int setup(void **state) {
     f->cpu = clef_backend_cpu_create(2, &err);
     for (int i = 0; i < 2; i++) {
         clef_cuda_options o = {.device = 0, .precise = i, .gemm = 1, .profile = 0};
-        if (!(f->gpu[i] = clef_cuda_backend_create_ex(&o, &err))) {
+        /* every format on the packed wgmma kernel (the default keeps FP8 on mma.sync), so all are checked */
+        const char *oq = getenv("CLEF_CUDA_QWGMMA");
+        char *keepq = oq ? strdup(oq) : NULL;
+        if (!keepq) setenv("CLEF_CUDA_QWGMMA", "2", 1);
+        f->gpu[i] = clef_cuda_backend_create_ex(&o, &err);
+        if (!keepq) unsetenv("CLEF_CUDA_QWGMMA");
+        free(keepq);
+        if (!f->gpu[i]) {
             fprintf(stderr, "cuda backend: %s\n", err.message);
             return -1;
         }

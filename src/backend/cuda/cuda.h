@@ -41,7 +41,8 @@
  *   experts follow the same rule on the wgmma variant of cuda_wgmma.cu
  *   (128-row tiles; NVFP4, FP8 blocks with Bc % 64 == 0, INT4 reordered
  *   with G % 64 == 0; bitwise the results of cuda_qgemm.cu's kernels)
- *   unless CLEF_CUDA_QWGMMA=0 (default 1).
+ *   CLEF_CUDA_QWGMMA: 0 = never, 1 (default) = NVFP4 and INT4 (FP8 stays
+ *   on mma.sync, faster there on the H200), 2 = every format.
  *   - Other head sizes use an f32 attention kernel in both modes.
  *   - Everything else (norms, RoPE, router softmax/top-k, SwiGLU, combine,
  *     head row ops) is f32 as on the CPU.

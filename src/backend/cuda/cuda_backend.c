@@ -103,11 +103,14 @@ typedef struct cuda_ctx {
      * H200 and asserted by tests/unit/test_cuda_ops).  CLEF_CUDA_WGMMA, default 2 where built for
      * sm_90a and the device is compute capability 9.0, else 0. */
     int wgmma;
-    /* tensor-core attention kernel (CLEF_CUDA_ATTN): 1 = v1, 2 = v2 (default), 3 = v2 with 128-row
-     * tiles in the precise mode too (see ck_attn_tc_rows) */
+    /* tensor-core attention kernel (CLEF_CUDA_ATTN): 0 = per mode (default: v2 fast, v2w precise),
+     * 1 = v1, 2 = v2 (64-row tiles when precise), 3 = v2w (128-row tiles in the precise mode too; see
+     * ck_attn_tc_rows) */
     int attn_variant;
     /* packed experts on the wgmma kernel too (ck_qgemm_wgmma) where wgmma is used for the pass and the
-     * format qualifies (bitwise the same results as ck_qgemm): CLEF_CUDA_QWGMMA, default 1, 0 = never */
+     * format qualifies (bitwise the same results as ck_qgemm): CLEF_CUDA_QWGMMA 0 = never, 1 (default) =
+     * NVFP4 and INT4 (FP8 blocks stay on mma.sync: 18.6 vs 22.4 ms per layer at 32,000 tokens on the
+     * H200, while NVFP4 17.0 vs 18.5 and INT4 15.1 vs 18.4 gain), 2 = every format */
     int qwgmma;
     /* which parts run precise (split-bf16 products, f32 attention): PRECISE_* bits */
     unsigned precise_parts;
@@ -1179,7 +1182,9 @@ static int cu_attention(clef_backend *be, const float *q, const float *k, const 
         return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CUDA attention: %lld query / %lld kv heads of %lld",
                          (long long)nh, (long long)nkv, (long long)D);
     const int tc = D == 64 || D == 72 || D == 128, split = c->precise_parts & PRECISE_ATTN ? 2 : 1;
-    const int variant = a->scale > 0.0f ? c->attn_variant : 1, ksplit = split == 2 && (c->tune & 2) ? 3 : split;
+    /* default: v2 in the fast mode, v2w (128-row tiles) in the precise one: the fastest of each on the
+     * H200 (CLEF_ATTN_BENCH: 8 x 4096 fast v2 214 vs v1 176 TFLOP/s; precise v2w 112, v1 108, v2 95) */
+    const int variant = !(a->scale > 0.0f) ? 1 : c->attn_variant ? c->attn_variant : split == 2 ? 3 : 2, ksplit = split == 2 && (c->tune & 2) ? 3 : split;
     const int64_t bm = ck_attn_tc_rows(ksplit, variant); /* query rows per tile */
     int64_t n_tiles = 0;
     for (int64_t s = 0; s < ns; s++) {
@@ -1477,7 +1482,7 @@ static int moe_pass_packed(cuda_ctx *c, const float *x, int64_t T, const int32_t
                   fd = {.mode = CK_GEMM_DOWN, .lda = NI * split, .K = NI, .split = split, .N = H};
     qargs_format(c, &fg, &ex->gate[0]);
     qargs_format(c, &fd, &ex->down[0]);
-    const int wg = c->qwgmma && (c->wgmma == 1 || (c->wgmma == 2 && TK >= 8192)) && ck_qgemm_wgmma_fits(&fg) &&
+    const int wg = c->qwgmma && (c->qwgmma == 2 || fmt.qtype != CK_QT_FP8) && (c->wgmma == 1 || (c->wgmma == 2 && TK >= 8192)) && ck_qgemm_wgmma_fits(&fg) &&
                    ck_qgemm_wgmma_fits(&fd);
     const int BM = wg ? 128 : ck_qgemm_bm(fmt.qtype, TK, E);
     moe_plan pl;
@@ -1834,7 +1839,8 @@ clef_backend *clef_cuda_backend_create_ex(const clef_cuda_options *opt, clef_err
     c->tune = (unsigned)getenv_int("CLEF_CUDA_TUNE", 7);
     c->wgmma = getenv_int("CLEF_CUDA_WGMMA", 2);
     if (c->wgmma < 0 || c->wgmma > 2) c->wgmma = 2;
-    c->qwgmma = getenv_int("CLEF_CUDA_QWGMMA", 1) != 0;
+    c->qwgmma = getenv_int("CLEF_CUDA_QWGMMA", 1);
+    if (c->qwgmma < 0 || c->qwgmma > 2) c->qwgmma = 1;
     {
         const char *q4 = getenv("CLEF_CUDA_QGEMM_INT4");
         c->int4_v2 = q4 && strcmp(q4, "v2") == 0;
@@ -1842,7 +1848,10 @@ clef_backend *clef_cuda_backend_create_ex(const clef_cuda_options *opt, clef_err
     }
     c->lt_splitk = getenv_int("CLEF_CUDA_LT_SPLITK", 1);
     const char *av = getenv("CLEF_CUDA_ATTN");
-    c->attn_variant = av && strcmp(av, "v1") == 0 ? 1 : av && strcmp(av, "v2w") == 0 ? 3 : 2;
+    c->attn_variant = !av || !*av                ? 0 /* per mode, see cu_attention */
+                      : strcmp(av, "v1") == 0    ? 1
+                      : strcmp(av, "v2w") == 0   ? 3
+                                                 : 2;
     be->ops = &cuda_ops;
     be->ctx = c;
     if (ctx_init(c, err) != 0) {
@@ -1871,7 +1880,10 @@ void clef_cuda_describe(clef_backend *be, char *buf, size_t cap) {
              c->gemm_custom ? ", custom dense GEMM" : ", cuBLASLt dense GEMM",
              c->wgmma == 1 ? ", wgmma experts" : c->wgmma == 2 ? ", wgmma experts (big batches)" : "",
              c->wgmma && !c->qwgmma ? " (packed: mma.sync)" : "",
-             c->attn_variant == 1 ? ", attention v1" : c->attn_variant == 3 ? ", attention v2w" : "");
+             c->attn_variant == 1   ? ", attention v1"
+             : c->attn_variant == 2 ? ", attention v2"
+             : c->attn_variant == 3 ? ", attention v2w"
+                                    : "");
 }
 
 size_t clef_cuda_peak_bytes(clef_backend *be) {
