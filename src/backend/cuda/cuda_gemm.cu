@@ -8,7 +8,10 @@
  * every output element is the dot product of its A row and W row
  * accumulated over K in ascending 16-wide chunks by one thread, whatever the
  * tile shape, the grid or the rows around it, so results are bitwise
- * independent of batch composition (backend.h determinism rule).
+ * independent of batch composition (backend.h determinism rule).  The
+ * grouped modes of small passes may run a persistent variant (resident
+ * blocks looping over the tiles, the pipeline running across tiles:
+ * gemm_persist_kernel, ck_gemm_args.persist) with bitwise the same sums.
  */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
