@@ -38,9 +38,6 @@
  * precise) and with 128-row tiles in the precise mode (CLEF_CUDA_ATTN=v2w).
  * With CLEF_ATTN_BENCH=1 the attention op is timed at 8 x 4096 and 32 x 1000
  * tokens (32 query heads of 128, 4 KV heads, causal) for every kernel and mode.
- * The grouped experts' persistent kernel (the default below 8192 expert rows)
- * must equal one block per tile (CLEF_CUDA_PERSIST=0) bitwise, fast and
- * precise, at 300 and 1000 tokens on three expert shapes (moe_persist_vs_old).
  * Every GPU output is poisoned with NaN before the op, so an element the
  * op forgot to write fails the check. */
 #include <math.h>
@@ -643,77 +640,6 @@ static void test_router(void **state) {
 }
 
 /* Experts: T tokens routed by the CPU router over random logits. */
-/* The persistent expert kernel (the default below 8192 expert rows) against
- * one block per tile (CLEF_CUDA_PERSIST=0): bitwise equal, fast and precise.
- * Shapes: the test's own; 128 experts of 264 over hidden 512 (~19 rows per
- * expert at T = 300: 32-row tiles when precise; several tiles per resident
- * block; a partial last N tile of gate/up and a partial last K step of
- * down); 128 experts of 72 over hidden 1032 (down has 2 K steps, fewer than
- * the pipeline's depth, so loads run more than one tile ahead; partial N
- * and K tiles again). */
-static void moe_persist_vs_old(fx *f, int64_t E, int64_t H, int64_t NI, int64_t k) {
-    clef_err err;
-    const int64_t TM = 1000;
-    uint16_t *wh[3];
-    for (int j = 0; j < 3; j++) wh[j] = rand_bf16((size_t)(E * H * NI), 1.0f / sqrtf((float)(j == 2 ? NI : H)));
-    float *x = rand_vec((size_t)(TM * H), 1.0f), *logits = rand_vec((size_t)(TM * E), 2.0f);
-    int32_t *idx = malloc((size_t)(TM * k) * 4);
-    float *rw = malloc((size_t)(TM * k) * 4);
-    tu_ok(f->cpu->ops->router_topk(f->cpu, logits, TM, E, k, 1, idx, rw, &err), &err);
-    for (int pr = 0; pr < 2; pr++) {
-        float *out[2][2] = {{NULL, NULL}, {NULL, NULL}}; /* [persist][T index] */
-        const int64_t Ts[2] = {300, TM};
-        for (int ps = 0; ps < 2; ps++) {
-            const char *op = getenv("CLEF_CUDA_PERSIST");
-            char *keep = op ? strdup(op) : NULL;
-            setenv("CLEF_CUDA_PERSIST", ps ? "1" : "0", 1); /* read at creation */
-            const clef_cuda_options o = {.device = 0, .precise = pr, .gemm = 2, .profile = 0};
-            clef_backend *g = clef_cuda_backend_create_ex(&o, &err);
-            if (keep) setenv("CLEF_CUDA_PERSIST", keep, 1);
-            else unsetenv("CLEF_CUDA_PERSIST");
-            free(keep);
-            tu_ok(g ? 0 : -1, &err);
-            clef_weight *wg = malloc((size_t)(3 * E) * sizeof *wg);
-            for (int j = 0; j < 3; j++)
-                for (int64_t e = 0; e < E; e++) {
-                    const int64_t r = j == 2 ? H : NI, cc = j == 2 ? NI : H;
-                    tu_ok(g->ops->weight_init(g, &wg[j * E + e], CLEF_DT_BF16, r, cc, wh[j] + e * H * NI, &err), &err);
-                }
-            clef_moe_weights mg = {.n_experts = E, .hidden = H, .inter = NI, .gate = wg, .up = wg + E, .down = wg + 2 * E};
-            float *dx = tu_dput(g, x, (size_t)(TM * H) * 4), *dw = tu_dput(g, rw, (size_t)(TM * k) * 4);
-            int32_t *di = tu_dput(g, idx, (size_t)(TM * k) * 4);
-            float *dy = tu_dnan(g, (size_t)(TM * H));
-            for (int ti = 0; ti < 2; ti++) {
-                tu_ok(g->ops->moe(g, dx, Ts[ti], di, dw, k, &mg, dy, &err), &err);
-                out[ps][ti] = tu_dget(g, dy, (size_t)(Ts[ti] * H));
-            }
-            g->ops->free(g, dx), g->ops->free(g, dw), g->ops->free(g, di), g->ops->free(g, dy);
-            for (int64_t i = 0; i < 3 * E; i++) g->ops->weight_release(g, &wg[i]);
-            free(wg);
-            g->ops->destroy(g);
-        }
-        for (int ti = 0; ti < 2; ti++) {
-            const size_t n = (size_t)(Ts[ti] * H);
-            size_t bad = 0, nan = 0;
-            for (size_t i = 0; i < n; i++) {
-                bad += memcmp(&out[0][ti][i], &out[1][ti][i], 4) != 0;
-                nan += isnan(out[1][ti][i]) != 0;
-            }
-            printf("  %-34s %-9s %lld experts of %lld, hidden %lld, T=%lld: persistent vs one block per tile: %s\n",
-                   "moe", pr ? "precise" : "fast", (long long)E, (long long)NI, (long long)H, (long long)Ts[ti],
-                   bad ? "DIFFER" : "bitwise equal");
-            if (bad || nan)
-                fail_msg("moe (%s, %lld experts of %lld, hidden %lld, T=%lld): the persistent kernel differs from "
-                         "CLEF_CUDA_PERSIST=0 in %zu of %zu values (%zu NaN)",
-                         pr ? "precise" : "fast", (long long)E, (long long)NI, (long long)H, (long long)Ts[ti], bad, n,
-                         nan);
-            free(out[0][ti]), free(out[1][ti]);
-        }
-    }
-    for (int j = 0; j < 3; j++) free(wh[j]);
-    free(x), free(logits), free(idx), free(rw);
-}
-
 static void test_moe(void **state) {
     TU_NEED_GPU(state);
     fx *f = *state;
@@ -839,9 +765,6 @@ static void test_moe(void **state) {
     for (int j = 0; j < 3; j++)
         for (int e = 0; e < E; e++) free(wh[j][e]);
     free(x), free(logits), free(idx), free(rw), free(ref), free(prec_y), free(fast_y);
-    moe_persist_vs_old(f, E, H, NI, k);
-    moe_persist_vs_old(f, 128, 512, 264, 8);
-    moe_persist_vs_old(f, 128, 1032, 72, 8);
 }
 
 int main(void) {

@@ -41,8 +41,7 @@
  * expert shapes (128 experts, hidden 2048, inter 768, top-8) for 300 and
  * 32000 tokens, fast and precise, BF16, every packed format, and every
  * packed format again on the mma.sync-only backend ("... (mma.sync)"; INT4
- * there: kernel v2; BF16 there: "bf16 (no persist)", the expert tiles one
- * per block, CLEF_CUDA_PERSIST=0), and checks
+ * there: kernel v2), and checks
  * that packed INT4 / NVFP4 experts take at most 0.3x the device weight
  * memory of BF16 ones (clef_cuda_weight_bytes: the packed bytes + scales,
  * no bf16 copy). */
@@ -78,9 +77,8 @@ static float *rand_vec(size_t n, float scale) { return tu_rand_vec(&rng_state, n
 typedef struct fx {
     clef_backend *cpu;
     clef_backend *gpu[2]; /* fast, precise */
-    clef_backend *gpu_v2[2]; /* the same with CLEF_CUDA_QGEMM_INT4=v2 (INT4 in the GPTQ layout, kernel v2),
-                                CLEF_CUDA_QWGMMA=0 (packed experts on the mma.sync kernels only) and
-                                CLEF_CUDA_PERSIST=0 (bf16 experts one block per tile) */
+    clef_backend *gpu_v2[2]; /* the same with CLEF_CUDA_QGEMM_INT4=v2 (INT4 in the GPTQ layout, kernel v2) and
+                                CLEF_CUDA_QWGMMA=0 (packed experts on the mma.sync kernels only) */
 } fx;
 
 static const char *const MODE[2] = {"fast", "precise"};
@@ -109,13 +107,7 @@ static int setup(void **state) {
         char *keep = old ? strdup(old) : NULL, *keepw = oldw ? strdup(oldw) : NULL;
         setenv("CLEF_CUDA_QGEMM_INT4", "v2", 1); /* read when the backend is created */
         setenv("CLEF_CUDA_QWGMMA", "0", 1);
-        const char *op = getenv("CLEF_CUDA_PERSIST");
-        char *keepp = op ? strdup(op) : NULL;
-        setenv("CLEF_CUDA_PERSIST", "0", 1); /* bf16 experts one block per tile: the bench's "bf16 (no persist)" */
         f->gpu_v2[i] = clef_cuda_backend_create_ex(&o, &err);
-        if (keepp) setenv("CLEF_CUDA_PERSIST", keepp, 1);
-        else unsetenv("CLEF_CUDA_PERSIST");
-        free(keepp);
         if (keep) setenv("CLEF_CUDA_QGEMM_INT4", keep, 1);
         else unsetenv("CLEF_CUDA_QGEMM_INT4");
         if (keepw) setenv("CLEF_CUDA_QWGMMA", keepw, 1);
@@ -1110,7 +1102,7 @@ static void test_bench_full_shapes(void **state) {
             float *dy = tu_dnan(g, (size_t)(TMAX * H));
             for (int kind = -1; kind < Q_KINDS; kind++) {
                 if (kind == Q_NVFP4_MO || kind == Q_INT4_ASYM) continue; /* same kernels as their siblings */
-                /* bf16 on the second backend: one block per expert tile (CLEF_CUDA_PERSIST=0) */
+                if (v && kind < 0) continue; /* bf16: the same kernels on both backends */
                 clef_weight wg[3][E];
                 hq h[3][E];
                 uint16_t *wb = NULL;
@@ -1142,7 +1134,7 @@ static void test_bench_full_shapes(void **state) {
                 char vname[64];
                 snprintf(vname, sizeof vname, "%s (mma.sync%s)", kind >= 0 ? QNAME[kind] : "",
                          kind == Q_INT4_SYM ? ", v2" : "");
-                const char *name = kind < 0 ? (v ? "bf16 (no persist)" : "bf16") : v ? vname : QNAME[kind];
+                const char *name = kind < 0 ? "bf16" : v ? vname : QNAME[kind];
                 printf("  %-40s weights %.1f MiB (device weight memory +%.1f MiB, %.3fx bf16; driver: %.1f GiB used)\n", name,
                        (double)wbytes / 1048576.0, (double)used / 1048576.0, bf16_mem ? (double)used / (double)bf16_mem : 1.0,
                        (double)clef_cuda_used_bytes(g) / 1073741824.0);

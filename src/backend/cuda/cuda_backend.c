@@ -103,11 +103,6 @@ typedef struct cuda_ctx {
      * H200 and asserted by tests/unit/test_cuda_ops).  CLEF_CUDA_WGMMA, default 2 where built for
      * sm_90a and the device is compute capability 9.0, else 0. */
     int wgmma;
-    /* expert GEMMs of small passes (< 8192 expert rows) on the mma.sync kernel: 1 = the persistent
-     * kernel (resident blocks looping over the tiles, the cp.async pipeline running across tiles;
-     * bitwise the same results), 0 = one block per tile.  CLEF_CUDA_PERSIST, read at creation,
-     * default 1. */
-    int persist;
     /* tensor-core attention kernel (CLEF_CUDA_ATTN): 0 = per mode (default: v2 fast, v2w precise),
      * 1 = v1, 2 = v2 (64-row tiles when precise), 3 = v2w (128-row tiles in the precise mode too; see
      * ck_attn_tc_rows) */
@@ -1381,7 +1376,7 @@ static int moe_pass(cuda_ctx *c, const float *x, int64_t T, const int32_t *idx, 
                     : TK >= 8192 ? (split == 2 && (c->tune & 4) ? 0 : 1)
                     : split == 2 && (c->tune & 1) && TK <= 32 * E ? 2
                                                                    : 0,
-              BM = ck_gemm_bm(big), persist = c->persist && TK < 8192;
+              BM = ck_gemm_bm(big);
     moe_plan pl;
     if (moe_plan_make(c, idx, T, k, E, BM, &pl, err)) return op_end(c, -1);
     op_end(c, 0);
@@ -1400,7 +1395,7 @@ static int moe_pass(cuda_ctx *c, const float *x, int64_t T, const int32_t *idx, 
     ck_gemm_args g = {.mode = CK_GEMM_GATEUP, .A = a16, .lda = H * split, .K = H, .split = split, .N = NI,
                       .W0 = (const uint16_t *const *)ptrs, .W1 = (const uint16_t *const *)(ptrs + E),
                       .tile_expert = t_exp, .tile_row0 = t_row, .expert_end = end, .n_tiles = n_tiles,
-                      .max_tiles = max_tiles, .row_src = row_tok, .H = hbuf, .big = big, .persist = persist};
+                      .max_tiles = max_tiles, .row_src = row_tok, .H = hbuf, .big = big};
     if (cu_check(wg ? ck_gemm_wgmma(&g, c->st) : ck_gemm(&g, c->st), "moe gate/up", err)) return op_end(c, -1);
     op_end(c, 0);
 
@@ -1409,8 +1404,7 @@ static int moe_pass(cuda_ctx *c, const float *x, int64_t T, const int32_t *idx, 
     if (!yp) return op_end(c, -1);
     ck_gemm_args d = {.mode = CK_GEMM_DOWN, .A = hbuf, .lda = NI * split, .K = NI, .split = split, .N = H,
                       .W0 = (const uint16_t *const *)(ptrs + 2 * E), .tile_expert = t_exp, .tile_row0 = t_row,
-                      .expert_end = end, .n_tiles = n_tiles, .max_tiles = max_tiles, .Y = yp, .ldy = H, .big = big,
-                      .persist = persist};
+                      .expert_end = end, .n_tiles = n_tiles, .max_tiles = max_tiles, .Y = yp, .ldy = H, .big = big};
     if (cu_check(wg ? ck_gemm_wgmma(&d, c->st) : ck_gemm(&d, c->st), "moe down", err)) return op_end(c, -1);
     op_end(c, 0);
 
@@ -1861,7 +1855,6 @@ clef_backend *clef_cuda_backend_create_ex(const clef_cuda_options *opt, clef_err
     }
     c->profile = opt->profile >= 0 ? opt->profile : getenv_int("CLEF_CUDA_PROFILE", 0) != 0;
     c->tune = (unsigned)getenv_int("CLEF_CUDA_TUNE", 7);
-    c->persist = getenv_int("CLEF_CUDA_PERSIST", 1) != 0;
     c->wgmma = getenv_int("CLEF_CUDA_WGMMA", 2);
     if (c->wgmma < 0 || c->wgmma > 2) c->wgmma = 2;
     c->qwgmma = getenv_int("CLEF_CUDA_QWGMMA", 1);
@@ -1898,14 +1891,13 @@ void clef_cuda_describe(clef_backend *be, char *buf, size_t cap) {
         return;
     }
     cuda_ctx *c = cu_of(be);
-    snprintf(buf, cap, "%s%s%s%s%s%s%s%s%s%s", c->desc, c->precise ? ", precise" : !c->precise_parts ? ", fast (bf16)" : "",
+    snprintf(buf, cap, "%s%s%s%s%s%s%s%s%s", c->desc, c->precise ? ", precise" : !c->precise_parts ? ", fast (bf16)" : "",
              !c->precise && (c->precise_parts & PRECISE_DENSE) ? ", precise dense" : "",
              !c->precise && (c->precise_parts & PRECISE_EXPERTS) ? ", precise experts" : "",
              !c->precise && (c->precise_parts & PRECISE_ATTN) ? ", precise attention" : "",
              c->gemm_custom ? ", custom dense GEMM" : ", cuBLASLt dense GEMM",
              c->wgmma == 1 ? ", wgmma experts" : c->wgmma == 2 ? ", wgmma experts (big batches)" : "",
              c->wgmma && !c->qwgmma ? " (packed: mma.sync)" : "",
-             c->persist ? "" : ", expert tiles one per block (CLEF_CUDA_PERSIST=0)",
              c->attn_variant == 1   ? ", attention v1"
              : c->attn_variant == 2 ? ", attention v2"
              : c->attn_variant == 3 ? ", attention v2w"

@@ -8,10 +8,7 @@
  * every output element is the dot product of its A row and W row
  * accumulated over K in ascending 16-wide chunks by one thread, whatever the
  * tile shape, the grid or the rows around it, so results are bitwise
- * independent of batch composition (backend.h determinism rule).  The
- * grouped modes of small passes may run a persistent variant (resident
- * blocks looping over the tiles, the pipeline running across tiles:
- * gemm_persist_kernel, ck_gemm_args.persist) with bitwise the same sums.
+ * independent of batch composition (backend.h determinism rule).
  */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -250,228 +247,6 @@ __global__ void __launch_bounds__(THREADS, 2) gemm_kernel(const ck_gemm_args a) 
         hr[col] = hb;
         if (SPLIT == 2) hr[a.N + col] = __float2bfloat16_rn(hv - __bfloat162float(hb));
     }
-}
-
-/* Persistent variant of the grouped modes (GATEUP, DOWN) for small passes:
- * a grid of resident blocks, each walking the work items t = blockIdx.x,
- * blockIdx.x + gridDim.x, ... (item t = M tile t / n_tiles_n, N tile
- * t % n_tiles_n, the order of gemm_kernel's blocks).  The cp.async pipeline
- * runs over the block's whole item sequence as one stream of K steps: while
- * an item computes its last K steps and its epilogue, the next item's first
- * ones are loading, so there is no fill / drain per tile.  Every thread of a
- * block walks the same items (the count is read from *n_tiles by all), so
- * every barrier is reached by all.
- *
- * Group accounting: the prologue commits STAGES - 1 groups and every K step
- * one more (empty past the end), so before compute step g of the stream
- * STAGES - 1 + g groups are committed and wait<STAGES - 2> leaves groups
- * 0..g complete: step g's data is in stage g % STAGES.  The load issued at
- * step g goes to stage (g - 1) % STAGES, read at step g - 1 by every thread
- * before the barrier of step g.  The epilogues use no shared memory.
- *
- * GATEUP weight tile: smem row 32 w + s (warp column w = 0..3) holds gate
- * column 16 w + s for s < 16 and up column 16 w + s - 16 otherwise, so a
- * thread's fragments ni = 0, 1 (gate) and ni + 2 (up) are the same output
- * columns and the SwiGLU pairs them in registers.  Each accumulator is the
- * same dot product as in gemm_kernel (its place in the tile does not change
- * an m16n8k16 element's sum), and the epilogue the same formula: bitwise the
- * same H and Y. */
-template <int BM, int SPLIT>
-__global__ void __launch_bounds__(THREADS, 2) gemm_persist_kernel(const ck_gemm_args a) {
-    constexpr int STAGES = gemm_stages<BM, SPLIT>();
-    constexpr int WTM = BM / WARPS_M, WTN = BN / WARPS_N;
-    constexpr int MI = WTM / 16, NI = WTN / 8;
-    static_assert(NI == 4, "the SwiGLU pairs fragment ni with ni + 2");
-    constexpr int A_CHUNKS = BM * (BK / 8) / THREADS;
-    constexpr int W_CHUNKS = BN * (BK / 8) / THREADS;
-    extern __shared__ __align__(16) unsigned char smem_raw[];
-    bf16 *As = reinterpret_cast<bf16 *>(smem_raw); /* [STAGES][SPLIT][BM][PITCH] */
-    bf16 *Ws = As + STAGES * SPLIT * BM * PITCH;   /* [STAGES][BN][PITCH] */
-
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int wm = warp / WARPS_N, wn = warp % WARPS_N;
-    const bool gu = a.mode == CK_GEMM_GATEUP;
-    const int64_t n_tiles_n = gu ? (a.N + 63) / 64 : (a.N + BN - 1) / BN;
-    const int64_t total = (int64_t)*a.n_tiles * n_tiles_n;
-    const bf16 *A = reinterpret_cast<const bf16 *>(a.A);
-    const int64_t K = a.K;
-    const int ktiles = (int)((K + BK - 1) / BK);
-
-    /* Loader: the item and K step loaded next, and its chunks' sources (NULL = zero fill). */
-    const bf16 *a_src[A_CHUNKS], *w_src[W_CHUNKS];
-    int a_dst[A_CHUNKS], a_col[A_CHUNKS], w_dst[W_CHUNKS], w_col[W_CHUNKS];
-#pragma unroll
-    for (int i = 0; i < A_CHUNKS; i++) {
-        const int c = tid + i * THREADS;
-        a_col[i] = (c % (BK / 8)) * 8;
-        a_dst[i] = c / (BK / 8) * PITCH + a_col[i];
-    }
-#pragma unroll
-    for (int i = 0; i < W_CHUNKS; i++) {
-        const int c = tid + i * THREADS;
-        w_col[i] = (c % (BK / 8)) * 8;
-        w_dst[i] = c / (BK / 8) * PITCH + w_col[i];
-    }
-    auto setup = [&](int64_t t) {
-        const int64_t mt = t / n_tiles_n, nt = t % n_tiles_n;
-        const int e = a.tile_expert[mt];
-        const int64_t row0 = a.tile_row0[mt], end = a.expert_end[e];
-        const int64_t rows = end - row0 < BM ? end - row0 : BM;
-        const bf16 *w0 = reinterpret_cast<const bf16 *>(a.W0[e]);
-        const bf16 *w1 = gu ? reinterpret_cast<const bf16 *>(a.W1[e]) : nullptr;
-#pragma unroll
-        for (int i = 0; i < A_CHUNKS; i++) {
-            const int r = (tid + i * THREADS) / (BK / 8);
-            if (r < rows) {
-                int64_t p = row0 + r;
-                if (gu) p = a.row_src[p];
-                a_src[i] = A + p * a.lda;
-            } else {
-                a_src[i] = nullptr;
-            }
-        }
-#pragma unroll
-        for (int i = 0; i < W_CHUNKS; i++) {
-            const int r = (tid + i * THREADS) / (BK / 8);
-            int64_t n;
-            const bf16 *base;
-            if (gu) {
-                const int s = r & 31;
-                n = nt * 64 + (r >> 5) * 16 + (s & 15);
-                base = s < 16 ? w0 : w1;
-            } else {
-                n = nt * BN + r;
-                base = w0;
-            }
-            w_src[i] = n < a.N ? base + n * K : nullptr;
-        }
-    };
-    int64_t ld_t = blockIdx.x;
-    int ld_kt = 0, ld_stage = 0;
-    if (ld_t < total) setup(ld_t);
-    auto load_next = [&]() { /* one K step of the stream into its stage; always one commit */
-        if (ld_t < total && ktiles > 0) {
-            const int64_t k0 = (int64_t)ld_kt * BK;
-            bf16 *as = As + ld_stage * SPLIT * BM * PITCH, *ws = Ws + ld_stage * BN * PITCH;
-#pragma unroll
-            for (int i = 0; i < A_CHUNKS; i++) {
-                const int64_t kc = k0 + a_col[i];
-                const bool ok = a_src[i] && kc < K;
-                cp_async16(as + a_dst[i], ok ? a_src[i] + kc : A, ok);
-                if (SPLIT == 2) cp_async16(as + BM * PITCH + a_dst[i], ok ? a_src[i] + K + kc : A, ok);
-            }
-#pragma unroll
-            for (int i = 0; i < W_CHUNKS; i++) {
-                const int64_t kc = k0 + w_col[i];
-                const bool ok = w_src[i] && kc < K;
-                cp_async16(ws + w_dst[i], ok ? w_src[i] + kc : A, ok);
-            }
-            if (++ld_kt == ktiles) {
-                ld_kt = 0;
-                ld_t += gridDim.x;
-                if (ld_t < total) setup(ld_t);
-            }
-        }
-        ld_stage = ld_stage + 1 == STAGES ? 0 : ld_stage + 1;
-        cp_async_commit();
-    };
-#pragma unroll
-    for (int s = 0; s < STAGES - 1; s++) load_next();
-
-    const int g = lane >> 2, tig = lane & 3;
-    int stage = 0; /* the stage of the next compute step */
-    for (int64_t t = blockIdx.x; t < total; t += gridDim.x) {
-        const int64_t mt = t / n_tiles_n, nt = t % n_tiles_n;
-        const int e = a.tile_expert[mt];
-        const int64_t row0 = a.tile_row0[mt], end = a.expert_end[e];
-        const int64_t rows = end - row0 < BM ? end - row0 : BM;
-
-        float acc[MI][NI][4];
-#pragma unroll
-        for (int i = 0; i < MI; i++)
-#pragma unroll
-            for (int j = 0; j < NI; j++)
-#pragma unroll
-                for (int q = 0; q < 4; q++) acc[i][j][q] = 0.0f;
-
-        for (int kt = 0; kt < ktiles; kt++) {
-            cp_async_wait<STAGES - 2>();
-            __syncthreads();
-            load_next();
-            const bf16 *as = As + stage * SPLIT * BM * PITCH, *ws = Ws + stage * BN * PITCH;
-            stage = stage + 1 == STAGES ? 0 : stage + 1;
-#pragma unroll
-            for (int ks = 0; ks < BK / 16; ks++) {
-                uint32_t af[MI][4], bfr[NI][2];
-#pragma unroll
-                for (int mi = 0; mi < MI; mi++)
-                    ldsm_x4(af[mi][0], af[mi][1], af[mi][2], af[mi][3],
-                            as + (wm * WTM + mi * 16 + (lane & 15)) * PITCH + ks * 16 + (lane >> 4) * 8);
-#pragma unroll
-                for (int nj = 0; nj < NI / 2; nj++)
-                    ldsm_x4(bfr[2 * nj][0], bfr[2 * nj][1], bfr[2 * nj + 1][0], bfr[2 * nj + 1][1],
-                            ws + (wn * WTN + nj * 16 + (lane & 7) + ((lane >> 4) << 3)) * PITCH + ks * 16 +
-                                ((lane >> 3) & 1) * 8);
-#pragma unroll
-                for (int mi = 0; mi < MI; mi++)
-#pragma unroll
-                    for (int ni = 0; ni < NI; ni++) mma16816(acc[mi][ni], af[mi], bfr[ni][0], bfr[ni][1]);
-                if (SPLIT == 2) {
-#pragma unroll
-                    for (int mi = 0; mi < MI; mi++)
-                        ldsm_x4(af[mi][0], af[mi][1], af[mi][2], af[mi][3],
-                                as + BM * PITCH + (wm * WTM + mi * 16 + (lane & 15)) * PITCH + ks * 16 +
-                                    (lane >> 4) * 8);
-#pragma unroll
-                    for (int mi = 0; mi < MI; mi++)
-#pragma unroll
-                        for (int ni = 0; ni < NI; ni++) mma16816(acc[mi][ni], af[mi], bfr[ni][0], bfr[ni][1]);
-                }
-            }
-        }
-
-        if (!gu) {
-#pragma unroll
-            for (int mi = 0; mi < MI; mi++)
-#pragma unroll
-                for (int ni = 0; ni < NI; ni++)
-#pragma unroll
-                    for (int h = 0; h < 2; h++) {
-                        const int r = wm * WTM + mi * 16 + g + h * 8;
-                        if (r >= rows) continue;
-                        float *y = a.Y + (row0 + r) * a.ldy;
-#pragma unroll
-                        for (int q = 0; q < 2; q++) {
-                            const int64_t n = nt * BN + wn * WTN + ni * 8 + tig * 2 + q;
-                            if (n < a.N) y[n] = a.bias ? acc[mi][ni][h * 2 + q] + a.bias[n] : acc[mi][ni][h * 2 + q];
-                        }
-                    }
-        } else {
-            bf16 *H = reinterpret_cast<bf16 *>(a.H);
-            const int64_t ldh = a.N * SPLIT;
-#pragma unroll
-            for (int mi = 0; mi < MI; mi++)
-#pragma unroll
-                for (int ni = 0; ni < 2; ni++)
-#pragma unroll
-                    for (int h = 0; h < 2; h++) {
-                        const int r = wm * WTM + mi * 16 + g + h * 8;
-                        if (r >= rows) continue;
-                        bf16 *hr = H + (row0 + r) * ldh;
-#pragma unroll
-                        for (int q = 0; q < 2; q++) {
-                            const int64_t col = nt * 64 + wn * 16 + ni * 8 + tig * 2 + q;
-                            if (col >= a.N) continue;
-                            const float gv = acc[mi][ni][h * 2 + q], uv = acc[mi][ni + 2][h * 2 + q];
-                            const float hv = gv / (1.0f + expf(-gv)) * uv; /* as gemm_kernel */
-                            const bf16 hb = __float2bfloat16_rn(hv);
-                            hr[col] = hb;
-                            if (SPLIT == 2) hr[a.N + col] = __float2bfloat16_rn(hv - __bfloat162float(hb));
-                        }
-                    }
-        }
-    }
-    cp_async_wait<0>();
 }
 
 /* ---- f32 fallback GEMM and bias ----------------------------------------- */
@@ -763,33 +538,6 @@ template <int BM, int SPLIT> cudaError_t launch_gemm(const ck_gemm_args *a, cuda
     return cudaGetLastError();
 }
 
-/* The persistent grouped kernel: as many blocks as fit on the device at once
- * (occupancy x SMs, looked up once per device), at most one per work item. */
-template <int BM, int SPLIT> cudaError_t launch_gemm_persist(const ck_gemm_args *a, cudaStream_t st) {
-    constexpr int smem = gemm_stages<BM, SPLIT>() * (SPLIT * BM + BN) * PITCH * 2; /* the pipeline only */
-    static int resident[32]; /* blocks the device holds at once, per device (0 = not looked up; benign race) */
-    int dev = 0;
-    cudaError_t e = cudaGetDevice(&dev);
-    if (e != cudaSuccess) return e;
-    int grid = dev < 32 ? resident[dev] : 0;
-    if (grid <= 0) {
-        e = cudaFuncSetAttribute(gemm_persist_kernel<BM, SPLIT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-        if (e != cudaSuccess) return e;
-        int per_sm = 0, sms = 0;
-        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemm_persist_kernel<BM, SPLIT>, THREADS, smem);
-        if (e != cudaSuccess) return e;
-        e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-        if (e != cudaSuccess) return e;
-        grid = (per_sm > 0 ? per_sm : 1) * (sms > 0 ? sms : 1);
-        if (dev < 32) resident[dev] = grid;
-    }
-    const int64_t nt = a->mode == CK_GEMM_GATEUP ? (a->N + 63) / 64 : (a->N + BN - 1) / BN;
-    const int64_t items = a->max_tiles * nt; /* bound; the kernel reads the count from *n_tiles */
-    if (items <= 0) return cudaSuccess;
-    gemm_persist_kernel<BM, SPLIT><<<(unsigned)(items < grid ? items : grid), THREADS, smem, st>>>(*a);
-    return cudaGetLastError();
-}
-
 } /* namespace */
 
 extern "C" {
@@ -807,10 +555,6 @@ int ck_gemm_bm(int big) { return big == 2 ? 32 : big ? 128 : 64; }
 
 cudaError_t ck_gemm(const ck_gemm_args *a, cudaStream_t st) {
     if (a->big < 0 || a->big > 2) return cudaErrorInvalidValue;
-    if (a->persist && a->mode != CK_GEMM_DENSE && a->big != 1 && (a->split == 1 || a->split == 2)) {
-        if (a->split == 2) return a->big == 2 ? launch_gemm_persist<32, 2>(a, st) : launch_gemm_persist<64, 2>(a, st);
-        return a->big == 2 ? launch_gemm_persist<32, 1>(a, st) : launch_gemm_persist<64, 1>(a, st);
-    }
     if (a->split == 2)
         return a->big == 2 ? launch_gemm<32, 2>(a, st) : a->big ? launch_gemm<128, 2>(a, st) : launch_gemm<64, 2>(a, st);
     if (a->split != 1) return cudaErrorInvalidValue;

@@ -67,9 +67,6 @@ typedef struct ck_gemm_args {
     uint16_t *H;        /* GATEUP: [rows, N * split] bf16 */
     int big;            /* tile shape: 0 = 64x128 (few rows), 1 = 128x128 (many rows), 2 = 32x128 (a few
                            rows per expert; 4 pipeline stages also when split); same results */
-    int persist;        /* grouped modes with big = 0 or 2: 1 = the persistent kernel (a grid of resident
-                           blocks looping over the tiles, the cp.async pipeline running across tiles:
-                           no fill / drain per tile), 0 = one block per tile; bitwise the same results */
 } ck_gemm_args;
 
 /* Rows per M tile of a tile shape (ck_moe_plan must use the same). */
