@@ -81,39 +81,19 @@ __global__ void __launch_bounds__(THREADS, 2) gemm_kernel(const ck_gemm_args a) 
 
     /* This block's rows: [row0, row0 + rows) of A / the output, and its weights. */
     int64_t row0, rows;
-    const bf16 *w0, *w1 = nullptr;
-    if (a.mode == CK_GEMM_DENSE) {
-        row0 = mt * BM;
-        rows = a.M - row0 < BM ? a.M - row0 : BM;
-        w0 = reinterpret_cast<const bf16 *>(a.W);
-    } else {
-        if (mt >= *a.n_tiles) return;
-        const int e = a.tile_expert[mt];
-        row0 = a.tile_row0[mt];
-        const int64_t end = a.expert_end[e];
-        rows = end - row0 < BM ? end - row0 : BM;
-        w0 = reinterpret_cast<const bf16 *>(a.W0[e]);
-        if (a.mode == CK_GEMM_GATEUP) w1 = reinterpret_cast<const bf16 *>(a.W1[e]);
-    }
+    int e;
+    if (!gemm_tile_rows(a, BM, mt, row0, rows, e)) return;
+    const bf16 *w0 = reinterpret_cast<const bf16 *>(a.mode == CK_GEMM_DENSE ? a.W : a.W0[e]);
+    const bf16 *w1 = a.mode == CK_GEMM_GATEUP ? reinterpret_cast<const bf16 *>(a.W1[e]) : nullptr;
     const bf16 *A = reinterpret_cast<const bf16 *>(a.A);
     const int64_t K = a.K;
 
     /* Source rows of this thread's chunks (NULL = zero fill), fixed over K. */
     const bf16 *a_src[A_CHUNKS];
-    int a_dst[A_CHUNKS], a_col[A_CHUNKS];
+    int a_dst[A_CHUNKS], a_col[A_CHUNKS], a_row[A_CHUNKS];
+    gemm_a_chunks<A_CHUNKS, THREADS, BK>(a, A, tid, row0, rows, a_src, a_row, a_col);
 #pragma unroll
-    for (int i = 0; i < A_CHUNKS; i++) {
-        const int c = tid + i * THREADS, r = c / (BK / 8);
-        a_col[i] = (c % (BK / 8)) * 8;
-        a_dst[i] = r * PITCH + a_col[i];
-        if (r < rows) {
-            int64_t p = row0 + r;
-            if (a.mode == CK_GEMM_GATEUP) p = a.row_src[p];
-            a_src[i] = A + p * a.lda;
-        } else {
-            a_src[i] = nullptr;
-        }
-    }
+    for (int i = 0; i < A_CHUNKS; i++) a_dst[i] = a_row[i] * PITCH + a_col[i];
     const bf16 *w_src[W_CHUNKS];
     int w_dst[W_CHUNKS], w_col[W_CHUNKS];
 #pragma unroll

@@ -8,6 +8,8 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 
+#include "backend/cuda/cuda_kernels.h"
+
 /* Shared-memory address of a generic pointer, for PTX operands. */
 static __device__ __forceinline__ uint32_t smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
@@ -51,6 +53,50 @@ static __device__ __forceinline__ void mma16816(float *d, const uint32_t *a, uin
         "{%0,%1,%2,%3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* The output rows of tile mt of a GEMM launch (Args: ck_gemm_args or
+ * ck_qgemm_args; BM rows per tile): DENSE: [mt BM, mt BM + BM) cut at M,
+ * e = 0; grouped: tile mt of ck_moe_plan's plan, e its expert.  false past
+ * *n_tiles (the grid is sized for the worst case): the block has no work. */
+template <class Args>
+static __device__ __forceinline__ bool gemm_tile_rows(const Args &a, int BM, int64_t mt, int64_t &row0, int64_t &rows,
+                                                      int &e) {
+    if (a.mode == CK_GEMM_DENSE) {
+        e = 0;
+        row0 = mt * BM;
+        rows = a.M - row0 < BM ? a.M - row0 : BM;
+        return true;
+    }
+    if (mt >= *a.n_tiles) return false;
+    e = a.tile_expert[mt];
+    row0 = a.tile_row0[mt];
+    const int64_t end = a.expert_end[e];
+    rows = end - row0 < BM ? end - row0 : BM;
+    return true;
+}
+
+/* This thread's 16-byte activation chunks of a tile, fixed over K: chunk
+ * i is c = tid + i THREADS, tile row r[i] = c / (BK / 8), column
+ * col[i] = (c % (BK / 8)) 8; src[i] = the A row it copies (GATEUP gathers
+ * through row_src; lda apart), NULL past the tile's rows (zero fill). */
+template <int CHUNKS, int THREADS, int BK, class Args>
+static __device__ __forceinline__ void gemm_a_chunks(const Args &a, const __nv_bfloat16 *A, int tid, int64_t row0,
+                                                     int64_t rows, const __nv_bfloat16 *(&src)[CHUNKS],
+                                                     int (&r)[CHUNKS], int (&col)[CHUNKS]) {
+#pragma unroll
+    for (int i = 0; i < CHUNKS; i++) {
+        const int c = tid + i * THREADS;
+        r[i] = c / (BK / 8);
+        col[i] = (c % (BK / 8)) * 8;
+        if (r[i] < rows) {
+            int64_t p = row0 + r[i];
+            if (a.mode == CK_GEMM_GATEUP) p = a.row_src[p];
+            src[i] = A + p * a.lda;
+        } else {
+            src[i] = nullptr;
+        }
+    }
 }
 
 /* Two floats as a bf16x2 register, lo in the low half. */

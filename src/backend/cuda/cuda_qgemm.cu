@@ -152,35 +152,16 @@ __global__ void __launch_bounds__(QTHREADS, q2_min_blocks<QT, BM, SPLIT>()) qgem
     const int64_t mt = blockIdx.x / n_tiles_n, nt = blockIdx.x % n_tiles_n;
 
     int64_t row0, rows;
-    int e = 0;
-    if (a.mode == CK_GEMM_DENSE) {
-        row0 = mt * QBM;
-        rows = a.M - row0 < QBM ? a.M - row0 : QBM;
-    } else {
-        if (mt >= *a.n_tiles) return;
-        e = a.tile_expert[mt];
-        row0 = a.tile_row0[mt];
-        const int64_t end = a.expert_end[e];
-        rows = end - row0 < QBM ? end - row0 : QBM;
-    }
+    int e;
+    if (!gemm_tile_rows(a, QBM, mt, row0, rows, e)) return;
     const bf16 *A = reinterpret_cast<const bf16 *>(a.A);
     const int64_t K = a.K, N = a.N;
 
     const bf16 *a_src[A_CHUNKS];
-    int a_dst[A_CHUNKS], a_col[A_CHUNKS];
+    int a_dst[A_CHUNKS], a_col[A_CHUNKS], a_row[A_CHUNKS];
+    gemm_a_chunks<A_CHUNKS, QTHREADS, QBK>(a, A, tid, row0, rows, a_src, a_row, a_col);
 #pragma unroll
-    for (int i = 0; i < A_CHUNKS; i++) {
-        const int c = tid + i * QTHREADS, r = c / (QBK / 8);
-        a_col[i] = (c % (QBK / 8)) * 8;
-        a_dst[i] = r * QPITCH + a_col[i];
-        if (r < rows) {
-            int64_t p = row0 + r;
-            if (a.mode == CK_GEMM_GATEUP) p = a.row_src[p];
-            a_src[i] = A + p * a.lda;
-        } else {
-            a_src[i] = nullptr;
-        }
-    }
+    for (int i = 0; i < A_CHUNKS; i++) a_dst[i] = a_row[i] * QPITCH + a_col[i];
     int u_r[UNITS_PER_THREAD], u_kc[UNITS_PER_THREAD], u_n[UNITS_PER_THREAD];
 #pragma unroll
     for (int i = 0; i < UNITS_PER_THREAD; i++) {
@@ -511,35 +492,16 @@ __global__ void __launch_bounds__(QTHREADS, MINB) qgemm3_kernel(const ck_qgemm_a
     const int64_t mt = blockIdx.x / n_tiles_n, nt = blockIdx.x % n_tiles_n;
 
     int64_t row0, rows;
-    int e = 0;
-    if (a.mode == CK_GEMM_DENSE) {
-        row0 = mt * QBM;
-        rows = a.M - row0 < QBM ? a.M - row0 : QBM;
-    } else {
-        if (mt >= *a.n_tiles) return;
-        e = a.tile_expert[mt];
-        row0 = a.tile_row0[mt];
-        const int64_t end = a.expert_end[e];
-        rows = end - row0 < QBM ? end - row0 : QBM;
-    }
+    int e;
+    if (!gemm_tile_rows(a, QBM, mt, row0, rows, e)) return;
     const bf16 *A = reinterpret_cast<const bf16 *>(a.A);
     const int64_t K = a.K, N = a.N, K64 = (K + 63) / 64;
 
     const bf16 *a_src[A_CHUNKS];
-    int a_dst[A_CHUNKS], a_col[A_CHUNKS];
+    int a_dst[A_CHUNKS], a_col[A_CHUNKS], a_row[A_CHUNKS];
+    gemm_a_chunks<A_CHUNKS, QTHREADS, QBK>(a, A, tid, row0, rows, a_src, a_row, a_col);
 #pragma unroll
-    for (int i = 0; i < A_CHUNKS; i++) {
-        const int c = tid + i * QTHREADS, r = c / (QBK / 8);
-        a_col[i] = (c % (QBK / 8)) * 8;
-        a_dst[i] = r * QPITCH + a_col[i];
-        if (r < rows) {
-            int64_t p = row0 + r;
-            if (a.mode == CK_GEMM_GATEUP) p = a.row_src[p];
-            a_src[i] = A + p * a.lda;
-        } else {
-            a_src[i] = nullptr;
-        }
-    }
+    for (int i = 0; i < A_CHUNKS; i++) a_dst[i] = a_row[i] * QPITCH + a_col[i];
     /* the weight copy of this thread: block atom tid / 32 (columns 16 (tid / 32) ..), lane chunk tid % 32 */
     const unsigned char *b_src;
     bool b_ok;
