@@ -23,8 +23,9 @@
  *     drift: 91% top-1 agreement, mean TV 0.013 on `small`.
  *   - balanced (CLEF_CUDA_NUMERICS=balanced = CLEF_CUDA_PRECISE=dense,attention):
  *     precise dense products and attention, bf16 activations into the expert
- *     GEMMs (their fast-mode cost): 99.6% / mean TV 0.0015 on `small`, inside
- *     the parity bar (H200, docs/BENCHMARKS.md).
+ *     GEMMs (their fast-mode cost): 99.2% top-1 / mean TV 0.0015 on `small`,
+ *     at the edge of the parity bar (99.5%; 99.6% with attention v1; H200,
+ *     docs/BENCHMARKS.md).
  *   CLEF_CUDA_PRECISE may also name parts: a comma list of "dense" (the
  *   matmul op), "experts" (the moe op), "attention"; the others are fast.
  *   CLEF_CUDA_PRECISE wins over CLEF_CUDA_NUMERICS; an unknown value of
