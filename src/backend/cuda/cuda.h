@@ -1,5 +1,5 @@
 /* cuda.h — the CUDA backend: the op table of backend/backend.h on one NVIDIA
- * GPU (built for Hopper, sm_90), BF16 weights resident on the device, f32
+ * GPU (built for Hopper, sm_90a), BF16 weights resident on the device, f32
  * activations between ops.
  *
  * Numerics (tests/unit/test_cuda_ops.c states and checks the tolerances).
