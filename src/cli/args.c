@@ -1,5 +1,6 @@
 #include "cli/args.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdint.h>
@@ -93,4 +94,36 @@ const char *cli_default_tokenizer(void) {
     if (access(in_source, R_OK) == 0) return in_source;
 #endif
     return CLI_DEFAULT_TOKENIZER;
+}
+
+/* --out must be missing or an empty directory, unless `force` (then any
+ * directory).  Returns 0, or 2 with the reason printed: not a directory, not
+ * empty, or not listable (its emptiness unknown). */
+int cli_check_out_dir(const char *cmd, const char *dir, int force) {
+    struct stat st;
+    if (stat(dir, &st) != 0) return 0; /* missing: the converter creates it (or says why it cannot) */
+    if (!S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "%s: --out %s exists and is not a directory\n", cmd, dir);
+        return 2;
+    }
+    if (force) return 0;
+    DIR *d = opendir(dir);
+    if (!d) {
+        fprintf(stderr, "%s: cannot list --out %s (%s); add --force to write into it anyway\n", cmd, dir,
+                strerror(errno));
+        return 2;
+    }
+    const struct dirent *de;
+    while ((de = readdir(d)) && (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")))
+        ;
+    int empty = !de;
+    closedir(d);
+    if (!empty) {
+        fprintf(stderr,
+                "%s: --out %s is not empty; give a new or empty directory, or add --force to write "
+                "into it (files of the same names are replaced)\n",
+                cmd, dir);
+        return 2;
+    }
+    return 0;
 }

@@ -20,4 +20,11 @@ char *read_all(const char *path, size_t *len);
  * an error instead of exhausting memory. */
 char *read_all_max(const char *path, size_t max_bytes, size_t *len);
 
+/* An output directory flag (`--out DIR` of `cmd`, e.g. "clef quantize")
+ * must name a missing or empty directory, unless `force` (then any
+ * directory): a mistyped path never mixes new files into old ones.  Returns
+ * 0, or 2 with the reason printed to stderr prefixed by `cmd`: not a
+ * directory (even with force), not empty, or not listable. */
+int cli_check_out_dir(const char *cmd, const char *dir, int force);
+
 #endif

@@ -1,10 +1,7 @@
 /* clef quantize — write a quantized checkpoint from a BF16 one
  * (src/quant/convert.h does the work; this file is flags and the summary). */
-#include <dirent.h>
-#include <errno.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "cli/args.h"
 #include "cli/cli.h"
@@ -35,38 +32,6 @@ static void quantize_usage(FILE *f) {
             "  int4            AutoRound INT4 auto_gptq packing, symmetric RTN, --group N inputs per scale\n"
             "                  (default 128; a module narrower than N uses its width)\n",
             CLI_DEFAULT_TOKENIZER);
-}
-
-/* --out must be missing or an empty directory, unless `force` (then any
- * directory).  Returns 0, or 2 with the reason printed: not a directory, not
- * empty, or not listable (its emptiness unknown). */
-static int check_out_dir(const char *dir, int force) {
-    struct stat st;
-    if (stat(dir, &st) != 0) return 0; /* missing: the converter creates it (or says why it cannot) */
-    if (!S_ISDIR(st.st_mode)) {
-        fprintf(stderr, "clef quantize: --out %s exists and is not a directory\n", dir);
-        return 2;
-    }
-    if (force) return 0;
-    DIR *d = opendir(dir);
-    if (!d) {
-        fprintf(stderr, "clef quantize: cannot list --out %s (%s); add --force to write into it anyway\n", dir,
-                strerror(errno));
-        return 2;
-    }
-    const struct dirent *de;
-    while ((de = readdir(d)) && (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")))
-        ;
-    int empty = !de;
-    closedir(d);
-    if (!empty) {
-        fprintf(stderr,
-                "clef quantize: --out %s is not empty; give a new or empty directory, or add --force to write "
-                "into it (files of the same names are replaced)\n",
-                dir);
-        return 2;
-    }
-    return 0;
 }
 
 int cli_quantize(int argc, char **argv) {
@@ -117,7 +82,7 @@ int cli_quantize(int argc, char **argv) {
                 format);
         return 2;
     }
-    if (check_out_dir(out, force)) return 2; /* before anything is read or written */
+    if (cli_check_out_dir("clef quantize", out, force)) return 2; /* before anything is read or written */
     clef_err err;
     clef_err_clear(&err);
     clef_quantize_report rep;

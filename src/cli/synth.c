@@ -17,7 +17,7 @@
 
 static void synth_usage(FILE *f) {
     fprintf(f,
-            "usage: clef synth --preset tiny|small|full --out DIR [--seed N] [--tokenizer PATH]\n"
+            "usage: clef synth --preset tiny|small|full --out DIR [--seed N] [--tokenizer PATH] [--force]\n"
             "       clef synth --preset tiny|small|full --check [--seed N] [--tokens N] [--threads N]\n"
             "  Writes a checkpoint of random bf16 weights in the release layout: sharded safetensors\n"
             "  (<= 4 GiB each, per-expert tensor names) + model.safetensors.index.json, config.json,\n"
@@ -25,6 +25,9 @@ static void synth_usage(FILE *f) {
             "  preset and seed always give the same bytes (also as `clef bench --synthetic`).\n"
             "  tiny = the test fixture's sizes (~20 MB), small = real widths with 4 layers (~6.2 GB),\n"
             "  full = the real shapes (~61 GB; text decoder + lm_head + head, no vision/audio towers).\n"
+            "  --out DIR       created if missing; a DIR that is not empty is refused (exit 2)\n"
+            "  --force         write into a DIR that is not empty: files of the same names are replaced,\n"
+            "                  nothing else is touched\n"
             "  --seed N        default 1\n"
             "  --tokenizer F   default %s\n"
             "  --check         draw the weights in memory (no files), run one --tokens record (default\n"
@@ -238,7 +241,7 @@ static int check(const char *preset, size_t seed, const char *tokenizer, size_t 
 int cli_synth(int argc, char **argv) {
     const char *preset = NULL, *out = NULL, *tokenizer = cli_default_tokenizer();
     size_t seed = 1, tokens = 300, threads = 0, layer = 0, shard_mib = 0;
-    int do_check = 0;
+    int do_check = 0, force = 0;
     for (int i = 1; i < argc; i++) {
         int r;
         if ((r = arg_str(argc, argv, &i, "--preset", &preset)) || (r = arg_str(argc, argv, &i, "--out", &out)) ||
@@ -250,6 +253,8 @@ int cli_synth(int argc, char **argv) {
             if (r < 0) return 2;
         } else if (!strcmp(argv[i], "--check")) {
             do_check = 1;
+        } else if (!strcmp(argv[i], "--force")) {
+            force = 1;
         } else {
             int help = !strcmp(argv[i], "--help") || !strcmp(argv[i], "-h");
             if (!help) fprintf(stderr, "clef synth: unknown argument %s\n", argv[i]);
@@ -262,6 +267,7 @@ int cli_synth(int argc, char **argv) {
         return 2;
     }
     if (do_check) return check(preset, seed, tokenizer, tokens, threads, layer);
+    if (cli_check_out_dir("clef synth", out, force)) return 2; /* before anything is drawn or written */
     clef_synth_options opt = {.preset = preset, .seed = seed, .out_dir = out, .tokenizer = tokenizer,
                               .max_shard_bytes = shard_mib << 20, .progress = stderr};
     clef_err err;

@@ -5,10 +5,14 @@
  *   port, logged "listening on", then exited 1 from the loader thread;
  *   parity on an empty (or blank) requests file reported "top-1 agreement
  *   0/0 questions (100.00%)" and exited 0;
- *   bench --image-mp 1abc was read as 1 megapixel. */
+ *   bench --image-mp 1abc was read as 1 megapixel;
+ *   synth --out into a non-empty directory wrote over what was there;
+ * and the CUDA numerics names devcheck / parity accept (checked before any
+ * model is loaded, so without a GPU too). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -82,8 +86,57 @@ static void test_bench_media_flags_are_whole_numbers(void **state) {
     expect("bench --synthetic tiny --towers-only --device cpu --image-mp 0.5", 1, "has no media towers", NULL);
 }
 
+static void test_synth_out_not_empty(void **state) {
+    (void)state;
+    char dir[256], mine[300], config[300], args[1024], want[1024];
+    snprintf(dir, sizeof dir, "/tmp/clef_cli_synth_out_%d", (int)getpid());
+    snprintf(mine, sizeof mine, "%s/mine.txt", dir);
+    snprintf(config, sizeof config, "%s/config.json", dir);
+    assert_int_equal(mkdir(dir, 0755), 0);
+    FILE *f = fopen(mine, "w");
+    assert_non_null(f);
+    fputs("keep", f);
+    fclose(f);
+    /* not empty: refused with exit 2 and the exact message, nothing written */
+    snprintf(args, sizeof args, "synth --preset tiny --tokenizer %s --out %s", TOKENIZER, dir);
+    snprintf(want, sizeof want,
+             "clef synth: --out %s is not empty; give a new or empty directory, or add --force to write into it "
+             "(files of the same names are replaced)",
+             dir);
+    expect(args, 2, want, NULL);
+    assert_int_equal(access(config, F_OK), -1);
+    /* --force writes the checkpoint beside the user's file and leaves that file alone */
+    snprintf(args, sizeof args, "synth --preset tiny --tokenizer %s --out %s --force", TOKENIZER, dir);
+    expect(args, 0, "", NULL);
+    assert_int_equal(access(config, F_OK), 0);
+    size_t n = 0;
+    char *kept = tu_read_file(mine, &n);
+    assert_int_equal(n, 4);
+    assert_memory_equal(kept, "keep", 4);
+    free(kept);
+    /* a file is never a directory, --force or not */
+    snprintf(args, sizeof args, "synth --preset tiny --tokenizer %s --out %s --force", TOKENIZER, mine);
+    snprintf(want, sizeof want, "clef synth: --out %s exists and is not a directory", mine);
+    expect(args, 2, want, NULL);
+    expect("synth --help", 0, "--force", NULL);
+    char rm[512];
+    snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
+    assert_int_equal(system(rm), 0);
+}
+
+static void test_numerics_names(void **state) {
+    (void)state;
+    expect("devcheck --synthetic tiny --requests /nonexistent.jsonl --numerics bogus", 2,
+           "--numerics must be precise, balanced or fast", NULL);
+    expect("parity --synthetic tiny --quant-b int4 --requests /nonexistent.jsonl --numerics-b bogus", 2,
+           "--numerics-b must be fast, balanced or precise", NULL);
+    expect("devcheck --help", 0, "precise|balanced|fast", NULL);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_synth_out_not_empty),
+        cmocka_unit_test(test_numerics_names),
         cmocka_unit_test(test_serve_refuses_before_listening),
         cmocka_unit_test(test_parity_refuses_empty_requests),
         cmocka_unit_test(test_bench_media_flags_are_whole_numbers),
