@@ -28,8 +28,9 @@
  *     docs/BENCHMARKS.md).
  *   CLEF_CUDA_PRECISE may also name parts: a comma list of "dense" (the
  *   matmul op), "experts" (the moe op), "attention"; the others are fast.
- *   CLEF_CUDA_PRECISE wins over CLEF_CUDA_NUMERICS; an unknown value of
- *   either makes clef_cuda_backend_create fail (500).
+ *   CLEF_CUDA_PRECISE wins over CLEF_CUDA_NUMERICS.  An unknown value of
+ *   any CLEF_CUDA_* setting below makes clef_cuda_backend_create fail (500,
+ *   naming the variable; cuda_env.h parses them).
  *   CLEF_CUDA_TUNE (bits, default 7) picks kernel shapes of the precise
  *   mode, never values: 1 = 32-row expert tiles when the experts average
  *   <= 32 rows, 2 = one K/V buffer in the split attention (two blocks/SM),

@@ -18,6 +18,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
+#include "backend/cuda/cuda_env.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_qbits.h"
 
@@ -155,39 +156,13 @@ typedef struct cuda_ctx {
 
 static const clef_backend_ops cuda_ops;
 
-/* Parts of the precise mode (CLEF_CUDA_PRECISE=1 or "all": every part; or a
- * comma list of "dense", "experts", "attention"). */
-enum { PRECISE_DENSE = 1, PRECISE_EXPERTS = 2, PRECISE_ATTN = 4, PRECISE_ALL = 7 };
-
-/* The precise parts from the environment (cuda.h): CLEF_CUDA_PRECISE when
- * set ("0" = fast, "1"/"all", or a list of parts), else CLEF_CUDA_NUMERICS
- * ("fast" = 0, "precise" = all, "balanced" = dense and attention), else the
- * default: all parts precise.
- * Returns -1 for a value it does not know. */
-static int parse_precise_env(void) {
-    const char *v = getenv("CLEF_CUDA_PRECISE");
-    if (v && *v) {
-        if (!strcmp(v, "0") || !strcmp(v, "none") || !strcmp(v, "fast")) return 0;
-        if (!strcmp(v, "1") || !strcmp(v, "all")) return PRECISE_ALL;
-        int m = 0;
-        if (strstr(v, "dense")) m |= PRECISE_DENSE;
-        if (strstr(v, "experts")) m |= PRECISE_EXPERTS;
-        if (strstr(v, "attention")) m |= PRECISE_ATTN;
-        return m ? m : -1;
-    }
-    v = getenv("CLEF_CUDA_NUMERICS");
-    if (v && *v) {
-        if (!strcmp(v, "fast")) return 0;
-        if (!strcmp(v, "precise")) return PRECISE_ALL;
-        /* bf16 activations into the expert GEMMs only, at their fast-mode cost: on `small` 99.2-99.6%
-         * top-1 (2 or 1 of 255 questions flipped, depending on the attention kernel) and mean TV 0.0015
-         * over 200 requests on the H200, at the edge of the parity bar (99.5%); precise 100% /
-         * 0.00013, fast 91% / 0.013 */
-        if (!strcmp(v, "balanced")) return PRECISE_DENSE | PRECISE_ATTN;
-        return -1;
-    }
-    return PRECISE_ALL;
-}
+/* Parts of the precise mode (cuda_env.h). */
+enum {
+    PRECISE_DENSE = CLEF_PRECISE_DENSE,
+    PRECISE_EXPERTS = CLEF_PRECISE_EXPERTS,
+    PRECISE_ATTN = CLEF_PRECISE_ATTN,
+    PRECISE_ALL = CLEF_PRECISE_ALL
+};
 
 static inline cuda_ctx *cu_of(clef_backend *be) { return (cuda_ctx *)be->ctx; }
 
@@ -203,11 +178,6 @@ static int lt_check(cublasStatus_t s, const char *what, clef_err *err) {
     return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "cuBLASLt %s: %s (%d)", what, cublasLtGetStatusString(s), (int)s);
 }
 
-static int getenv_int(const char *name, int dflt) {
-    const char *v = getenv(name);
-    if (!v || !*v) return dflt;
-    return atoi(v);
-}
 
 /* ---- profiling ----------------------------------------------------------- */
 
@@ -1836,41 +1806,28 @@ clef_backend *clef_cuda_backend_create_ex(const clef_cuda_options *opt, clef_err
         return NULL;
     }
     c->device = opt->device;
-    const int parts = opt->precise >= 0 ? (opt->precise ? PRECISE_ALL : 0) : parse_precise_env();
-    if (parts < 0) {
+    clef_cuda_env env;
+    if (clef_cuda_env_read(&env, err)) { /* every CLEF_CUDA_* setting checked, also those opt overrides */
         free(be);
         free(c);
-        clef_fail(err, 500, CLEF_E_INTERNAL, "numerics",
-                  "CUDA numerics: CLEF_CUDA_NUMERICS must be fast, balanced or precise, CLEF_CUDA_PRECISE 0, 1, all or a "
-                  "list of dense, experts, attention");
         return NULL;
     }
-    c->precise_parts = (unsigned)parts;
+    c->precise_parts = (unsigned)(opt->precise >= 0 ? (opt->precise ? PRECISE_ALL : 0) : env.precise_parts);
     c->precise = c->precise_parts == PRECISE_ALL;
     if (opt->gemm >= 0) {
         c->gemm_custom = opt->gemm == 1;
         c->gemm_lt_only = opt->gemm == 2;
     } else {
-        const char *g = getenv("CLEF_CUDA_GEMM");
-        c->gemm_custom = g && strcmp(g, "custom") == 0;
+        c->gemm_custom = env.gemm_custom;
     }
-    c->profile = opt->profile >= 0 ? opt->profile : getenv_int("CLEF_CUDA_PROFILE", 0) != 0;
-    c->tune = (unsigned)getenv_int("CLEF_CUDA_TUNE", 7);
-    c->wgmma = getenv_int("CLEF_CUDA_WGMMA", 2);
-    if (c->wgmma < 0 || c->wgmma > 2) c->wgmma = 2;
-    c->qwgmma = getenv_int("CLEF_CUDA_QWGMMA", 1);
-    if (c->qwgmma < 0 || c->qwgmma > 2) c->qwgmma = 1;
-    {
-        const char *q4 = getenv("CLEF_CUDA_QGEMM_INT4");
-        c->int4_v2 = q4 && strcmp(q4, "v2") == 0;
-        c->int4_2blk = q4 && strcmp(q4, "v3-2blk") == 0;
-    }
-    c->lt_splitk = getenv_int("CLEF_CUDA_LT_SPLITK", 1);
-    const char *av = getenv("CLEF_CUDA_ATTN");
-    c->attn_variant = !av || !*av                ? 0 /* per mode, see cu_attention */
-                      : strcmp(av, "v1") == 0    ? 1
-                      : strcmp(av, "v2w") == 0   ? 3
-                                                 : 2;
+    c->profile = opt->profile >= 0 ? opt->profile : env.profile;
+    c->tune = (unsigned)env.tune;
+    c->wgmma = env.wgmma;
+    c->qwgmma = env.qwgmma;
+    c->int4_v2 = env.int4 == 2;
+    c->int4_2blk = env.int4 == 4;
+    c->lt_splitk = env.lt_splitk;
+    c->attn_variant = env.attn; /* 0: per mode, see cu_attention */
     be->ops = &cuda_ops;
     be->ctx = c;
     if (ctx_init(c, err) != 0) {
