@@ -1317,6 +1317,15 @@ typedef struct moe_plan {
     int64_t max_tiles;
 } moe_plan;
 
+/* Expert rows per pass from which CLEF_CUDA_WGMMA=2 (the default) runs the wgmma kernel. */
+#define WGMMA_MIN_ROWS 8192
+
+/* Whether an expert pass of TK rows runs on the wgmma kernel by CLEF_CUDA_WGMMA (BF16 and packed
+ * passes alike; each caller adds the shape limits of its kernel). */
+static int wgmma_pass(const cuda_ctx *c, int64_t TK) {
+    return c->wgmma == 1 || (c->wgmma == 2 && TK >= WGMMA_MIN_ROWS);
+}
+
 static int moe_plan_make(cuda_ctx *c, const int32_t *idx, int64_t T, int64_t k, int64_t E, int BM, moe_plan *p,
                          clef_err *err) {
     const int64_t TK = T * k;
@@ -1342,7 +1351,7 @@ static int moe_pass(cuda_ctx *c, const float *x, int64_t T, const int32_t *idx, 
     /* tile rows: 128 for big batches; 32 when split and the experts average <= 32 rows (four pipeline
      * stages of hi + lo + weights fit there, as for the fast mode's 64-row tiles); else 64 */
     /* wgmma: 128-row tiles for big batches, else 64 (CLEF_CUDA_TUNE=0: always 64; same results) */
-    const int wg = (c->wgmma == 1 || (c->wgmma == 2 && TK >= 8192)) && H % 64 == 0 && NI % 64 == 0;
+    const int wg = wgmma_pass(c, TK) && H % 64 == 0 && NI % 64 == 0;
     const int big = wg ? (TK >= 8192 && c->tune ? 1 : 0)
                     : TK >= 8192 ? (split == 2 && (c->tune & 4) ? 0 : 1)
                     : split == 2 && (c->tune & 1) && TK <= 32 * E ? 2
@@ -1471,8 +1480,8 @@ static int moe_pass_packed(cuda_ctx *c, const float *x, int64_t T, const int32_t
                   fd = {.mode = CK_GEMM_DOWN, .lda = NI * split, .K = NI, .split = split, .N = H};
     qargs_format(c, &fg, &ex->gate[0]);
     qargs_format(c, &fd, &ex->down[0]);
-    const int wg = c->qwgmma && (c->qwgmma == 2 || fmt.qtype != CK_QT_FP8) && (c->wgmma == 1 || (c->wgmma == 2 && TK >= 8192)) && ck_qgemm_wgmma_fits(&fg) &&
-                   ck_qgemm_wgmma_fits(&fd);
+    const int wg = c->qwgmma && (c->qwgmma == 2 || fmt.qtype != CK_QT_FP8) && wgmma_pass(c, TK) &&
+                   ck_qgemm_wgmma_fits(&fg) && ck_qgemm_wgmma_fits(&fd);
     const int BM = wg ? 128 : ck_qgemm_bm(fmt.qtype, TK, E);
     moe_plan pl;
     if (moe_plan_make(c, idx, T, k, E, BM, &pl, err)) return op_end(c, -1);
