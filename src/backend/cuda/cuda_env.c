@@ -29,9 +29,10 @@ static int env_int(const char *name, int lo, int hi, int dflt, int *out, clef_er
     return 0;
 }
 
-/* `name` as one of names[0..n) (its index; dflt when unset). */
-static int env_choice(const char *name, const char *const *names, int n, int dflt, const char *accepts, int *out,
-                      clef_err *err) {
+/* `name` as one of names[0..n) (its index; dflt when unset); an unknown value
+ * fails with param `what` and the message "CUDA <what>: <name> must be ...". */
+static int env_choice(const char *what, const char *name, const char *const *names, int n, int dflt,
+                      const char *accepts, int *out, clef_err *err) {
     const char *v = env(name);
     if (!v) {
         *out = dflt;
@@ -42,8 +43,7 @@ static int env_choice(const char *name, const char *const *names, int n, int dfl
             *out = i;
             return 0;
         }
-    return clef_fail(err, 500, CLEF_E_INTERNAL, "settings", "CUDA settings: %s must be %s (got '%.40s')", name, accepts,
-                     v);
+    return clef_fail(err, 500, CLEF_E_INTERNAL, what, "CUDA %s: %s must be %s (got '%.40s')", what, name, accepts, v);
 }
 
 /* CLEF_CUDA_PRECISE's comma list of parts, or -1 for an unknown part or an empty item. */
@@ -76,13 +76,7 @@ static int read_numerics(clef_cuda_env *e, clef_err *err) {
     static const char *const modes[] = {"fast", "balanced", "precise"};
     static const int parts[] = {0, CLEF_PRECISE_DENSE | CLEF_PRECISE_ATTN, CLEF_PRECISE_ALL};
     int m = 2;
-    if ((v = env("CLEF_CUDA_NUMERICS"))) {
-        for (m = 0; m < 3 && strcmp(v, modes[m]); m++)
-            ;
-        if (m == 3)
-            return clef_fail(err, 500, CLEF_E_INTERNAL, "numerics",
-                             "CUDA numerics: CLEF_CUDA_NUMERICS must be fast, balanced or precise (got '%.40s')", v);
-    }
+    if (env_choice("numerics", "CLEF_CUDA_NUMERICS", modes, 3, 2, "fast, balanced or precise", &m, err)) return -1;
     e->precise_parts = parts[m];
     return 0;
 }
@@ -94,13 +88,13 @@ int clef_cuda_env_read(clef_cuda_env *e, clef_err *err) {
     static const char *const attn[] = {NULL, "v1", "v2", "v2w"};
     int v3 = 3;
     if (read_numerics(e, err) ||
-        env_choice("CLEF_CUDA_GEMM", gemm, 2, 0, "cublaslt or custom", &e->gemm_custom, err) ||
+        env_choice("settings", "CLEF_CUDA_GEMM", gemm, 2, 0, "cublaslt or custom", &e->gemm_custom, err) ||
         env_int("CLEF_CUDA_PROFILE", 0, 1, 0, &e->profile, err) ||
         env_int("CLEF_CUDA_TUNE", 0, 7, 7, &e->tune, err) || env_int("CLEF_CUDA_WGMMA", 0, 2, 2, &e->wgmma, err) ||
         env_int("CLEF_CUDA_QWGMMA", 0, 2, 1, &e->qwgmma, err) ||
-        env_choice("CLEF_CUDA_QGEMM_INT4", int4, 5, v3, "v2, v3 or v3-2blk", &e->int4, err) ||
+        env_choice("settings", "CLEF_CUDA_QGEMM_INT4", int4, 5, v3, "v2, v3 or v3-2blk", &e->int4, err) ||
         env_int("CLEF_CUDA_LT_SPLITK", 0, 2, 1, &e->lt_splitk, err) ||
-        env_choice("CLEF_CUDA_ATTN", attn, 4, 0, "v1, v2 or v2w", &e->attn, err))
+        env_choice("settings", "CLEF_CUDA_ATTN", attn, 4, 0, "v1, v2 or v2w", &e->attn, err))
         return -1;
     return 0;
 }
