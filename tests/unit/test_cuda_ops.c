@@ -640,6 +640,22 @@ static void test_router(void **state) {
 }
 
 /* Experts: T tokens routed by the CPU router over random logits. */
+/* The experts of wc (bf16 host data wh) uploaded to backend g into wg (E <= 16 per matrix: gate, up,
+ * down); returns the moe view of them.  Fails the test on an upload error. */
+static clef_moe_weights upload_experts(clef_backend *g, clef_weight wc[3][16], uint16_t *wh[3][16],
+                                       int64_t E, int64_t H, int64_t NI, clef_weight wg[3][16]) {
+    clef_err err;
+    for (int j = 0; j < 3; j++)
+        for (int64_t e = 0; e < E; e++)
+            tu_ok(g->ops->weight_init(g, &wg[j][e], CLEF_DT_BF16, wc[j][e].rows, wc[j][e].cols, wh[j][e], &err), &err);
+    return (clef_moe_weights){.n_experts = E, .hidden = H, .inter = NI, .gate = wg[0], .up = wg[1], .down = wg[2]};
+}
+
+static void release_experts(clef_backend *g, clef_weight wg[3][16], int64_t E) {
+    for (int j = 0; j < 3; j++)
+        for (int64_t e = 0; e < E; e++) g->ops->weight_release(g, &wg[j][e]);
+}
+
 static void test_moe(void **state) {
     TU_NEED_GPU(state);
     fx *f = *state;
@@ -666,11 +682,7 @@ static void test_moe(void **state) {
             continue; /* the experts always use the custom kernel */
         clef_backend *g = f->gpu[gi];
         clef_weight wg[3][16];
-        for (int j = 0; j < 3; j++)
-            for (int e = 0; e < E; e++)
-                tu_ok(g->ops->weight_init(g, &wg[j][e], CLEF_DT_BF16, wc[j][e].rows, wc[j][e].cols, wh[j][e], &err),
-                      &err);
-        clef_moe_weights mg = {.n_experts = E, .hidden = H, .inter = NI, .gate = wg[0], .up = wg[1], .down = wg[2]};
+        const clef_moe_weights mg = upload_experts(g, wc, wh, E, H, NI, wg);
         float *dx = tu_dput(g, x, (size_t)(TB * H) * 4), *dw = tu_dput(g, rw, (size_t)(TB * k) * 4);
         int32_t *di = tu_dput(g, idx, (size_t)(TB * k) * 4);
         float *dy = tu_dnan(g, (size_t)(TB * H)), *dy1 = tu_dnan(g, (size_t)(TB * H));
@@ -717,8 +729,7 @@ static void test_moe(void **state) {
                (long long)TB);
         free(yb), free(y);
         g->ops->free(g, dx), g->ops->free(g, dw), g->ops->free(g, di), g->ops->free(g, dy), g->ops->free(g, dy1);
-        for (int j = 0; j < 3; j++)
-            for (int e = 0; e < E; e++) g->ops->weight_release(g, &wg[j][e]);
+        release_experts(g, wg, E);
     }
     /* The default (CLEF_CUDA_WGMMA=2 where built for sm_90a on a compute capability 9.0 device) runs
      * the mma.sync expert kernel below 8192 expert rows and the wgmma one above (the batch of TB
@@ -732,11 +743,7 @@ static void test_moe(void **state) {
         unsetenv("CLEF_CUDA_WGMMA");
         tu_ok(g ? 0 : -1, &err);
         clef_weight wg[3][16];
-        for (int j = 0; j < 3; j++)
-            for (int e = 0; e < E; e++)
-                tu_ok(g->ops->weight_init(g, &wg[j][e], CLEF_DT_BF16, wc[j][e].rows, wc[j][e].cols, wh[j][e], &err),
-                      &err);
-        clef_moe_weights mg = {.n_experts = E, .hidden = H, .inter = NI, .gate = wg[0], .up = wg[1], .down = wg[2]};
+        const clef_moe_weights mg = upload_experts(g, wc, wh, E, H, NI, wg);
         float *dx = tu_dput(g, x, (size_t)(T * H) * 4), *dw = tu_dput(g, rw, (size_t)(T * k) * 4);
         int32_t *di = tu_dput(g, idx, (size_t)(T * k) * 4);
         float *dy = tu_dnan(g, (size_t)(T * H));
@@ -758,8 +765,7 @@ static void test_moe(void **state) {
         if (!same) fail_msg("moe: the wgmma expert kernel differs from the mma.sync one (%s)", nm);
         free(y);
         g->ops->free(g, dx), g->ops->free(g, dw), g->ops->free(g, di), g->ops->free(g, dy);
-        for (int j = 0; j < 3; j++)
-            for (int e = 0; e < E; e++) g->ops->weight_release(g, &wg[j][e]);
+        release_experts(g, wg, E);
         g->ops->destroy(g);
     }
     for (int j = 0; j < 3; j++)
