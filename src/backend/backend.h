@@ -125,6 +125,17 @@ typedef struct clef_backend_ops {
      * clef_qweight_bind, plain or quantized (quant/qweight.h): the CPU borrows
      * the packed bytes and scales; a device backend uploads them. */
     int (*weight_init_packed)(clef_backend *be, clef_weight *w, const clef_qweight *q, clef_err *err);
+    /* Optional (NULL: callers run `body` themselves).  Runs body(ctx, err), a
+     * sequence of this backend's ops, and may keep what it launched to replay
+     * it, instead of calling body, for a later call with the same `key`
+     * (key_bytes bytes, compared whole).  The caller promises that the key
+     * determines everything body passes to the ops (sizes, backend pointers,
+     * host argument arrays), so only the contents of backend memory (uploaded
+     * before the call) differ between calls; body must not upload, download,
+     * alloc or free.  CUDA: CUDA graphs (a key seen twice is captured, then
+     * replayed; see cuda.h).  Returns body's status, or -1 with err. */
+    int (*graph_run)(clef_backend *be, const void *key, size_t key_bytes, int (*body)(void *ctx, clef_err *err),
+                     void *ctx, clef_err *err);
 
     /* ---- thinker ops ---- */
     /* y[T, w.rows] = x[T, w.cols] . W^T (+ bias[w.rows] if non-NULL), f32

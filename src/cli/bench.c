@@ -27,8 +27,10 @@ static void bench_usage(FILE *f) {
             "                  [--device D] [--profile] [--image-mp X] [--audio-s S] [--towers-only]\n"
             "  Builds --batch triage-style requests whose states are cut so each record is --tokens\n"
             "  tokens (default 300), packs them into one forward (the engine's batch path), runs it\n"
-            "  once to warm up and --iters times (default 5), and prints one \"key value\" line per\n"
-            "  figure: latency_ms_p50/p95/min/max per forward, tokens_per_s, ..., peak_rss_mib last.\n"
+            "  twice to warm up (CUDA: the second records the batch's CUDA graph) and --iters times\n"
+            "  (default 5), and prints one \"key value\" line per figure: latency_ms_p50/p95/min/max\n"
+            "  per forward, tokens_per_s, ..., cuda_graphs (captured/replayed/failed so far),\n"
+            "  peak_rss_mib last.\n"
             "  --runs 1x300,8x1000  several measurements on one loaded model (each block starts with\n"
             "                  \"run BxT\"); replaces --batch/--tokens\n"
             "  --device D      cpu, cuda, cuda:N (default: automatic)\n"
@@ -233,7 +235,7 @@ static int bench_vision(clef_towers *t, double mp, size_t iters, int warm, doubl
             fprintf(stderr, "clef bench: vision tower: %s\n", err.message);
             rc = 1;
         }
-        if (it > 0) ms[it - 1] = (clef_now() - t0) * 1e3;
+        if (it >= warm) ms[it - warm] = (clef_now() - t0) * 1e3;
     }
     if (rc == 0) {
         printf("tower_image_px %lldx%lld\ntower_image_patches %zu\ntower_image_tokens %zu\n", (long long)side,
@@ -268,7 +270,7 @@ static int bench_audio(clef_towers *t, double seconds, size_t iters, int warm, d
             fprintf(stderr, "clef bench: audio tower: %s\n", err.message);
             rc = 1;
         }
-        if (it > 0) ms[it - 1] = (clef_now() - t0) * 1e3;
+        if (it >= warm) ms[it - warm] = (clef_now() - t0) * 1e3;
     }
     if (rc == 0) {
         printf("tower_audio_s %.2f\ntower_audio_frames %d\ntower_audio_tokens %zu\n", seconds, m, rows);
@@ -370,19 +372,20 @@ static double make_jobs(clef_engine *e, const bench_run *r, clef_job *jobs) {
 }
 
 /* Warm-up + timed forwards; fills ms[0..iters).  Returns 0 or 1 (printed). */
-static int run_forwards(clef_engine *e, const bench_run *r, size_t iters, clef_job *jobs, double *ms) {
+/* `warm` untimed forwards, then `iters` timed ones into ms[]. */
+static int run_forwards(clef_engine *e, const bench_run *r, size_t warm, size_t iters, clef_job *jobs, double *ms) {
     clef_job **ptrs = calloc(r->batch, sizeof *ptrs);
     clef_err *errs = calloc(r->batch, sizeof *errs);
     int rc = 0;
     for (size_t i = 0; i < r->batch; i++) ptrs[i] = &jobs[i];
-    for (size_t it = 0; it <= iters && rc == 0; it++) {
+    for (size_t it = 0; it < warm + iters && rc == 0; it++) {
         double t0 = clef_now();
         if (clef_engine_run(e, ptrs, r->batch, errs) != 0) {
             for (size_t i = 0; i < r->batch; i++)
                 if (errs[i].status) fprintf(stderr, "clef bench: record %zu: %s\n", i, errs[i].message);
             rc = 1;
         }
-        if (it > 0) ms[it - 1] = (clef_now() - t0) * 1e3;
+        if (it >= warm) ms[it - warm] = (clef_now() - t0) * 1e3;
     }
     free(ptrs);
     free(errs);
@@ -418,10 +421,13 @@ static int gpu_report(clef_engine *e, const bench_run *r, clef_job *jobs, double
     if (!clef_backend_is_cuda(be)) return 0;
     printf("gpu_used_mib %.0f\n", (double)clef_cuda_used_bytes(be) / 1048576.0);
     printf("gpu_peak_mib %.0f\n", (double)clef_cuda_peak_bytes(be) / 1048576.0);
+    long cap, rep, failed;
+    clef_cuda_graph_stats(be, &cap, &rep, &failed);
+    printf("cuda_graphs captured %ld replayed %ld failed %ld\n", cap, rep, failed);
     if (!profile) return 0;
     clef_cuda_profile_dump(be, NULL);
     clef_cuda_set_profile(be, 1);
-    int rc = run_forwards(e, r, 2, jobs, ms); /* a warm-up and 2 timed: 3 forwards profiled */
+    int rc = run_forwards(e, r, 1, 2, jobs, ms); /* a warm-up and 2 timed: 3 forwards profiled */
     printf("profile %zux%zu (3 forwards, GPU time per op)\n", r->batch, r->tokens);
     clef_cuda_profile_dump(be, stdout);
     clef_cuda_set_profile(be, 0);
@@ -434,7 +440,8 @@ static int bench_one(clef_engine *e, const bench_run *r, size_t iters, int profi
     clef_job *jobs = calloc(r->batch, sizeof *jobs);
     double *ms = calloc(iters < 2 ? 2 : iters, sizeof *ms);
     double encode_ms = make_jobs(e, r, jobs);
-    int rc = encode_ms < 0 ? 1 : run_forwards(e, r, iters, jobs, ms);
+    /* two warm-ups: the first fixes kernels and scratch, the second records the CUDA graph */
+    int rc = encode_ms < 0 ? 1 : run_forwards(e, r, 2, iters, jobs, ms);
     if (rc == 0) print_run(r, iters, jobs, encode_ms, ms);
     if (rc == 0) rc = gpu_report(e, r, jobs, ms, profile);
     for (size_t i = 0; i < r->batch; i++) clef_job_free(&jobs[i]);

@@ -350,6 +350,7 @@ void clef_model_free(clef_model *m) {
     free(m->weights);
     for (size_t i = 0; i < m->n_owned; i++) m->be->ops->free(m->be, m->owned[i]);
     free(m->owned);
+    if (m->ws_keep) m->be->ops->free(m->be, m->ws_keep);
     if (m->layers) {
         for (int64_t l = 0; l < m->cfg->text.num_hidden_layers; l++) free(m->layers[l].experts);
         free(m->layers);

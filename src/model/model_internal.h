@@ -95,6 +95,11 @@ struct clef_model {
     /* every bound weight, for weight_release at clef_model_free */
     clef_weight **weights;
     size_t n_weights, cap_weights;
+    /* the thinker's last workspace, kept between forwards on a backend with
+     * graph_run (so a repeated batch layout finds its buffers at the same
+     * addresses and replays); NULL while a forward holds it (thinker.c) */
+    void *ws_keep;
+    size_t ws_keep_bytes;
 };
 
 /* A bump allocator over one backend allocation, so a forward does one

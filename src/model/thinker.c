@@ -156,6 +156,50 @@ static int media_rows(clef_model *m, float *h, const size_t *rows, size_t n_rows
     return rc;
 }
 
+/* One forward's layer work without media: what graph_run may record and replay. */
+typedef struct layers_job {
+    clef_model *m;
+    thinker_ws *t;
+    size_t n;
+    const clef_attn_desc *ad;
+    const clef_rope_desc *rd;
+} layers_job;
+
+/* Embedding gather, every decoder layer, the final norm into t->a (graph_run body). */
+static int layers_body(void *ctx, clef_err *err) {
+    const layers_job *j = ctx;
+    clef_model *m = j->m;
+    clef_backend *be = m->be;
+    const clef_text_config *c = &m->cfg->text;
+    thinker_ws *t = j->t;
+    int rc = be->ops->gather(be, &m->embed, t->ids, (int64_t)j->n, t->h, err);
+    for (int64_t l = 0; rc == 0 && l < c->num_hidden_layers; l++) {
+        rc = attention_block(m, &m->layers[l], t, j->n, j->ad, j->rd, err);
+        if (rc == 0) rc = mlp_block(m, &m->layers[l], t, j->n, err);
+    }
+    if (rc == 0)
+        rc = be->ops->rmsnorm(be, t->h, m->final_norm, t->a, (int64_t)j->n, c->hidden_size, (float)c->rms_norm_eps, err);
+    return rc;
+}
+
+/* layers_body through the backend's graph_run where it has one: the key is
+ * everything the body's launches depend on besides backend memory (the
+ * model, the workspace and output addresses, the token count and the
+ * segments), so a repeated batch layout replays the recorded launches. */
+static int run_layers_graph(layers_job *j, const size_t *seg, size_t n_seg, clef_err *err) {
+    clef_backend *be = j->m->be;
+    if (!be->ops->graph_run) return layers_body(j, err);
+    const void *head[4] = {j->m, j->t->h, j->t->a, j->t->ids};
+    const size_t kb = sizeof head + (n_seg + 2) * sizeof(size_t);
+    char *key = clef_xmalloc(kb);
+    memcpy(key, head, sizeof head);
+    memcpy(key + sizeof head, &n_seg, sizeof n_seg);
+    memcpy(key + sizeof head + sizeof n_seg, seg, (n_seg + 1) * sizeof *seg);
+    int rc = be->ops->graph_run(be, key, kb, layers_body, j, err);
+    free(key);
+    return rc;
+}
+
 /* The decoder layers; the final-norm rows go to `hidden`: host memory, or
  * backend memory when `hidden_on_be` (then written in place, no copy). */
 static int run_layers(clef_model *m, thinker_ws *t, size_t n, const size_t *seg, size_t n_seg,
@@ -175,7 +219,15 @@ static int run_layers(clef_model *m, thinker_ws *t, size_t n, const size_t *seg,
     clef_rope_desc rd = {.head_dim = c->head_dim,
                          .section = {c->mrope_section[0], c->mrope_section[1], c->mrope_section[2]},
                          .inv_freq = m->inv_freq};
-    int rc = be->ops->gather(be, &m->embed, t->ids, (int64_t)n, t->h, err);
+    int rc = 0;
+    if (!media && !layer_hidden) { /* text only: the path graph_run may replay */
+        layers_job j = {.m = m, .t = t, .n = n, .ad = &ad, .rd = &rd};
+        rc = run_layers_graph(&j, seg, n_seg, err);
+        if (rc == 0 && !hidden_on_be) rc = be->ops->download(be, hidden, t->a, bytes, err);
+        free(off);
+        return rc;
+    }
+    rc = be->ops->gather(be, &m->embed, t->ids, (int64_t)n, t->h, err);
     if (rc == 0 && media) rc = media_rows(m, t->h, media->rows, media->n_rows, media->embeds, 0, err);
     if (rc == 0 && layer_hidden) rc = be->ops->download(be, layer_hidden, t->h, bytes, err);
     for (int64_t l = 0; rc == 0 && l < nl; l++) {
@@ -213,6 +265,38 @@ int clef_thinker_forward_batch(clef_model *m, const int32_t *ids, size_t n, cons
     return clef_thinker_forward_media(m, ids, n, seg, n_seg, positions, NULL, hidden, layer_hidden, err);
 }
 
+/* Workspaces up to this size are kept between forwards (ws_acquire): 32,000
+ * tokens of the full model take ~1.5 GB. */
+#define WS_KEEP_MAX ((size_t)2 << 30)
+
+/* A workspace of >= `bytes` backend bytes: the kept one when it is large
+ * enough (taken out of the model while in use), else a new allocation (the
+ * kept one, too small, is freed first); NULL when the backend has none. */
+static char *ws_acquire(clef_model *m, size_t bytes) {
+    if (m->ws_keep && m->ws_keep_bytes >= bytes) {
+        char *p = m->ws_keep;
+        m->ws_keep = NULL;
+        return p;
+    }
+    if (m->ws_keep) m->be->ops->free(m->be, m->ws_keep);
+    m->ws_keep = NULL;
+    m->ws_keep_bytes = 0;
+    return m->be->ops->alloc(m->be, bytes);
+}
+
+/* Done with the workspace from ws_acquire (`used` bytes of it were needed):
+ * kept for the next forward where the backend replays graphs and it is not
+ * oversized, else freed. */
+static void ws_release(clef_model *m, char *base, size_t used) {
+    if (m->be->ops->graph_run && !m->ws_keep && used <= WS_KEEP_MAX) {
+        if (m->ws_keep_bytes < used) m->ws_keep_bytes = used;
+        m->ws_keep = base;
+        return;
+    }
+    m->be->ops->free(m->be, base);
+    m->ws_keep_bytes = m->ws_keep ? m->ws_keep_bytes : 0;
+}
+
 /* The forward behind both entry points: hidden in host or backend memory. */
 static int thinker_forward(clef_model *m, const int32_t *ids, size_t n, const size_t *seg, size_t n_seg,
                            const int32_t *positions, const clef_thinker_media *media, float *hidden, int hidden_on_be,
@@ -222,7 +306,7 @@ static int thinker_forward(clef_model *m, const int32_t *ids, size_t n, const si
     thinker_ws t;
     float *a_be = hidden_on_be ? hidden : NULL;
     ws_layout(&m->cfg->text, n, a_be, &w, &t);
-    w.base = m->be->ops->alloc(m->be, w.used);
+    w.base = ws_acquire(m, w.used);
     if (!w.base)
         return clef_fail(err, 422, CLEF_E_CAPACITY, NULL, "too many tokens: cannot allocate a %zu-byte workspace for %zu tokens",
                          w.used, n);
@@ -230,7 +314,7 @@ static int thinker_forward(clef_model *m, const int32_t *ids, size_t n, const si
     ws_layout(&m->cfg->text, n, a_be, &w, &t);
     int rc = upload_inputs(m, &t, ids, n, seg, n_seg, positions, err);
     if (rc == 0) rc = run_layers(m, &t, n, seg, n_seg, media, hidden, hidden_on_be, layer_hidden, err);
-    m->be->ops->free(m->be, w.base);
+    ws_release(m, w.base, w.used);
     return rc;
 }
 

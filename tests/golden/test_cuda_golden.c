@@ -172,11 +172,71 @@ static void test_packed_equals_alone(void **state) {
     free(ids), free(packed);
 }
 
+/* A precise CUDA model of the fixture with CLEF_CUDA_GRAPHS set to `graphs`. */
+static clef_model *graph_model(fixture *f, const char *graphs) {
+    clef_err err;
+    clef_err_clear(&err);
+    setenv("CLEF_CUDA_GRAPHS", graphs, 1);
+    clef_cuda_options o = {.device = 0, .precise = 1, .gemm = -1, .profile = 0};
+    clef_backend *be = clef_cuda_backend_create_ex(&o, &err);
+    unsetenv("CLEF_CUDA_GRAPHS");
+    clef_model *m = be ? clef_model_create_on(&f->ck, be, 1, &err) : NULL;
+    if (!m) fail_msg("cuda model: %s", err.message);
+    return m;
+}
+
+/* CUDA graphs (CLEF_CUDA_GRAPHS, on by default): a batch layout's first
+ * forward runs plainly, the second is captured, later ones replay the graph.
+ * Two layouts (one record; three packed) interleaved five times, the token
+ * ids changing every other time (same layout, new data: the replay must read
+ * them): every forward's hidden states bitwise those of a backend with graphs
+ * off; one capture per layout, the rest replays, no failed capture. */
+static void test_graph_replay(void **state) {
+    TU_NEED_GPU(state);
+    fixture *f = *state;
+    clef_model *mg = graph_model(f, "1"), *mp = graph_model(f, "0");
+    const size_t H = (size_t)f->ck.config.text.hidden_size;
+    const size_t pick[3] = {2, 5, 1};
+    clef_record r[3];
+    size_t seg[4], one[2];
+    int32_t *ids = tu_pack_goldens(f->cases, pick, 3, r, seg);
+    int32_t *rev = malloc(seg[3] * sizeof *rev); /* each record's ids reversed */
+    for (int i = 0; i < 3; i++)
+        for (size_t j = seg[i]; j < seg[i + 1]; j++) rev[j] = ids[seg[i] + seg[i + 1] - 1 - j];
+    one[0] = 0, one[1] = r[0].n_ids;
+    float *want = malloc(seg[3] * H * sizeof *want), *got = malloc(seg[3] * H * sizeof *got);
+    const size_t n[2] = {one[1], seg[3]}, n_seg[2] = {1, 3};
+    const size_t *segs[2] = {one, seg};
+    clef_err err;
+    clef_err_clear(&err);
+    for (int it = 0; it < 5; it++)
+        for (int l = 0; l < 2; l++) {
+            const int32_t *x = it % 2 ? rev : ids;
+            if (clef_thinker_forward_batch(mp, x, n[l], segs[l], n_seg[l], NULL, want, NULL, &err) != 0 ||
+                clef_thinker_forward_batch(mg, x, n[l], segs[l], n_seg[l], NULL, got, NULL, &err) != 0)
+                fail_msg("forward %d of layout %d: %s", it, l, err.message);
+            assert_memory_equal(want, got, n[l] * H * sizeof(float));
+        }
+    long cap, rep, failed, cap_p, rep_p;
+    clef_cuda_graph_stats(clef_model_backend(mg), &cap, &rep, &failed);
+    clef_cuda_graph_stats(clef_model_backend(mp), &cap_p, &rep_p, NULL);
+    printf("  graphs: %ld captured, %ld replayed, %ld failed over 2 layouts x 5 forwards: bitwise equal to "
+           "graphs off\n", cap, rep, failed);
+    assert_int_equal(failed, 0);
+    assert_int_equal(cap, 2);
+    assert_int_equal(rep, 6);
+    assert_int_equal(cap_p + rep_p, 0);
+    for (int i = 0; i < 3; i++) clef_record_free(&r[i]);
+    free(ids), free(rev), free(want), free(got);
+    clef_model_free(mg), clef_model_free(mp);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden_fast),
         cmocka_unit_test(test_golden_precise),
         cmocka_unit_test(test_packed_equals_alone),
+        cmocka_unit_test(test_graph_replay),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

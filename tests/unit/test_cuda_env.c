@@ -13,7 +13,7 @@
 static const char *const VARS[] = {"CLEF_CUDA_PRECISE", "CLEF_CUDA_NUMERICS", "CLEF_CUDA_GEMM",
                                    "CLEF_CUDA_PROFILE", "CLEF_CUDA_TUNE",     "CLEF_CUDA_WGMMA",
                                    "CLEF_CUDA_QWGMMA",  "CLEF_CUDA_QGEMM_INT4", "CLEF_CUDA_LT_SPLITK",
-                                   "CLEF_CUDA_ATTN"};
+                                   "CLEF_CUDA_ATTN",    "CLEF_CUDA_GRAPHS"};
 
 static int clear_env(void **state) {
     (void)state;
@@ -53,6 +53,7 @@ static void test_defaults(void **state) {
     assert_int_equal(e.int4, 3);
     assert_int_equal(e.lt_splitk, 1);
     assert_int_equal(e.attn, 0);
+    assert_int_equal(e.graphs, 1);
     /* an empty value is the default too */
     assert_int_equal(read_with("CLEF_CUDA_WGMMA", "", &e, &err), 0);
     assert_int_equal(e.wgmma, 2);
@@ -119,6 +120,8 @@ static void test_kernel_switches(void **state) {
     assert_int_equal(e.gemm_custom, 1);
     assert_int_equal(read_with("CLEF_CUDA_GEMM", "cublaslt", &e, &err), 0);
     assert_int_equal(e.gemm_custom, 0);
+    assert_int_equal(read_with("CLEF_CUDA_GRAPHS", "0", &e, &err), 0);
+    assert_int_equal(e.graphs, 0);
     const char *int4[] = {"v2", "v3", "v3-2blk"};
     const int int4_want[] = {2, 3, 4};
     for (int i = 0; i < 3; i++) {
@@ -137,6 +140,7 @@ static void test_kernel_switches(void **state) {
                  "CUDA settings: CLEF_CUDA_TUNE must be an integer from 0 to 7 (got '99999999999999999999')");
     expect_error("CLEF_CUDA_QWGMMA", "1 ", "CUDA settings: CLEF_CUDA_QWGMMA must be an integer from 0 to 2 (got '1 ')");
     expect_error("CLEF_CUDA_PROFILE", "on", "CUDA settings: CLEF_CUDA_PROFILE must be an integer from 0 to 1 (got 'on')");
+    expect_error("CLEF_CUDA_GRAPHS", "yes", "CUDA settings: CLEF_CUDA_GRAPHS must be an integer from 0 to 1 (got 'yes')");
     expect_error("CLEF_CUDA_ATTN", "v3", "CUDA settings: CLEF_CUDA_ATTN must be v1, v2 or v2w (got 'v3')");
     expect_error("CLEF_CUDA_QGEMM_INT4", "marlin",
                  "CUDA settings: CLEF_CUDA_QGEMM_INT4 must be v2, v3 or v3-2blk (got 'marlin')");

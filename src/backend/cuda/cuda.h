@@ -81,6 +81,15 @@
  * same results, slower; CLEF_CUDA_QGEMM_INT4=v3-2blk bounds v3's 32-row
  * tiles for 2 blocks per SM instead of 3 (a tuning A/B, same results).
  *
+ * CUDA graphs: CLEF_CUDA_GRAPHS=1 (default) records the thinker's
+ * text-only forward (embedding, every layer, final norm: ~1,100 launches)
+ * as a CUDA graph the second time the same batch layout (token count and
+ * record boundaries) comes with the same buffers, and replays it from the
+ * third: one launch instead of ~1,100, the same kernels and arguments, so
+ * bitwise the same results (test_cuda_golden).  Up to 16 layouts are kept
+ * (least recently used dropped); a forward with media, per-layer hidden
+ * states or profiling on runs plainly; 0 turns graphs off.
+ *
  * When the library is built without CUDA (CMake CLEF_CUDA=OFF) these
  * functions still exist: clef_cuda_device_count returns 0 and
  * clef_cuda_backend_create fails with 500.
@@ -133,6 +142,14 @@ void clef_cuda_profile_dump(clef_backend *be, FILE *f);
 
 /* Turn per-op timing on or off (no-op on other backends). */
 void clef_cuda_set_profile(clef_backend *be, int on);
+
+/* CUDA graphs (CLEF_CUDA_GRAPHS, default 1): the thinker's text-only
+ * forwards go through graph_run (backend.h), keyed by the batch layout (token
+ * count, record boundaries) and the buffers' addresses.  Counts since the
+ * backend was made: forwards captured into a graph, forwards replayed from
+ * one, and captures that failed (those forwards ran as plain launches; the
+ * key is not tried again).  Zeros on other backends.  Any pointer may be NULL. */
+void clef_cuda_graph_stats(clef_backend *be, long *captures, long *replays, long *failed);
 
 /* Whether `be` is a CUDA backend. */
 int clef_backend_is_cuda(const clef_backend *be);

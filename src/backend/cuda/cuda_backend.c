@@ -85,6 +85,29 @@ typedef struct prof_ev {
     cudaEvent_t a, b;
 } prof_ev;
 
+/* Most graph_run keys remembered (least recently used ones are dropped). */
+#define GRAPH_KEEP 16
+
+/* One graph_run key: seen once (state 1, ran as plain launches) or recorded
+ * (state 2: exec replays it).  `meta` are device copies of the host argument
+ * arrays its ops staged while it was captured (the graph's kernels read them;
+ * freed with it). */
+typedef struct cu_graph {
+    void *key;
+    size_t key_bytes;
+    uint64_t hash;
+    int state;
+    cudaGraphExec_t exec;
+    unsigned slot_gen; /* c->slot_gen when captured: the slots it uses must not have moved since */
+    uint64_t last_use;
+    void **meta;
+    size_t n_meta;
+    size_t last_meta_bytes; /* the last staged array (reused when the next one repeats it) */
+    char *last_meta_host;
+} cu_graph;
+
+static void graph_clear(cu_graph *g);
+
 typedef struct cuda_ctx {
     int device;
     int precise, gemm_custom, profile;
@@ -145,6 +168,15 @@ typedef struct cuda_ctx {
     int cvt_split, cvt_valid;
     size_t peak_used; /* device memory in use at the fullest point seen (driver's view) */
     size_t total_mem;
+    /* CUDA graphs (graph_run): the kept forwards, the one being captured, counters */
+    int graphs_on;      /* CLEF_CUDA_GRAPHS */
+    int capturing;      /* a graph_run body is being captured on st: ops must not sync, alloc or grow slots */
+    struct cu_graph *graphs, *cap;
+    size_t n_graphs;
+    unsigned slot_gen;  /* bumped whenever a scratch slot moves (kept graphs hold slot addresses) */
+    uint64_t graph_clock;
+    long graph_captures, graph_replays, graph_failed;
+    cudaStream_t side;  /* non-blocking stream for staging a captured graph's argument arrays */
     /* profiling */
     prof_key *keys;
     size_t n_keys, cap_keys;
@@ -306,6 +338,11 @@ static void note_usage(cuda_ctx *c) {
  * queued on the old buffer is safe. */
 static void *cu_slot(cuda_ctx *c, int s, size_t bytes, clef_err *err) {
     if (c->slot[s] && c->slot_bytes[s] >= bytes) return c->slot[s];
+    if (c->capturing) { /* cannot free or sync inside a capture: fail it (graph_run then runs the ops plainly) */
+        clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CUDA graph capture: scratch slot %d must grow", s);
+        return NULL;
+    }
+    c->slot_gen++;
     if (c->slot[s]) {
         /* growth is rare: give the smaller block back to the driver instead of
          * leaving it cached in the pool (it would count towards the peak) */
@@ -345,8 +382,44 @@ static void *cu_host(cuda_ctx *c, size_t bytes, clef_err *err) {
     return h;
 }
 
+/* stage_meta while a graph is captured: the graph's own device copy of the
+ * staged bytes (a pageable copy cannot be captured, and the META slot is
+ * rewritten by later plain launches), copied now on the side stream; an
+ * array equal to the previous one (every layer's attention) is shared. */
+static void *stage_meta_captured(cuda_ctx *c, size_t bytes, clef_err *err) {
+    cu_graph *g = c->cap;
+    if (g->n_meta && bytes == g->last_meta_bytes && memcmp(g->last_meta_host, c->host, bytes) == 0)
+        return g->meta[g->n_meta - 1];
+    void **m = realloc(g->meta, (g->n_meta + 1) * sizeof *m);
+    char *h = malloc(bytes ? bytes : 1);
+    if (!m || !h) {
+        if (m) g->meta = m;
+        free(h);
+        clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CUDA backend: out of host memory");
+        return NULL;
+    }
+    g->meta = m;
+    void *d = NULL;
+    if (cu_check(cudaMalloc(&d, bytes ? bytes : 1), "graph arguments", err)) {
+        free(h);
+        return NULL;
+    }
+    g->meta[g->n_meta++] = d;
+    if (cu_check(cudaMemcpyAsync(d, c->host, bytes, cudaMemcpyHostToDevice, c->side), "graph arguments", err) ||
+        cu_check(cudaStreamSynchronize(c->side), "graph arguments", err)) {
+        free(h);
+        return NULL;
+    }
+    memcpy(h, c->host, bytes);
+    free(g->last_meta_host);
+    g->last_meta_host = h;
+    g->last_meta_bytes = bytes;
+    return d;
+}
+
 /* Copy the host staging buffer's first `bytes` into the META slot. */
 static void *stage_meta(cuda_ctx *c, size_t bytes, clef_err *err) {
+    if (c->capturing) return stage_meta_captured(c, bytes, err);
     void *d = cu_slot(c, SLOT_META, bytes, err);
     if (!d) return NULL;
     /* the bytes the slot already holds (stream order: every earlier staging is before any later use):
@@ -370,6 +443,7 @@ static void *stage_meta(cuda_ctx *c, size_t bytes, clef_err *err) {
 
 static void *cu_alloc(clef_backend *be, size_t bytes) {
     cuda_ctx *c = cu_of(be);
+    if (c->capturing) return NULL; /* graph_run bodies do not allocate (backend.h) */
     cudaSetDevice(c->device);
     void *p = NULL;
     if (cudaMallocAsync(&p, bytes ? bytes : 256, c->st) != cudaSuccess) {
@@ -1706,6 +1780,12 @@ static void cu_destroy(clef_backend *be) {
         }
         free(c->ev);
         free(c->keys);
+        for (size_t i = 0; i < c->n_graphs; i++) {
+            graph_clear(&c->graphs[i]);
+            free(c->graphs[i].key);
+        }
+        free(c->graphs);
+        if (c->side) cudaStreamDestroy(c->side);
         if (c->lt_ws) cudaFree(c->lt_ws);
         if (c->lt_desc) cublasLtMatmulDescDestroy(c->lt_desc);
         if (c->lt) cublasLtDestroy(c->lt);
@@ -1716,9 +1796,132 @@ static void cu_destroy(clef_backend *be) {
     free(be);
 }
 
+/* ---- CUDA graphs ----------------------------------------------------------- */
+
+/* FNV-1a of the key bytes. */
+static uint64_t key_hash(const void *key, size_t n) {
+    const unsigned char *p = key;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+/* Forget what graph g recorded (its exec and argument arrays); the key stays. */
+static void graph_clear(cu_graph *g) {
+    if (g->exec) cudaGraphExecDestroy(g->exec);
+    g->exec = NULL;
+    for (size_t i = 0; i < g->n_meta; i++) cudaFree(g->meta[i]);
+    free(g->meta), free(g->last_meta_host);
+    g->meta = NULL, g->last_meta_host = NULL;
+    g->n_meta = g->last_meta_bytes = 0;
+    g->state = 1;
+}
+
+/* The entry of `key`, or a new one (state 0; the least recently used entry is
+ * reused when GRAPH_KEEP are kept), or NULL when out of host memory. */
+static cu_graph *graph_entry(cuda_ctx *c, const void *key, size_t kb) {
+    const uint64_t h = key_hash(key, kb);
+    for (size_t i = 0; i < c->n_graphs; i++) {
+        cu_graph *g = &c->graphs[i];
+        if (g->hash == h && g->key_bytes == kb && memcmp(g->key, key, kb) == 0) return g;
+    }
+    void *k = malloc(kb ? kb : 1);
+    if (!k) return NULL;
+    memcpy(k, key, kb);
+    cu_graph *g;
+    if (c->n_graphs < GRAPH_KEEP) {
+        g = &c->graphs[c->n_graphs++];
+    } else {
+        g = &c->graphs[0];
+        for (size_t i = 1; i < c->n_graphs; i++)
+            if (c->graphs[i].last_use < g->last_use) g = &c->graphs[i];
+        graph_clear(g);
+        free(g->key);
+    }
+    memset(g, 0, sizeof *g);
+    g->key = k, g->key_bytes = kb, g->hash = h;
+    return g;
+}
+
+/* graph_run (backend.h).  A key's first call runs the body's launches
+ * plainly (it also sizes the scratch slots and fixes each product's
+ * cuBLASLt algorithm, which synchronise); the second captures them into a
+ * graph and launches that; later calls launch the graph alone.  A capture
+ * that fails (an op needing a sync, a slot to grow, ...) is thrown away and
+ * the body run plainly, so results never depend on whether a graph ran. */
+static int cu_graph_run(clef_backend *be, const void *key, size_t kb, int (*body)(void *ctx, clef_err *err), void *ctx,
+                        clef_err *err) {
+    cuda_ctx *c = cu_of(be);
+    if (!c->graphs_on || c->profile || c->capturing) return body(ctx, err);
+    cudaSetDevice(c->device);
+    cu_graph *g = graph_entry(c, key, kb);
+    if (!g) return body(ctx, err);
+    g->last_use = ++c->graph_clock;
+    if (g->state == 2 && g->slot_gen != c->slot_gen) graph_clear(g); /* a slot moved: capture again */
+    if (g->state == 2) {
+        c->cvt_valid = 0; /* the graph rewrote the activations the host believes converted */
+        if (cu_check(cudaGraphLaunch(g->exec, c->st), "CUDA graph launch", err)) return -1;
+        c->graph_replays++;
+        return 0;
+    }
+    if (g->state == 0) {
+        g->state = 1;
+        return body(ctx, err);
+    }
+    if (g->state == 3) return body(ctx, err); /* its capture failed before: plain launches */
+    /* second call: capture */
+    c->cvt_valid = 0; /* no conversion from before the graph may be reused inside it */
+    const unsigned gen = c->slot_gen;
+    if (cudaStreamBeginCapture(c->st, cudaStreamCaptureModeRelaxed) != cudaSuccess) {
+        cudaGetLastError();
+        g->state = 3;
+        c->graph_failed++;
+        return body(ctx, err);
+    }
+    c->capturing = 1;
+    c->cap = g;
+    clef_err cerr;
+    clef_err_clear(&cerr);
+    int rc = body(ctx, &cerr);
+    c->capturing = 0;
+    c->cap = NULL;
+    cudaGraph_t graph = NULL;
+    cudaError_t e = cudaStreamEndCapture(c->st, &graph);
+    cudaGraphExec_t exec = NULL;
+    if (rc == 0 && e == cudaSuccess && graph && c->slot_gen == gen) e = cudaGraphInstantiate(&exec, graph, 0);
+    if (graph) cudaGraphDestroy(graph);
+    c->cvt_valid = 0;
+    if (rc != 0 || e != cudaSuccess || !exec || c->slot_gen != gen) {
+        cudaGetLastError(); /* capture errors are not sticky: clear and run the ops plainly */
+        if (exec) cudaGraphExecDestroy(exec);
+        graph_clear(g);
+        g->state = 3;
+        c->graph_failed++;
+        return body(ctx, err);
+    }
+    g->exec = exec;
+    g->state = 2;
+    g->slot_gen = gen;
+    c->graph_captures++;
+    if (cu_check(cudaGraphLaunch(g->exec, c->st), "CUDA graph launch", err)) return -1;
+    return 0;
+}
+
+void clef_cuda_graph_stats(clef_backend *be, long *captures, long *replays, long *failed) {
+    long z[3] = {0, 0, 0};
+    if (clef_backend_is_cuda(be)) {
+        const cuda_ctx *c = cu_of(be);
+        z[0] = c->graph_captures, z[1] = c->graph_replays, z[2] = c->graph_failed;
+    }
+    if (captures) *captures = z[0];
+    if (replays) *replays = z[1];
+    if (failed) *failed = z[2];
+}
+
 static const clef_backend_ops cuda_ops = {
     .name = "cuda",
     .destroy = cu_destroy,
+    .graph_run = cu_graph_run,
     .alloc = cu_alloc,
     .free = cu_free,
     .upload = cu_upload,
@@ -1775,7 +1978,11 @@ static int ctx_init(cuda_ctx *c, clef_err *err) {
     snprintf(c->desc, sizeof c->desc, "%.128s, %d SMs, %.1f GiB, CUDA runtime %d.%d", prop.name,
              prop.multiProcessorCount, (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0), rt / 1000,
              (rt % 1000) / 10);
-    if (cu_check(cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking), "stream", err)) return -1;
+    if (cu_check(cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking), "stream", err) ||
+        cu_check(cudaStreamCreateWithFlags(&c->side, cudaStreamNonBlocking), "stream", err))
+        return -1;
+    c->graphs = calloc(GRAPH_KEEP, sizeof *c->graphs);
+    if (!c->graphs) return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CUDA backend: out of host memory");
     cudaMemPool_t pool;
     if (cu_check(cudaDeviceGetDefaultMemPool(&pool, c->device), "memory pool", err)) return -1;
     uint64_t keep = UINT64_MAX;
@@ -1837,6 +2044,7 @@ clef_backend *clef_cuda_backend_create_ex(const clef_cuda_options *opt, clef_err
     c->int4_2blk = env.int4 == 4;
     c->lt_splitk = env.lt_splitk;
     c->attn_variant = env.attn; /* 0: per mode, see cu_attention */
+    c->graphs_on = env.graphs;
     be->ops = &cuda_ops;
     be->ctx = c;
     if (ctx_init(c, err) != 0) {
@@ -1922,5 +2130,11 @@ size_t clef_cuda_weight_bytes(clef_backend *be) { return (void)be, 0; }
 void clef_cuda_profile_dump(clef_backend *be, FILE *f) { (void)be, (void)f; }
 void clef_cuda_set_profile(clef_backend *be, int on) { (void)be, (void)on; }
 int clef_backend_is_cuda(const clef_backend *be) { return (void)be, 0; }
+void clef_cuda_graph_stats(clef_backend *be, long *captures, long *replays, long *failed) {
+    (void)be;
+    if (captures) *captures = 0;
+    if (replays) *replays = 0;
+    if (failed) *failed = 0;
+}
 
 #endif
