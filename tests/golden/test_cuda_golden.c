@@ -187,10 +187,12 @@ static clef_model *graph_model(fixture *f, const char *graphs) {
 
 /* CUDA graphs (CLEF_CUDA_GRAPHS, on by default): a batch layout's first
  * forward runs plainly, the second is captured, later ones replay the graph.
- * Two layouts (one record; three packed) interleaved five times, the token
- * ids changing every other time (same layout, new data: the replay must read
- * them): every forward's hidden states bitwise those of a backend with graphs
- * off; one capture per layout, the rest replays, no failed capture. */
+ * Two layouts (three records packed; one alone) interleaved five times, the
+ * token ids changing every other time (same layout, new data: the replay
+ * must read them): every forward's hidden states bitwise those of a backend
+ * with graphs off; one capture per layout, the rest replays, no failed
+ * capture.  (The bigger layout goes first: its workspace then serves both,
+ * so each layout keeps its buffer addresses, part of the key.) */
 static void test_graph_replay(void **state) {
     TU_NEED_GPU(state);
     fixture *f = *state;
@@ -210,7 +212,7 @@ static void test_graph_replay(void **state) {
     clef_err err;
     clef_err_clear(&err);
     for (int it = 0; it < 5; it++)
-        for (int l = 0; l < 2; l++) {
+        for (int l = 1; l >= 0; l--) {
             const int32_t *x = it % 2 ? rev : ids;
             if (clef_thinker_forward_batch(mp, x, n[l], segs[l], n_seg[l], NULL, want, NULL, &err) != 0 ||
                 clef_thinker_forward_batch(mg, x, n[l], segs[l], n_seg[l], NULL, got, NULL, &err) != 0)
