@@ -112,9 +112,6 @@ static void test_kernel_switches(void **state) {
     assert_int_equal(e.qwgmma, 2);
     assert_int_equal(read_with("CLEF_CUDA_TUNE", "0", &e, &err), 0);
     assert_int_equal(e.tune, 0);
-    assert_int_equal(read_with("CLEF_CUDA_TUNE", "15", &e, &err), 0);
-    assert_int_equal(e.tune, 15);
-    expect_error("CLEF_CUDA_TUNE", "16", "CUDA settings: CLEF_CUDA_TUNE must be an integer from 0 to 15 (got '16')");
     assert_int_equal(read_with("CLEF_CUDA_LT_SPLITK", "2", &e, &err), 0);
     assert_int_equal(e.lt_splitk, 2);
     assert_int_equal(read_with("CLEF_CUDA_PROFILE", "1", &e, &err), 0);
@@ -140,7 +137,7 @@ static void test_kernel_switches(void **state) {
     expect_error("CLEF_CUDA_WGMMA", "3", "CUDA settings: CLEF_CUDA_WGMMA must be an integer from 0 to 2 (got '3')");
     expect_error("CLEF_CUDA_WGMMA", "-1", "CUDA settings: CLEF_CUDA_WGMMA must be an integer from 0 to 2 (got '-1')");
     expect_error("CLEF_CUDA_TUNE", "99999999999999999999",
-                 "CUDA settings: CLEF_CUDA_TUNE must be an integer from 0 to 15 (got '99999999999999999999')");
+                 "CUDA settings: CLEF_CUDA_TUNE must be an integer from 0 to 7 (got '99999999999999999999')");
     expect_error("CLEF_CUDA_QWGMMA", "1 ", "CUDA settings: CLEF_CUDA_QWGMMA must be an integer from 0 to 2 (got '1 ')");
     expect_error("CLEF_CUDA_PROFILE", "on", "CUDA settings: CLEF_CUDA_PROFILE must be an integer from 0 to 1 (got 'on')");
     expect_error("CLEF_CUDA_GRAPHS", "yes", "CUDA settings: CLEF_CUDA_GRAPHS must be an integer from 0 to 1 (got 'yes')");

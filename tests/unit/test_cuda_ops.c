@@ -54,7 +54,7 @@
 #define TOL_BF16 1e-2
 #define TOL_PRECISE 1e-5
 #define TOL_PRECISE_ATTN 3e-5
-#define N_GPU 9
+#define N_GPU 7
 
 static uint64_t rng_state = 0x2545f4914f6cdd1dull;
 
@@ -86,11 +86,9 @@ typedef struct fx {
 
 /* fast cuBLASLt, fast custom kernel, precise with cuBLASLt, precise with the custom kernel, precise
  * with CLEF_CUDA_TUNE=0 (64-row expert tiles, two K/V buffers: must give bitwise G_PRECISE's results),
- * precise and fast with CLEF_CUDA_TUNE=15 (the expert kernel's 128-wide K stages: bitwise G_PRECISE's
- * and G_LT's expert results),
  * fast and precise cuBLASLt with CLEF_CUDA_LT_SPLITK=2 (split-K algorithms wherever a shape has one;
  * only the dense products differ, so only the matmul tests use them) */
-enum { G_LT, G_CUSTOM, G_PRECISE, G_PRECISE_CUSTOM, G_PRECISE_T0, G_PRECISE_WK, G_LT_WK, G_LT_SPLITK, G_PRECISE_SPLITK };
+enum { G_LT, G_CUSTOM, G_PRECISE, G_PRECISE_CUSTOM, G_PRECISE_T0, G_LT_SPLITK, G_PRECISE_SPLITK };
 
 static int setup(void **state) {
     if (tu_cuda_devices(state) == 0) return 0;
@@ -103,24 +101,19 @@ static int setup(void **state) {
                                         {.device = 0, .precise = 1, .gemm = 2, .profile = 0},
                                         {.device = 0, .precise = 1, .gemm = 1, .profile = 0},
                                         {.device = 0, .precise = 1, .gemm = 2, .profile = 0},
-                                        {.device = 0, .precise = 1, .gemm = 2, .profile = 0},
-                                        {.device = 0, .precise = 0, .gemm = 2, .profile = 0},
                                         {.device = 0, .precise = 0, .gemm = 2, .profile = 0},
                                         {.device = 0, .precise = 1, .gemm = 2, .profile = 0}};
-    const char *names[N_GPU] = {"cublaslt", "custom",  "precise",   "prec-cust", "prec-t0",
-                                "prec-wk",  "fast-wk", "lt-splitk", "prec-spk"};
-    const double tols[N_GPU] = {TOL_BF16,    TOL_BF16, TOL_PRECISE, TOL_PRECISE, TOL_PRECISE,
-                                TOL_PRECISE, TOL_BF16, TOL_BF16,    TOL_PRECISE};
+    const char *names[N_GPU] = {"cublaslt", "custom", "precise", "prec-cust", "prec-t0", "lt-splitk", "prec-spk"};
+    const double tols[N_GPU] = {TOL_BF16, TOL_BF16, TOL_PRECISE, TOL_PRECISE, TOL_PRECISE, TOL_BF16, TOL_PRECISE};
     for (int i = 0; i < N_GPU; i++) {
         if (i == G_PRECISE_T0) setenv("CLEF_CUDA_TUNE", "0", 1); /* read at creation */
-        if (i == G_PRECISE_WK || i == G_LT_WK) setenv("CLEF_CUDA_TUNE", "15", 1);
         if (i >= G_LT_SPLITK) setenv("CLEF_CUDA_LT_SPLITK", "2", 1);
         f->gpu[i] = clef_cuda_backend_create_ex(&o[i], &err);
         if (!f->gpu[i]) {
             fprintf(stderr, "cuda backend: %s\n", err.message);
             return -1;
         }
-        if (i == G_PRECISE_T0 || i == G_PRECISE_WK || i == G_LT_WK) unsetenv("CLEF_CUDA_TUNE");
+        if (i == G_PRECISE_T0) unsetenv("CLEF_CUDA_TUNE");
         if (i >= G_LT_SPLITK) unsetenv("CLEF_CUDA_LT_SPLITK");
         f->name[i] = names[i];
         f->tol_mm[i] = tols[i];
@@ -486,8 +479,7 @@ static void attention_case(fx *f, const char *what, int64_t n_seg, const int64_t
         tu_ok(g->ops->attention(g, dq, dk, dv, dout, &a, &err), &err);
         float *o = tu_dget(g, dout, (size_t)(nq * os));
         const int tc = D == 64 || D == 72 || D == 128,
-                  prec = gi == G_PRECISE || gi == G_PRECISE_T0 || gi == G_PRECISE_WK || gi == N_GPU + A_V1_PRECISE ||
-                         gi == N_GPU + A_V2_PRECISE;
+                  prec = gi == G_PRECISE || gi == G_PRECISE_T0 || gi == N_GPU + A_V1_PRECISE || gi == N_GPU + A_V2_PRECISE;
         char w2[96];
         snprintf(w2, sizeof w2, "%s%s", what, !tc ? " [f32]" : prec ? " [tc split]" : " [tc]");
         check(w2, gname, o, ref, (size_t)(nq * os), !tc ? TOL_PRECISE : prec ? TOL_PRECISE_ATTN : TOL_BF16);
@@ -705,10 +697,6 @@ static void test_moe(void **state) {
             memcpy(prec_y, y, (size_t)(T * H) * 4);
         } else if (gi == G_PRECISE_T0 && memcmp(prec_y, y, (size_t)(T * H) * 4) != 0) {
             fail_msg("moe: CLEF_CUDA_TUNE=0 differs from the default");
-        } else if (gi == G_PRECISE_WK && memcmp(prec_y, y, (size_t)(T * H) * 4) != 0) {
-            fail_msg("moe: CLEF_CUDA_TUNE=15 (128-wide K stages) differs from the default (precise)");
-        } else if (gi == G_LT_WK && memcmp(fast_y, y, (size_t)(T * H) * 4) != 0) {
-            fail_msg("moe: CLEF_CUDA_TUNE=15 (128-wide K stages) differs from the default (fast)");
         }
         /* tokens alone, a slice, and the first T rows of a big-tile batch */
         const int64_t picks[3] = {0, 99, T - 1};

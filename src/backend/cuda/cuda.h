@@ -35,9 +35,7 @@
  *   mode, never values: 1 = 32-row expert tiles when the experts average
  *   <= 32 rows, 2 = one K/V buffer in the split attention (two blocks/SM),
  *   4 = 64-row instead of 128-row expert tiles for big batches
- *   (mma.sync kernel; the wgmma one: 0 = 64-row tiles always), 8 (off by
- *   default) = the mma.sync expert kernel's 32- and 64-row tiles stage 128
- *   K columns at a time instead of 64.
+ *   (mma.sync kernel; the wgmma one: 0 = 64-row tiles always).
  *   CLEF_CUDA_WGMMA: 0 = expert GEMMs on the mma.sync kernel only, 1 = on
  *   the sm_90a wgmma kernel (cuda_wgmma.cu) at every size, 2 (default on
  *   sm_90a builds and compute capability 9.0) = wgmma from 8192 expert rows

@@ -118,8 +118,7 @@ typedef struct cuda_ctx {
     /* CLEF_CUDA_TUNE bits (default 7; results are bitwise the same either way): 1 = precise expert
      * GEMMs on 32-row tiles when the experts average <= 32 rows, 2 = precise attention with one K/V
      * buffer (two blocks per SM), 4 = precise expert GEMMs of big batches on 64-row tiles (two blocks
-     * per SM) instead of 128-row tiles (one), 8 = the mma.sync expert kernel's 32- and 64-row tiles
-     * stage 128 K columns instead of 64 (ck_gemm_args.wide_k) */
+     * per SM) instead of 128-row tiles (one) */
     unsigned tune;
     /* expert GEMMs on Hopper warpgroup MMAs (cuda_wgmma.cu): 0 = never (mma.sync kernel), 1 = at every
      * size, 2 = for passes of >= 8192 expert rows (the mma.sync kernel is faster below: it streams
@@ -1450,8 +1449,7 @@ static int moe_pass(cuda_ctx *c, const float *x, int64_t T, const int32_t *idx, 
     ck_gemm_args g = {.mode = CK_GEMM_GATEUP, .A = a16, .lda = H * split, .K = H, .split = split, .N = NI,
                       .W0 = (const uint16_t *const *)ptrs, .W1 = (const uint16_t *const *)(ptrs + E),
                       .tile_expert = t_exp, .tile_row0 = t_row, .expert_end = end, .n_tiles = n_tiles,
-                      .max_tiles = max_tiles, .row_src = row_tok, .H = hbuf, .big = big,
-                      .wide_k = (c->tune & 8) != 0};
+                      .max_tiles = max_tiles, .row_src = row_tok, .H = hbuf, .big = big};
     if (cu_check(wg ? ck_gemm_wgmma(&g, c->st) : ck_gemm(&g, c->st), "moe gate/up", err)) return op_end(c, -1);
     op_end(c, 0);
 
@@ -1460,8 +1458,7 @@ static int moe_pass(cuda_ctx *c, const float *x, int64_t T, const int32_t *idx, 
     if (!yp) return op_end(c, -1);
     ck_gemm_args d = {.mode = CK_GEMM_DOWN, .A = hbuf, .lda = NI * split, .K = NI, .split = split, .N = H,
                       .W0 = (const uint16_t *const *)(ptrs + 2 * E), .tile_expert = t_exp, .tile_row0 = t_row,
-                      .expert_end = end, .n_tiles = n_tiles, .max_tiles = max_tiles, .Y = yp, .ldy = H, .big = big,
-                      .wide_k = (c->tune & 8) != 0};
+                      .expert_end = end, .n_tiles = n_tiles, .max_tiles = max_tiles, .Y = yp, .ldy = H, .big = big};
     if (cu_check(wg ? ck_gemm_wgmma(&d, c->st) : ck_gemm(&d, c->st), "moe down", err)) return op_end(c, -1);
     op_end(c, 0);
 

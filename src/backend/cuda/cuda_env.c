@@ -90,7 +90,7 @@ int clef_cuda_env_read(clef_cuda_env *e, clef_err *err) {
     if (read_numerics(e, err) ||
         env_choice("settings", "CLEF_CUDA_GEMM", gemm, 2, 0, "cublaslt or custom", &e->gemm_custom, err) ||
         env_int("CLEF_CUDA_PROFILE", 0, 1, 0, &e->profile, err) ||
-        env_int("CLEF_CUDA_TUNE", 0, 15, 7, &e->tune, err) || env_int("CLEF_CUDA_WGMMA", 0, 2, 2, &e->wgmma, err) ||
+        env_int("CLEF_CUDA_TUNE", 0, 7, 7, &e->tune, err) || env_int("CLEF_CUDA_WGMMA", 0, 2, 2, &e->wgmma, err) ||
         env_int("CLEF_CUDA_QWGMMA", 0, 2, 1, &e->qwgmma, err) ||
         env_choice("settings", "CLEF_CUDA_QGEMM_INT4", int4, 5, v3, "v2, v3 or v3-2blk", &e->int4, err) ||
         env_int("CLEF_CUDA_LT_SPLITK", 0, 2, 1, &e->lt_splitk, err) ||

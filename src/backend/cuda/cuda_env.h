@@ -17,7 +17,7 @@ typedef struct clef_cuda_env {
     int precise_parts;
     int gemm_custom; /* CLEF_CUDA_GEMM: cublaslt (default, 0) or custom (1): the dense products' kernel */
     int profile;     /* CLEF_CUDA_PROFILE: 0 (default) or 1 = per-op timing */
-    int tune;        /* CLEF_CUDA_TUNE: 0..15, kernel-shape bits; default 7 */
+    int tune;        /* CLEF_CUDA_TUNE: 0..7, kernel-shape bits; default 7 */
     int wgmma;       /* CLEF_CUDA_WGMMA: 0, 1 or 2 (default) */
     int qwgmma;      /* CLEF_CUDA_QWGMMA: 0, 1 (default) or 2 */
     int int4;        /* CLEF_CUDA_QGEMM_INT4: 3 = v3 (default), 2 = v2, 4 = v3-2blk */

@@ -42,8 +42,8 @@ __global__ void rows_to_bf16_kernel(const float *__restrict__ x, int64_t rows, i
 /* ---- the GEMM ----------------------------------------------------------- */
 
 constexpr int BN = 128;     /* output columns per block (GATEUP: 64 gate + 64 up) */
-constexpr int BK = 64;      /* K per pipeline stage (default; gemm_kernel's BKT) */
-/* smem row pitch in bf16: BK + 8 (144 bytes at BK 64: conflict-free ldmatrix) */
+constexpr int BK = 64;      /* K per pipeline stage */
+constexpr int PITCH = BK + 8; /* smem row pitch in bf16: 144 bytes, conflict-free ldmatrix */
 constexpr int THREADS = 256; /* 8 warps: 2 along M, 4 along N */
 constexpr int WARPS_M = 2, WARPS_N = 4;
 
@@ -54,22 +54,17 @@ template <int BM, int SPLIT> __host__ __device__ constexpr int gemm_stages() {
     return BM == 32 ? 4 : SPLIT == 2 ? 3 : BM == 64 ? 4 : 3;
 }
 
-template <int BM, int SPLIT, int BKT = BK> constexpr int gemm_smem_bytes() {
-    return gemm_stages<BM, SPLIT>() * (SPLIT * BM + BN) * (BKT + 8) * 2 > BM * (BN + 4) * 4
-               ? gemm_stages<BM, SPLIT>() * (SPLIT * BM + BN) * (BKT + 8) * 2
+template <int BM, int SPLIT> constexpr int gemm_smem_bytes() {
+    return gemm_stages<BM, SPLIT>() * (SPLIT * BM + BN) * PITCH * 2 > BM * (BN + 4) * 4
+               ? gemm_stages<BM, SPLIT>() * (SPLIT * BM + BN) * PITCH * 2
                : BM * (BN + 4) * 4;
 }
-static_assert(gemm_smem_bytes<64, 2, 128>() <= 227 * 1024 && gemm_smem_bytes<32, 2, 128>() <= 227 * 1024,
-              "128-wide K stages fit one block per SM");
 
 /* SPLIT = 2: every stage holds the hi and the lo activation tile of the same
  * K range beside one weight tile; each weight fragment feeds two MMAs (hi,
- * then lo, into the same accumulator), so W is read once and K walked once.
- * BKT: K per stage, 64 or 128 (longer runs of each weight row per stage; the
- * MMAs still walk K in 16-wide chunks in order: bitwise the same sums). */
-template <int BM, int SPLIT, int BKT>
+ * then lo, into the same accumulator), so W is read once and K walked once. */
+template <int BM, int SPLIT>
 __global__ void __launch_bounds__(THREADS, 2) gemm_kernel(const ck_gemm_args a) {
-    constexpr int BK = BKT, PITCH = BKT + 8; /* BK hides the namespace default */
     constexpr int STAGES = gemm_stages<BM, SPLIT>();
     constexpr int WTM = BM / WARPS_M, WTN = BN / WARPS_N; /* warp tile */
     constexpr int MI = WTM / 16, NI = WTN / 8;
@@ -503,14 +498,14 @@ unsigned grid_for(int64_t n, int threads) {
     return (unsigned)b;
 }
 
-template <int BM, int SPLIT, int BKT = BK> cudaError_t launch_gemm(const ck_gemm_args *a, cudaStream_t st) {
-    constexpr int smem = gemm_smem_bytes<BM, SPLIT, BKT>();
+template <int BM, int SPLIT> cudaError_t launch_gemm(const ck_gemm_args *a, cudaStream_t st) {
+    constexpr int smem = gemm_smem_bytes<BM, SPLIT>();
     static unsigned done = 0; /* devices whose limit is raised (same value from any thread: a benign race) */
     int dev = 0;
     cudaError_t e = cudaGetDevice(&dev);
     if (e != cudaSuccess) return e;
     if (dev >= 32 || !((done >> dev) & 1u)) {
-        e = cudaFuncSetAttribute(gemm_kernel<BM, SPLIT, BKT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        e = cudaFuncSetAttribute(gemm_kernel<BM, SPLIT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         if (e != cudaSuccess) return e;
         if (dev < 32) done |= 1u << dev;
     }
@@ -519,7 +514,7 @@ template <int BM, int SPLIT, int BKT = BK> cudaError_t launch_gemm(const ck_gemm
     const int64_t blocks = mt * nt;
     if (blocks <= 0) return cudaSuccess;
     if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
-    gemm_kernel<BM, SPLIT, BKT><<<(unsigned)blocks, THREADS, smem, st>>>(*a);
+    gemm_kernel<BM, SPLIT><<<(unsigned)blocks, THREADS, smem, st>>>(*a);
     return cudaGetLastError();
 }
 
@@ -540,11 +535,6 @@ int ck_gemm_bm(int big) { return big == 2 ? 32 : big ? 128 : 64; }
 
 cudaError_t ck_gemm(const ck_gemm_args *a, cudaStream_t st) {
     if (a->big < 0 || a->big > 2) return cudaErrorInvalidValue;
-    if (a->wide_k && a->big != 1) { /* 128-wide K stages for the small-row tiles */
-        if (a->split == 2) return a->big == 2 ? launch_gemm<32, 2, 128>(a, st) : launch_gemm<64, 2, 128>(a, st);
-        if (a->split != 1) return cudaErrorInvalidValue;
-        return a->big == 2 ? launch_gemm<32, 1, 128>(a, st) : launch_gemm<64, 1, 128>(a, st);
-    }
     if (a->split == 2)
         return a->big == 2 ? launch_gemm<32, 2>(a, st) : a->big ? launch_gemm<128, 2>(a, st) : launch_gemm<64, 2>(a, st);
     if (a->split != 1) return cudaErrorInvalidValue;

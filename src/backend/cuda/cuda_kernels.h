@@ -67,8 +67,6 @@ typedef struct ck_gemm_args {
     uint16_t *H;        /* GATEUP: [rows, N * split] bf16 */
     int big;            /* tile shape: 0 = 64x128 (few rows), 1 = 128x128 (many rows), 2 = 32x128 (a few
                            rows per expert; 4 pipeline stages also when split); same results */
-    int wide_k;         /* 1: shapes 0 and 2 stage 128 K columns at a time instead of 64 (one block per SM;
-                           longer runs of each weight row per load); same results */
 } ck_gemm_args;
 
 /* Rows per M tile of a tile shape (ck_moe_plan must use the same). */
