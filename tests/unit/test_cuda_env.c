@@ -13,7 +13,8 @@
 static const char *const VARS[] = {"CLEF_CUDA_PRECISE", "CLEF_CUDA_NUMERICS", "CLEF_CUDA_GEMM",
                                    "CLEF_CUDA_PROFILE", "CLEF_CUDA_TUNE",     "CLEF_CUDA_WGMMA",
                                    "CLEF_CUDA_QWGMMA",  "CLEF_CUDA_QGEMM_INT4", "CLEF_CUDA_LT_SPLITK",
-                                   "CLEF_CUDA_ATTN",    "CLEF_CUDA_GRAPHS"};
+                                   "CLEF_CUDA_ATTN",    "CLEF_CUDA_GRAPHS",
+                                   "CLEF_CUDA_FP8_MMA"};
 
 static int clear_env(void **state) {
     (void)state;
@@ -54,6 +55,7 @@ static void test_defaults(void **state) {
     assert_int_equal(e.lt_splitk, 1);
     assert_int_equal(e.attn, 0);
     assert_int_equal(e.graphs, 1);
+    assert_int_equal(e.fp8_mma, 0);
     /* an empty value is the default too */
     assert_int_equal(read_with("CLEF_CUDA_WGMMA", "", &e, &err), 0);
     assert_int_equal(e.wgmma, 2);
@@ -133,6 +135,12 @@ static void test_kernel_switches(void **state) {
         assert_int_equal(read_with("CLEF_CUDA_ATTN", attn[i], &e, &err), 0);
         assert_int_equal(e.attn, i + 1);
     }
+    assert_int_equal(read_with("CLEF_CUDA_FP8_MMA", "1", &e, &err), 0);
+    assert_int_equal(e.fp8_mma, 1);
+    assert_int_equal(read_with("CLEF_CUDA_FP8_MMA", "0", &e, &err), 0);
+    assert_int_equal(e.fp8_mma, 0);
+    expect_error("CLEF_CUDA_FP8_MMA", "2", "CUDA settings: CLEF_CUDA_FP8_MMA must be an integer from 0 to 1 (got '2')");
+    expect_error("CLEF_CUDA_FP8_MMA", "on", "CUDA settings: CLEF_CUDA_FP8_MMA must be an integer from 0 to 1 (got 'on')");
     expect_error("CLEF_CUDA_WGMMA", "yes", "CUDA settings: CLEF_CUDA_WGMMA must be an integer from 0 to 2 (got 'yes')");
     expect_error("CLEF_CUDA_WGMMA", "3", "CUDA settings: CLEF_CUDA_WGMMA must be an integer from 0 to 2 (got '3')");
     expect_error("CLEF_CUDA_WGMMA", "-1", "CUDA settings: CLEF_CUDA_WGMMA must be an integer from 0 to 2 (got '-1')");

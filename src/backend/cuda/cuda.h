@@ -45,6 +45,22 @@
  *   with G % 64 == 0; bitwise the results of cuda_qgemm.cu's kernels)
  *   CLEF_CUDA_QWGMMA: 0 = never, 1 (default) = NVFP4 and INT4 (FP8 stays
  *   on mma.sync, faster there on the H200), 2 = every format.
+ *   CLEF_CUDA_FP8_MMA: 0 (default) = FP8-block experts as above (W8A16:
+ *   weights decoded exactly to bf16); 1 = W8A8 on the FP8 tensor cores
+ *   (cuda_fp8mma.cu; opt-in because it CHANGES NUMERICS): the expert input
+ *   rows are quantized per token per 128 columns (s = amax / 448, s = 1 for
+ *   an all-zero block; E4M3 of x / s, round to nearest even, saturating:
+ *   clef_fp8_e4m3_encode bit for bit), gate/up run as wgmma e4m3 x e4m3 with
+ *   f32 promotion per 128-K block (acc += part * a_scale * w_scale), the
+ *   SwiGLU goes to bf16 rows, which are quantized the same way for the down
+ *   product.  E4M3 has 4 significant bits, so each activation carries up to
+ *   2^-4 relative rounding (~3% relative L2 on a product vs the f32 CPU
+ *   result, the fast mode's ~0.3% being bf16's).  Results stay bitwise
+ *   independent of batch composition (per-row quantization, one 128-row
+ *   kernel shape at every pass size, fixed K order).  Applies to layers
+ *   whose experts all have 128x128 blocks and hidden, inter % 128 == 0, on
+ *   sm_90a builds and compute capability 9.0 (else ignored); the precise /
+ *   fast expert setting does not apply to those layers.
  *   - Other head sizes use an f32 attention kernel in both modes.
  *   - Everything else (norms, RoPE, router softmax/top-k, SwiGLU, combine,
  *     head row ops) is f32 as on the CPU.
@@ -97,6 +113,7 @@
 #ifndef CLEF_BACKEND_CUDA_CUDA_H
 #define CLEF_BACKEND_CUDA_CUDA_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 #include "backend/backend.h"
@@ -153,5 +170,16 @@ void clef_cuda_graph_stats(clef_backend *be, long *captures, long *replays, long
 
 /* Whether `be` is a CUDA backend. */
 int clef_backend_is_cuda(const clef_backend *be);
+
+/* The W8A8 path's activation quantizer (CLEF_CUDA_FP8_MMA=1; ck_fp8_quant_rows
+ * in cuda_kernels.h), exposed for tests: x [rows, K] device rows (f32, or
+ * bf16 when x_bf16) -> q E4M3 bytes [rows, K] and s f32 scales
+ * [rows, K / 128] (device, q 4-byte aligned), per row per 128 columns:
+ * s = amax / 448 (1 when amax == 0), q = clef_fp8_e4m3_encode(x / s).
+ * K % 128 == 0.  Enqueued on the backend's stream (a download waits for it).
+ * Returns 0, or -1 + err (500) on a bad shape, a CUDA error, a backend that
+ * is not CUDA or a build without CUDA. */
+int clef_cuda_fp8_quant_rows(clef_backend *be, const void *x, int x_bf16, int64_t rows, int64_t K, uint8_t *q, float *s,
+                             clef_err *err);
 
 #endif

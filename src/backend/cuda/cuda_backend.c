@@ -32,6 +32,7 @@ enum cu_slot {
     SLOT_ATT16, /* Q, K, V as bf16 */
     SLOT_SPLIT_Y, /* precise dense products through cuBLASLt: the hi and lo halves' outputs, f32 */
     SLOT_STAGE, /* INT4 upload: the GPTQ-layout bytes before ck_int4_reorder */
+    SLOT_FP8,   /* W8A8 experts (CLEF_CUDA_FP8_MMA=1): E4M3 input and intermediate rows + their scales */
     SLOT_COUNT
 };
 
@@ -136,6 +137,9 @@ typedef struct cuda_ctx {
      * NVFP4 and INT4 (FP8 blocks stay on mma.sync: 18.6 vs 22.4 ms per layer at 32,000 tokens on the
      * H200, while NVFP4 17.0 vs 18.5 and INT4 15.1 vs 18.4 gain), 2 = every format */
     int qwgmma;
+    /* FP8-block experts as W8A8 on the FP8 tensor cores (cuda_fp8mma.cu): CLEF_CUDA_FP8_MMA, default 0;
+     * cleared where the build lacks sm_90a or the device is not compute capability 9.0 */
+    int fp8_mma;
     /* which parts run precise (split-bf16 products, f32 attention): PRECISE_* bits */
     unsigned precise_parts;
     cudaStream_t st;
@@ -1595,6 +1599,68 @@ static int moe_pass_packed(cuda_ctx *c, const float *x, int64_t T, const int32_t
     return op_end(c, cu_check(ck_moe_combine(yp, idx, w, slot_pos, T, (int)k, H, y, c->st), "moe combine", err));
 }
 
+/* moe_pass_packed for FP8-block experts with CLEF_CUDA_FP8_MMA=1 (W8A8,
+ * cuda_fp8mma.cu): the permutation (128-row tiles at every pass size: one
+ * kernel shape, so batch composition changes no value), the input rows
+ * quantized per token per 128 columns (E4M3 + f32 scales), the gate/up
+ * product on the FP8 tensor cores with the SwiGLU into bf16 rows, those rows
+ * quantized the same way, the down product, the ordered combine.  The
+ * precise / fast expert setting does not apply (activations are FP8). */
+static int moe_pass_fp8mma(cuda_ctx *c, const float *x, int64_t T, const int32_t *idx, const float *w, int64_t k,
+                           const clef_moe_weights *ex, const ck_qmat *tab, float *y, clef_err *err) {
+    const int64_t E = ex->n_experts, H = ex->hidden, NI = ex->inter, TK = T * k;
+    op_begin(c, "moe: permutation", 1);
+    moe_plan pl;
+    if (moe_plan_make(c, idx, T, k, E, 128, &pl, err)) return op_end(c, -1);
+    op_end(c, 0);
+
+    /* SLOT_FP8: [x codes T x H][x scales T x H/128][h codes TK x NI][h scales TK x NI/128], 256-byte aligned parts */
+    const size_t bx = ALIGN_UP((size_t)(T * H), 256), bxs = ALIGN_UP((size_t)(T * (H / 128)) * 4, 256),
+                 bh = ALIGN_UP((size_t)(TK * NI), 256), bhs = ALIGN_UP((size_t)(TK * (NI / 128)) * 4, 256);
+    unsigned char *f8 = cu_slot(c, SLOT_FP8, bx + bxs + bh + bhs, err);
+    if (!f8) return -1;
+    uint8_t *qx = f8, *qh = f8 + bx + bxs;
+    float *sx = (float *)(f8 + bx), *sh = (float *)(f8 + bx + bxs + bh);
+
+    op_begin(c, "moe: input to fp8", 1);
+    if (cu_check(ck_fp8_quant_rows(x, 0, T, H, H, qx, sx, c->st), "moe input to fp8", err)) return op_end(c, -1);
+    op_end(c, 0);
+
+    op_begin(c, "moe: fp8 gate+up GEMM (SwiGLU, fp8 wgmma)", 1);
+    uint16_t *hbuf = cu_slot(c, SLOT_MOE_H, (size_t)TK * (size_t)NI * 2, err);
+    if (!hbuf) return op_end(c, -1);
+    ck_fp8mma_args g = {.mode = CK_GEMM_GATEUP, .A = qx, .As = sx, .K = H, .N = NI, .W0 = tab, .W1 = tab + E,
+                        .tile_expert = pl.t_exp, .tile_row0 = pl.t_row, .expert_end = pl.end, .n_tiles = pl.n_tiles,
+                        .max_tiles = pl.max_tiles, .row_src = pl.row_tok, .H = hbuf};
+    if (cu_check(ck_fp8mma(&g, c->st), "moe fp8 gate/up", err)) return op_end(c, -1);
+    op_end(c, 0);
+
+    op_begin(c, "moe: intermediate to fp8", 1);
+    if (cu_check(ck_fp8_quant_rows(hbuf, 1, TK, NI, NI, qh, sh, c->st), "moe intermediate to fp8", err))
+        return op_end(c, -1);
+    op_end(c, 0);
+
+    op_begin(c, "moe: fp8 down GEMM (fp8 wgmma)", 1);
+    float *yp = cu_slot(c, SLOT_MOE_Y, (size_t)TK * (size_t)H * sizeof(float), err);
+    if (!yp) return op_end(c, -1);
+    ck_fp8mma_args d = {.mode = CK_GEMM_DOWN, .A = qh, .As = sh, .K = NI, .N = H, .W0 = tab + 2 * E,
+                        .tile_expert = pl.t_exp, .tile_row0 = pl.t_row, .expert_end = pl.end, .n_tiles = pl.n_tiles,
+                        .max_tiles = pl.max_tiles, .Y = yp, .ldy = H};
+    if (cu_check(ck_fp8mma(&d, c->st), "moe fp8 down", err)) return op_end(c, -1);
+    op_end(c, 0);
+
+    op_begin(c, "moe: combine", 0);
+    return op_end(c, cu_check(ck_moe_combine(yp, idx, w, pl.slot_pos, T, (int)k, H, y, c->st), "moe combine", err));
+}
+
+/* Whether a layer's packed experts run as W8A8 (moe_pass_fp8mma). */
+static int fp8mma_layer(const cuda_ctx *c, const clef_moe_weights *ex) {
+    const clef_weight *g = &ex->gate[0], *d = &ex->down[0];
+    return c->fp8_mma && g->quant.type == CLEF_QT_FP8_BLOCK &&
+           ck_fp8mma_fits(ex->hidden, ex->inter, g->quant.block_r, g->quant.block_c) &&
+           ck_fp8mma_fits(ex->inter, ex->hidden, d->quant.block_r, d->quant.block_c);
+}
+
 /* The moe op with packed experts (called by cu_moe after its checks). */
 static int cu_moe_packed(cuda_ctx *c, const float *x, int64_t T, const int32_t *idx, const float *w, int64_t k,
                          const clef_moe_weights *ex, float *y, clef_err *err) {
@@ -1607,7 +1673,9 @@ static int cu_moe_packed(cuda_ctx *c, const float *x, int64_t T, const int32_t *
     if (!tab) return -1;
     for (int64_t t0 = 0; t0 < T; t0 += MOE_CHUNK_TOKENS) {
         const int64_t n = T - t0 < MOE_CHUNK_TOKENS ? T - t0 : MOE_CHUNK_TOKENS;
-        if (moe_pass_packed(c, x + t0 * H, n, idx + t0 * k, w + t0 * k, k, ex, tab, y + t0 * H, err) != 0) return -1;
+        if ((fp8mma_layer(c, ex) ? moe_pass_fp8mma : moe_pass_packed)(c, x + t0 * H, n, idx + t0 * k, w + t0 * k, k, ex,
+                                                                       tab, y + t0 * H, err) != 0)
+            return -1;
     }
     return 0;
 }
@@ -1994,6 +2062,7 @@ static int ctx_init(cuda_ctx *c, clef_err *err) {
         lt_check(cublasLtMatmulDescSetAttribute(c->lt_desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "desc", err))
         return -1;
     if (c->wgmma && !(ck_wgmma_built() && prop.major == 9 && prop.minor == 0)) c->wgmma = 0;
+    if (c->fp8_mma && !(ck_wgmma_built() && prop.major == 9 && prop.minor == 0)) c->fp8_mma = 0;
     /* 64 MiB, allocated once: split-K algorithms whose reduction goes through the workspace
      * (COMPUTE_TYPE / OUTPUT_TYPE partials, split x rows x N floats) are called on as many rows as
      * fit (lt_plan.max_rows); the others need at most a few counters. */
@@ -2040,6 +2109,7 @@ clef_backend *clef_cuda_backend_create_ex(const clef_cuda_options *opt, clef_err
     c->tune = (unsigned)env.tune;
     c->wgmma = env.wgmma;
     c->qwgmma = env.qwgmma;
+    c->fp8_mma = env.fp8_mma;
     c->int4_v2 = env.int4 == 2;
     c->int4_2blk = env.int4 == 4;
     c->lt_splitk = env.lt_splitk;
@@ -2066,13 +2136,14 @@ void clef_cuda_describe(clef_backend *be, char *buf, size_t cap) {
         return;
     }
     cuda_ctx *c = cu_of(be);
-    snprintf(buf, cap, "%s%s%s%s%s%s%s%s%s", c->desc, c->precise ? ", precise" : !c->precise_parts ? ", fast (bf16)" : "",
+    snprintf(buf, cap, "%s%s%s%s%s%s%s%s%s%s", c->desc, c->precise ? ", precise" : !c->precise_parts ? ", fast (bf16)" : "",
              !c->precise && (c->precise_parts & PRECISE_DENSE) ? ", precise dense" : "",
              !c->precise && (c->precise_parts & PRECISE_EXPERTS) ? ", precise experts" : "",
              !c->precise && (c->precise_parts & PRECISE_ATTN) ? ", precise attention" : "",
              c->gemm_custom ? ", custom dense GEMM" : ", cuBLASLt dense GEMM",
              c->wgmma == 1 ? ", wgmma experts" : c->wgmma == 2 ? ", wgmma experts (big batches)" : "",
              c->wgmma && !c->qwgmma ? " (packed: mma.sync)" : "",
+             c->fp8_mma ? ", fp8-block experts W8A8 (fp8 wgmma)" : "",
              c->attn_variant == 1   ? ", attention v1"
              : c->attn_variant == 2 ? ", attention v2"
              : c->attn_variant == 3 ? ", attention v2w"
@@ -2105,6 +2176,15 @@ size_t clef_cuda_used_bytes(clef_backend *be) {
     return tot - fr;
 }
 
+int clef_cuda_fp8_quant_rows(clef_backend *be, const void *x, int x_bf16, int64_t rows, int64_t K, uint8_t *q, float *s,
+                             clef_err *err) {
+    if (!clef_backend_is_cuda(be))
+        return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "clef_cuda_fp8_quant_rows: not a CUDA backend");
+    cuda_ctx *c = cu_of(be);
+    cudaSetDevice(c->device);
+    return cu_check(ck_fp8_quant_rows(x, x_bf16, rows, K, K, q, s, c->st), "fp8 quantization of rows", err);
+}
+
 #else /* !CLEF_HAVE_CUDA: the same API, no device */
 
 int clef_cuda_device_count(void) { return 0; }
@@ -2135,6 +2215,11 @@ void clef_cuda_graph_stats(clef_backend *be, long *captures, long *replays, long
     if (captures) *captures = 0;
     if (replays) *replays = 0;
     if (failed) *failed = 0;
+}
+int clef_cuda_fp8_quant_rows(clef_backend *be, const void *x, int x_bf16, int64_t rows, int64_t K, uint8_t *q, float *s,
+                             clef_err *err) {
+    (void)be, (void)x, (void)x_bf16, (void)rows, (void)K, (void)q, (void)s;
+    return clef_fail(err, 500, CLEF_E_INTERNAL, "device", "this build of clef has no CUDA support (CMake CLEF_CUDA=OFF)");
 }
 
 #endif

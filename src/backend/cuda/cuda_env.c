@@ -95,7 +95,8 @@ int clef_cuda_env_read(clef_cuda_env *e, clef_err *err) {
         env_choice("settings", "CLEF_CUDA_QGEMM_INT4", int4, 5, v3, "v2, v3 or v3-2blk", &e->int4, err) ||
         env_int("CLEF_CUDA_LT_SPLITK", 0, 2, 1, &e->lt_splitk, err) ||
         env_choice("settings", "CLEF_CUDA_ATTN", attn, 4, 0, "v1, v2 or v2w", &e->attn, err) ||
-        env_int("CLEF_CUDA_GRAPHS", 0, 1, 1, &e->graphs, err))
+        env_int("CLEF_CUDA_GRAPHS", 0, 1, 1, &e->graphs, err) ||
+        env_int("CLEF_CUDA_FP8_MMA", 0, 1, 0, &e->fp8_mma, err))
         return -1;
     return 0;
 }

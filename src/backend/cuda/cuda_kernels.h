@@ -169,6 +169,56 @@ int ck_qgemm_wgmma_fits(const ck_qgemm_args *a);
  * cudaErrorInvalidValue on other arguments. */
 cudaError_t ck_qgemm_wgmma(const ck_qgemm_args *a, cudaStream_t st);
 
+/* ---- W8A8 FP8-block experts (cuda_fp8mma.cu, CLEF_CUDA_FP8_MMA=1) ------- */
+
+/* Per-row, per-128-column E4M3 quantization of activation rows x [rows, K]
+ * (f32, or bf16 when x_bf16; rows ldx elements apart): for row r, block b
+ * (columns 128 b .. 128 b + 127):
+ *   s[r, b] = amax / 448 (f32 division; amax = max |x| over the block),
+ *             1 when amax == 0 (the block's codes are then zeros);
+ *   q[r, 128 b + i] = E4M3 of x / s (f32 division; round to nearest even,
+ *             saturating to +-448; NaN 0x7F), bit for bit
+ *             clef_fp8_e4m3_encode (src/quant/fp.c).
+ * q [rows, K] bytes (4-byte aligned), s f32 [rows, K / 128].  K % 128 == 0,
+ * ldx >= K, else cudaErrorInvalidValue.  Each row's result depends on that
+ * row only. */
+cudaError_t ck_fp8_quant_rows(const void *x, int x_bf16, int64_t rows, int64_t K, int64_t ldx, uint8_t *q, float *s,
+                              cudaStream_t st);
+
+/* A grouped W8A8 product: the tile plan of ck_moe_plan with BM = 128, A =
+ * FP8 rows of ck_fp8_quant_rows, W0/W1 = device [E] of FP8-block weights
+ * (ck_qmat: q E4M3 [N, K], scale f32 [ceil(N/128), K/128], 128 x 128 blocks).
+ *   GATEUP: A rows are tokens (permuted row p reads A row row_src[p]);
+ *           H[p, j] = bf16(silu(G) * U), G, U the products with gate_e /
+ *           up_e row j, H rows N (= the intermediate size) apart;
+ *   DOWN:   A row p = p; Y[p, n] = the product with down_e row n (f32,
+ *           rows ldy apart; ldy even, Y 8-byte aligned).
+ * Each product is, per 128-wide K block kb ascending, the block's FP8
+ * products summed on the tensor cores (f32) and added as
+ * acc = fmaf(part, As[row, kb] * Ws[n / 128, kb], acc) (f32). */
+typedef struct ck_fp8mma_args {
+    ck_gemm_mode mode;        /* CK_GEMM_GATEUP or CK_GEMM_DOWN */
+    const uint8_t *A;         /* E4M3 rows [*, K], 16-byte aligned */
+    const float *As;          /* their scales [*, K / 128] */
+    int64_t K, N;
+    const ck_qmat *W0, *W1;   /* device [E]: gate (GATEUP) / down (DOWN); up (GATEUP) */
+    const int32_t *tile_expert, *tile_row0, *expert_end, *n_tiles; /* ck_moe_plan, BM = 128 */
+    int64_t max_tiles;
+    const int32_t *row_src;   /* GATEUP */
+    float *Y;                 /* DOWN */
+    int64_t ldy;
+    uint16_t *H;              /* GATEUP: bf16 [rows, N] */
+} ck_fp8mma_args;
+
+/* 1 when the build holds the sm_90a kernel and a product with K columns, N
+ * rows and weight blocks block_r x block_c can run on ck_fp8mma: K % 128 ==
+ * 0, 128 x 128 blocks.  Else 0. */
+int ck_fp8mma_fits(int64_t K, int64_t N, int64_t block_r, int64_t block_c);
+
+/* Launch (device of compute capability 9.0).  cudaErrorNotSupported when the
+ * build lacks sm_90a, cudaErrorInvalidValue on other arguments. */
+cudaError_t ck_fp8mma(const ck_fp8mma_args *a, cudaStream_t st);
+
 /* INT4 q u32 [K/8, N] (GPTQ layout, device) -> dst in the reordered layout
  * of cuda_qbits.h (CK_INT4R_*: atoms of 16 columns x 64 K whose 16-byte lane
  * chunks are the mma B fragments), CK_INT4R_BYTES(N, K) bytes (device, not

@@ -1,0 +1,313 @@
+/* cuda_fp8mma.cu — W8A8 FP8-block experts on Hopper's FP8 tensor cores
+ * (CLEF_CUDA_FP8_MMA=1; cuda.h): activation rows quantized per row per 128
+ * columns to E4M3 (ck_fp8_quant_rows), then the grouped GATEUP / DOWN
+ * products as wgmma.mma_async m64n128k32 e4m3 x e4m3 -> f32 with per-block
+ * promotion (ck_fp8mma).
+ *
+ * Tiles: 128 rows (two warpgroups of 64) x 128 weight rows (GATEUP: 64 gate
+ * + 64 up rows of the same intermediate indices), K walked in 128-wide
+ * blocks: one block of an FP8 row is 128 bytes, exactly one row of a
+ * 128-byte swizzle atom, so each stage holds one K block of A and W in the
+ * swizzled layout the wgmma descriptors read (cuda_wgmma.cu's layout, 32-byte
+ * K steps).  Per K block kb the four k32 wgmmas sum into `part` from zero
+ * (scale-d = 0 on the first); then, part final (wait_group 0),
+ *     acc = fmaf(part, a_scale[row][kb] * w_scale[n / 128][kb], acc)
+ * in f32 (the promotion also bounds the FP8 MMA's limited internal
+ * accumulator precision to 128 products).  Every output element is thus one
+ * fixed-order computation over its own A row and weight row: it depends on
+ * neither the tile it lands in nor the rows beside it (backend.h rule), and
+ * one kernel shape serves every pass size.
+ *
+ * Built for sm_90a only (CLEF_CUDA_WGMMA from CMake); elsewhere ck_fp8mma
+ * reports cudaErrorNotSupported.
+ */
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_ptx.cuh"
+
+typedef __nv_bfloat16 bf16;
+
+namespace {
+
+constexpr int QB = 128;                  /* K values per activation / weight scale block */
+constexpr int BM = 128, BN = 128, HALF = BN / 2, THREADS = 256, NR = BN / 2;
+constexpr int ROWB = 128;                /* bytes of one tile row per stage (one K block of FP8) */
+constexpr int STAGE = (BM + BN) * ROWB;  /* 32 KiB */
+constexpr int STAGES = 6;
+constexpr int SMEM = STAGES * STAGE + 1024; /* + alignment slack for the 1024-byte swizzle atoms */
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || !defined(__CUDA_ARCH__)
+#define CLEF_FP8MMA_DEVICE 1
+#endif
+
+/* f32 -> FP8 E4M3fn byte: clef_fp8_e4m3_encode (src/quant/fp.c) statement
+ * for statement (RNE, saturating to +-448, NaN 0x7F, sign of zero kept), so
+ * that the host mirrors the device bit for bit. */
+__device__ __forceinline__ uint32_t e4m3_encode(float x) {
+    if (isnan(x)) return 0x7Fu;
+    const uint32_t sign = signbit(x) ? 0x80u : 0u;
+    const float a = fabsf(x);
+    if (a >= 448.0f) return sign | 0x7Eu;
+    if (a < 0x1p-6f) return sign | (uint32_t)rintf(__fmul_rn(a, 0x1p9f));
+    const int e = (int)((__float_as_uint(a) >> 23) & 0xFF) - 127;
+    const float p2 = __uint_as_float((uint32_t)(3 - e + 127) << 23);
+    const float m = rintf(__fmul_rn(a, p2));
+    unsigned code = (unsigned)(e + 7) * 8u + (unsigned)m - 8u;
+    if (code > 0x7Eu) code = 0x7Eu;
+    return sign | code;
+}
+
+template <typename T> __device__ __forceinline__ float to_f32(T v);
+template <> __device__ __forceinline__ float to_f32<float>(float v) { return v; }
+template <> __device__ __forceinline__ float to_f32<bf16>(bf16 v) { return __bfloat162float(v); }
+
+/* One warp per (row, 128-column block): lane l holds columns 4l .. 4l + 3. */
+template <typename T>
+__global__ void fp8_quant_kernel(const T *x, int64_t rows, int64_t K, int64_t ldx, uint8_t *q, float *s) {
+    const int64_t nb = K / QB, w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int lane = threadIdx.x & 31;
+    if (w >= rows * nb) return; /* whole warps (blockDim % 32 == 0) */
+    const int64_t r = w / nb, b = w % nb;
+    const T *xr = x + r * ldx + b * QB + lane * 4;
+    float v[4], m = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        v[i] = to_f32<T>(xr[i]);
+        m = fmaxf(m, fabsf(v[i]));
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    const float sc = m > 0.0f ? __fdiv_rn(m, 448.0f) : 1.0f;
+    uint32_t packed = 0;
+#pragma unroll
+    for (int i = 0; i < 4; i++) packed |= e4m3_encode(__fdiv_rn(v[i], sc)) << (8 * i);
+    reinterpret_cast<uint32_t *>(q + r * K + b * QB)[lane] = packed;
+    if (lane == 0) s[r * nb + b] = sc;
+}
+
+/* Byte offset of 16-byte chunk c of row r in a 128B-swizzled tile (cuda_wgmma.cu's sw128). */
+__device__ __forceinline__ uint32_t sw128(int r, int c) { return (uint32_t)(r * ROWB + ((c ^ (r & 7)) << 4)); }
+
+/* wgmma descriptor: K-major, 128-byte swizzle, 1024 bytes between 8-row atoms (cuda_wgmma.cu's wg_desc). */
+__device__ __forceinline__ uint64_t wg_desc(uint32_t saddr) {
+    return (uint64_t)((saddr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) |
+           ((uint64_t)1 << 62);
+}
+
+#ifdef CLEF_FP8MMA_DEVICE
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void acc_fence(float (&d)[NR]) {
+#pragma unroll
+    for (int i = 0; i < NR; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+/* d[64x128] (+)= A[64x32] . B[128x32]^T, E4M3 operands K-major in shared memory; accumulate = 0: d = A.B. */
+__device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[64], uint64_t da, uint64_t db, int accumulate) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "%64, %65, p, 1, 1;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(da), "l"(db), "r"(accumulate));
+}
+#endif
+
+/* One 128 x 128 tile of a grouped W8A8 product (a.mode GATEUP or DOWN). */
+__global__ void __launch_bounds__(THREADS, 1) fp8mma_kernel(const ck_fp8mma_args a) {
+#ifdef CLEF_FP8MMA_DEVICE
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+    const uint32_t sbase = smem_addr(smem);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
+    const int g = lane >> 2, t = lane & 3;
+    const bool gateup = a.mode == CK_GEMM_GATEUP;
+    const int64_t N = a.N, K = a.K, nkb = K / QB;
+    const int64_t n_tiles_n = gateup ? (N + HALF - 1) / HALF : (N + BN - 1) / BN;
+    const int64_t mt = blockIdx.x / n_tiles_n, nt = blockIdx.x % n_tiles_n;
+    if (mt >= *a.n_tiles) return;
+    const int e = a.tile_expert[mt];
+    const int64_t row0 = a.tile_row0[mt], end = a.expert_end[e];
+    const int64_t rows = end - row0 < BM ? end - row0 : BM;
+    /* A row (token row for GATEUP) of tile row r < rows */
+    auto arow = [&](int r) -> int64_t { return gateup ? (int64_t)a.row_src[row0 + r] : row0 + r; };
+    /* weight row of tile row r (GATEUP: rows [0, HALF) gate, [HALF, BN) up) */
+    auto wrow = [&](int r) -> int64_t { return gateup ? nt * HALF + (r % HALF) : nt * BN + r; };
+
+    /* copies, fixed over K: 4 chunks of 16 bytes of A and 4 of W per thread */
+    const uint8_t *a_src[4], *w_src[4];
+    uint32_t dst[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int c = tid + i * THREADS, r = c >> 3, ch = c & 7;
+        dst[i] = sw128(r, ch);
+        a_src[i] = r < rows ? a.A + arow(r) * K + ch * 16 : nullptr;
+        const int64_t n = wrow(r);
+        const uint8_t *wq = static_cast<const uint8_t *>((gateup && r >= HALF ? a.W1 : a.W0)[e].q);
+        w_src[i] = n < N ? wq + n * K + ch * 16 : nullptr;
+    }
+    auto load_stage = [&](int64_t kb, int stage) {
+        unsigned char *st = smem + stage * STAGE;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            cp_async16(st + dst[i], a_src[i] ? a_src[i] + kb * QB : a.A, a_src[i] != nullptr);
+            cp_async16(st + BM * ROWB + dst[i], w_src[i] ? w_src[i] + kb * QB : a.A, w_src[i] != nullptr);
+        }
+    };
+
+    /* scales: this thread's accumulator rows rbase, rbase + 8 (rows past the tile: row 0's, times zeros);
+     * its weight block row (GATEUP: the gate block in W0, the up block in W1) */
+    const int rbase = wg * 64 + (warp & 3) * 16 + g;
+    const float *as0 = a.As + arow(rbase < rows ? rbase : 0) * nkb;
+    const float *as1 = a.As + arow(rbase + 8 < rows ? rbase + 8 : 0) * nkb;
+    const int64_t wb = gateup ? (nt * HALF) / QB : (nt * BN) / QB;
+    const float *ws0 = static_cast<const float *>(a.W0[e].scale) + wb * nkb;
+    const float *ws1 = gateup ? static_cast<const float *>(a.W1[e].scale) + wb * nkb : ws0;
+
+    float acc[NR], part[NR];
+#pragma unroll
+    for (int i = 0; i < NR; i++) acc[i] = part[i] = 0.0f;
+
+#pragma unroll
+    for (int s = 0; s < STAGES; s++) {
+        if (s < nkb) load_stage(s, s);
+        cp_async_commit();
+    }
+    int64_t kb = 0;
+    do { /* nkb >= 1 */
+        cp_async_wait<STAGES - 1>(); /* this thread's copies of block kb landed */
+        fence_proxy_async();
+        __syncthreads();             /* everyone's did */
+        const float sa0 = __ldg(as0 + kb), sa1 = __ldg(as1 + kb), sw0 = __ldg(ws0 + kb), sw1 = __ldg(ws1 + kb);
+        const uint32_t st = sbase + (uint32_t)((kb % STAGES) * STAGE);
+        acc_fence(part);
+        wg_fence();
+#pragma unroll
+        for (int ks = 0; ks < QB / 32; ks++) /* 32-wide K steps: +32 bytes inside the swizzled rows */
+            wgmma_m64n128k32_e4m3(part, wg_desc(st + (uint32_t)(wg * 64 * ROWB) + ks * 32),
+                                  wg_desc(st + (uint32_t)(BM * ROWB) + ks * 32), ks);
+        wg_commit();
+        wg_wait0();
+        acc_fence(part);
+        __syncthreads(); /* both warpgroups are done with this stage */
+        if (kb + STAGES < nkb) load_stage(kb + STAGES, (int)(kb % STAGES));
+        cp_async_commit();
+        /* promotion: acc[4j + q] is row rbase + 8 (q >> 1), column 8j + 2t + (q & 1) of the tile */
+        const float s00 = sa0 * sw0, s01 = sa0 * sw1, s10 = sa1 * sw0, s11 = sa1 * sw1;
+#pragma unroll
+        for (int j = 0; j < NR / 4; j++) {
+            const bool up = gateup && 8 * j >= HALF;
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const float sc = q < 2 ? (up ? s01 : s00) : (up ? s11 : s10);
+                acc[4 * j + q] = fmaf(part[4 * j + q], sc, acc[4 * j + q]);
+            }
+        }
+    } while (++kb < nkb);
+    cp_async_wait<0>();
+
+    if (!gateup) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int r = rbase + h * 8;
+            if (r >= rows) continue;
+            float *y = a.Y + (row0 + r) * a.ldy;
+#pragma unroll
+            for (int j = 0; j < BN / 8; j++) {
+                const int64_t n = nt * BN + j * 8 + t * 2;
+                if (n + 1 < N) *reinterpret_cast<float2 *>(y + n) = make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+                else if (n < N) y[n] = acc[4 * j + 2 * h];
+            }
+        }
+        return;
+    }
+    /* GATEUP: gate column c (chunk j < HALF / 8) and up column c (chunk j + HALF / 8) sit in the same thread */
+    bf16 *H = reinterpret_cast<bf16 *>(a.H);
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int r = rbase + h * 8;
+        if (r >= rows) continue;
+        bf16 *hr = H + (row0 + r) * N;
+#pragma unroll
+        for (int j = 0; j < HALF / 8; j++)
+#pragma unroll
+            for (int q = 0; q < 2; q++) {
+                const int64_t col = nt * HALF + j * 8 + t * 2 + q;
+                if (col >= N) continue;
+                const float gv = acc[4 * j + 2 * h + q], uv = acc[4 * (j + HALF / 8) + 2 * h + q];
+                hr[col] = __float2bfloat16_rn(gv / (1.0f + expf(-gv)) * uv); /* silu(g) * u, as the CPU backend */
+            }
+    }
+#else
+    __trap(); /* not built for sm_90a: ck_fp8mma refuses before launching */
+#endif
+}
+
+} /* namespace */
+
+extern "C" {
+
+cudaError_t ck_fp8_quant_rows(const void *x, int x_bf16, int64_t rows, int64_t K, int64_t ldx, uint8_t *q, float *s,
+                              cudaStream_t st) {
+    if (rows < 0 || K < QB || K % QB || ldx < K || ((uintptr_t)q & 3)) return cudaErrorInvalidValue;
+    const int64_t warps = rows * (K / QB);
+    if (warps == 0) return cudaSuccess;
+    const int64_t blocks = (warps + 7) / 8;
+    if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+    if (x_bf16)
+        fp8_quant_kernel<bf16><<<(unsigned)blocks, 256, 0, st>>>(static_cast<const bf16 *>(x), rows, K, ldx, q, s);
+    else
+        fp8_quant_kernel<float><<<(unsigned)blocks, 256, 0, st>>>(static_cast<const float *>(x), rows, K, ldx, q, s);
+    return cudaGetLastError();
+}
+
+int ck_fp8mma_fits(int64_t K, int64_t N, int64_t block_r, int64_t block_c) {
+    return ck_wgmma_built() && K >= QB && K % QB == 0 && N >= 1 && N <= 0x7fff0000LL && block_r == QB &&
+           block_c == QB;
+}
+
+cudaError_t ck_fp8mma(const ck_fp8mma_args *a, cudaStream_t st) {
+#ifndef CLEF_CUDA_WGMMA
+    (void)a, (void)st;
+    return cudaErrorNotSupported;
+#else
+    if ((a->mode != CK_GEMM_GATEUP && a->mode != CK_GEMM_DOWN) || !ck_fp8mma_fits(a->K, a->N, QB, QB))
+        return cudaErrorInvalidValue;
+    if (((uintptr_t)a->A & 15) || (a->mode == CK_GEMM_DOWN && (a->ldy % 2 || ((uintptr_t)a->Y & 7))))
+        return cudaErrorInvalidValue;
+    static unsigned done = 0; /* devices whose shared-memory limit is raised (benign race: same value) */
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess) return e;
+    if (dev >= 32 || !((done >> dev) & 1u)) {
+        e = cudaFuncSetAttribute(fp8mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
+        if (e != cudaSuccess) return e;
+        if (dev < 32) done |= 1u << dev;
+    }
+    const int64_t nt = a->mode == CK_GEMM_GATEUP ? (a->N + HALF - 1) / HALF : (a->N + BN - 1) / BN;
+    const int64_t blocks = a->max_tiles * nt;
+    if (blocks <= 0) return cudaSuccess;
+    if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+    fp8mma_kernel<<<(unsigned)blocks, THREADS, SMEM, st>>>(*a);
+    return cudaGetLastError();
+#endif
+}
+
+} /* extern "C" */
