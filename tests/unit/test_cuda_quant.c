@@ -36,12 +36,17 @@
  * in small batches (mma.sync kernels) and the whole batch on that second
  * backend (created with CLEF_CUDA_QWGMMA=0 too: mma.sync kernels only), and
  * 200 of its tokens the CPU within the tolerance.
+ * W8A8 FP8 experts (CLEF_CUDA_FP8_MMA=1, cuda_fp8mma.cu): the activation
+ * quantizer's codes and scales equal the host's bitwise (f32 and bf16 rows,
+ * edge cases), and the expert block matches a host mirror that quantizes
+ * the same way (tolerances at test_moe_fp8_w8a8), bitwise batch invariant.
  *
  * With CLEF_QGEMM_BENCH=1 it also times the moe op at the full model's
  * expert shapes (128 experts, hidden 2048, inter 768, top-8) for 300 and
  * 32000 tokens, fast and precise, BF16, every packed format, and every
  * packed format again on the mma.sync-only backend ("... (mma.sync)"; INT4
- * there: kernel v2), and checks
+ * there: kernel v2), FP8 blocks as W8A8 on a backend created with
+ * CLEF_CUDA_FP8_MMA=1 ("... (W8A8 fp8 wgmma)", mode "w8a8"), and checks
  * that packed INT4 / NVFP4 experts take at most 0.3x the device weight
  * memory of BF16 ones (clef_cuda_weight_bytes: the packed bytes + scales,
  * no bf16 copy). */
@@ -59,6 +64,7 @@
 #include "backend/cuda/cuda_qbits.h"
 #include "io/checkpoint.h"
 #include "model/model.h"
+#include "quant/fp.h"
 #include "quant/qweight.h"
 #include "quant/quantize.h"
 #include "tensor/dtype.h"
@@ -79,6 +85,7 @@ typedef struct fx {
     clef_backend *gpu[2]; /* fast, precise */
     clef_backend *gpu_v2[2]; /* the same with CLEF_CUDA_QGEMM_INT4=v2 (INT4 in the GPTQ layout, kernel v2) and
                                 CLEF_CUDA_QWGMMA=0 (packed experts on the mma.sync kernels only) */
+    clef_backend *gpu_fp8;   /* fast, CLEF_CUDA_FP8_MMA=1: FP8-block experts as W8A8 (cuda_fp8mma.cu) */
 } fx;
 
 static const char *const MODE[2] = {"fast", "precise"};
@@ -118,6 +125,20 @@ static int setup(void **state) {
             return -1;
         }
     }
+    {
+        clef_cuda_options o = {.device = 0, .precise = 0, .gemm = 1, .profile = 0};
+        const char *old = getenv("CLEF_CUDA_FP8_MMA");
+        char *keep = old ? strdup(old) : NULL;
+        setenv("CLEF_CUDA_FP8_MMA", "1", 1);
+        f->gpu_fp8 = clef_cuda_backend_create_ex(&o, &err);
+        if (keep) setenv("CLEF_CUDA_FP8_MMA", keep, 1);
+        else unsetenv("CLEF_CUDA_FP8_MMA");
+        free(keep);
+        if (!f->gpu_fp8) {
+            fprintf(stderr, "cuda backend (CLEF_CUDA_FP8_MMA=1): %s\n", err.message);
+            return -1;
+        }
+    }
     tu_print_cuda_device(f->gpu[0]);
     char d0[256], d1[256];
     clef_cuda_describe(f->gpu[0], d0, sizeof d0);
@@ -134,6 +155,7 @@ static int teardown(void **state) {
         if (f->gpu[i]) f->gpu[i]->ops->destroy(f->gpu[i]);
         if (f->gpu_v2[i]) f->gpu_v2[i]->ops->destroy(f->gpu_v2[i]);
     }
+    if (f->gpu_fp8) f->gpu_fp8->ops->destroy(f->gpu_fp8);
     f->cpu->ops->destroy(f->cpu);
     free(f);
     return 0;
@@ -927,6 +949,234 @@ static void test_moe_int4_asym(void **state) {
     moe_case(*state, Q_INT4_ASYM);
 }
 
+
+/* ---- W8A8 FP8-block experts (CLEF_CUDA_FP8_MMA=1, cuda_fp8mma.cu) -------- */
+
+/* The host mirror of ck_fp8_quant_rows: per row per 128 columns s = amax /
+ * 448 (1 when amax == 0), q = clef_fp8_e4m3_encode(x / s). */
+static void fp8_quant_rows_host(const float *x, int64_t rows, int64_t K, uint8_t *q, float *s) {
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t b = 0; b < K / 128; b++) {
+            const float *xb = x + r * K + b * 128;
+            float m = 0.0f;
+            for (int i = 0; i < 128; i++) m = fabsf(xb[i]) > m ? fabsf(xb[i]) : m;
+            const float sc = m > 0.0f ? m / 448.0f : 1.0f;
+            s[r * (K / 128) + b] = sc;
+            for (int i = 0; i < 128; i++) q[r * K + b * 128 + i] = clef_fp8_e4m3_encode(xb[i] / sc);
+        }
+}
+
+/* The quantizer of the W8A8 path, f32 and bf16 rows: codes and scales equal
+ * the host mirror bit for bit.  Rows mix magnitudes (1e-30 .. 1e4), an
+ * all-zero block (s = 1), -0.0, blocks where most values fall in E4M3's
+ * subnormal range, values on E4M3 rounding ties after the division, and
+ * values that saturate (none do with s = amax / 448, but x / s may round
+ * to 448 exactly). */
+static void test_fp8_quant_rows(void **state) {
+    TU_NEED_GPU(state);
+    fx *f = *state;
+    clef_backend *g = f->gpu_fp8;
+    clef_err err;
+    const int64_t rows = 37, K = 512, nb = K / 128;
+    float *x = malloc((size_t)(rows * K) * 4);
+    for (int64_t r = 0; r < rows; r++) {
+        const float mag = powf(10.0f, (float)(r % 9) * 4.0f - 30.0f); /* 1e-30 .. 1e2 */
+        for (int64_t c = 0; c < K; c++) x[r * K + c] = frand() * mag;
+    }
+    for (int64_t c = 0; c < 128; c++) x[3 * K + 128 + c] = 0.0f;                    /* all-zero block */
+    x[3 * K + 130] = -0.0f;
+    for (int64_t c = 0; c < 128; c++) x[5 * K + c] = frand() * 4e-3f; /* x / s near 2^-6: subnormal codes */
+    x[5 * K + 7] = 100.0f;
+    for (int64_t c = 0; c < 128; c++) x[7 * K + 256 + c] = (float)(c % 15) * 28.0f + (float)(c & 1); /* ties */
+    x[7 * K + 256 + 3] = 448.0f;                                                          /* s = 1 */
+    for (int64_t c = 0; c < 128; c++) x[8 * K + c] = ((float)(c % 31) + 0.5f) * 0.25f; /* halfway codes */
+    x[8 * K + 5] = 112.0f;                                                            /* s = 0.25 */
+    uint8_t *qh = malloc((size_t)(rows * K));
+    float *sh = malloc((size_t)(rows * nb) * 4);
+    for (int pass = 0; pass < 2; pass++) { /* 0: f32 rows, 1: bf16 rows */
+        uint16_t *xb = malloc((size_t)(rows * K) * 2);
+        float *xr = malloc((size_t)(rows * K) * 4);
+        for (int64_t i = 0; i < rows * K; i++) {
+            xb[i] = clef_f32_to_bf16(x[i]);
+            xr[i] = pass ? clef_bf16_to_f32(xb[i]) : x[i];
+        }
+        fp8_quant_rows_host(xr, rows, K, qh, sh);
+        void *dx = pass ? tu_dput(g, xb, (size_t)(rows * K) * 2) : tu_dput(g, x, (size_t)(rows * K) * 4);
+        float *dq = tu_dnan(g, (size_t)(rows * K) / 4), *ds = tu_dnan(g, (size_t)(rows * nb));
+        tu_ok(clef_cuda_fp8_quant_rows(g, dx, pass, rows, K, (uint8_t *)dq, ds, &err), &err);
+        float *q = tu_dget(g, dq, (size_t)(rows * K) / 4), *sc = tu_dget(g, ds, (size_t)(rows * nb));
+        int64_t bad = 0, first = -1;
+        for (int64_t i = 0; i < rows * K; i++)
+            if (((const uint8_t *)q)[i] != qh[i] && bad++ == 0) first = i;
+        if (bad)
+            fail_msg("fp8 quantization (%s rows): %lld of %lld codes differ from the host (first: row %lld col %lld: "
+                     "0x%02x vs 0x%02x, x %.9g)", pass ? "bf16" : "f32", (long long)bad, (long long)(rows * K),
+                     (long long)(first / K), (long long)(first % K), ((const uint8_t *)q)[first], qh[first],
+                     (double)xr[first]);
+        assert_memory_equal(sc, sh, (size_t)(rows * nb) * 4);
+        assert_true(sh[3 * nb + 1] == 1.0f && sh[7 * nb + 2] == 1.0f && sh[8 * nb] == 0.25f);
+        printf("  fp8 quantization of %s rows (%lld x %lld): codes and scales = host, bitwise\n", pass ? "bf16" : "f32",
+               (long long)rows, (long long)K);
+        free(q), free(sc), free(xb), free(xr);
+        g->ops->free(g, dx), g->ops->free(g, dq), g->ops->free(g, ds);
+    }
+    free(x), free(qh), free(sh);
+}
+
+enum { W8_E = 16 };
+
+/* Block product of one quantized activation row (codes qa, scales sa per 128) with weight row n of an FP8-block
+ * weight (codes, f32 block scales [ceil(rows/128), K/128]): per block the products of the decoded values, summed
+ * in double (exact: E4M3 x E4M3 products span < 53 bits), times the two scales. */
+static double w8a8_dot(const uint8_t *qa, const float *sa, const clef_qweight *w, int64_t n) {
+    const int64_t K = w->cols, nb = K / 128;
+    const uint8_t *qw = (const uint8_t *)w->data + n * K;
+    const float *sw = (const float *)w->quant.scale + (n / 128) * nb;
+    double tot = 0.0;
+    for (int64_t b = 0; b < nb; b++) {
+        double part = 0.0;
+        for (int64_t i = b * 128; i < b * 128 + 128; i++)
+            part += (double)clef_fp8e4m3_to_f32(qa[i]) * (double)clef_fp8e4m3_to_f32(qw[i]);
+        tot += part * (double)sa[b] * (double)sw[b];
+    }
+    return tot;
+}
+
+/* The W8A8 expert block on the host, with the device's quantization steps
+ * bit for bit (the input row and the bf16 SwiGLU row quantized by
+ * fp8_quant_rows_host, the SwiGLU in f32 as the kernel) and the block
+ * products in double; the combine in double, ascending expert order. */
+static void w8a8_moe_host(const float *x, int64_t T, const int32_t *idx, const float *rw, int64_t k, int64_t H,
+                          int64_t NI, hq (*h)[W8_E], float *y) {
+    uint8_t *qx = malloc((size_t)H), *qi = malloc((size_t)NI);
+    float *sx = malloc((size_t)(H / 128) * 4), *si = malloc((size_t)(NI / 128) * 4), *hv = malloc((size_t)NI * 4);
+    double *acc = malloc((size_t)H * 8);
+    for (int64_t t = 0; t < T; t++) {
+        fp8_quant_rows_host(x + t * H, 1, H, qx, sx);
+        for (int64_t i = 0; i < H; i++) acc[i] = 0.0;
+        for (int e = 0; e < W8_E; e++)
+            for (int64_t s = 0; s < k; s++) {
+                if (idx[t * k + s] != e) continue;
+                for (int64_t j = 0; j < NI; j++) {
+                    const float gv = (float)w8a8_dot(qx, sx, &h[0][e].q, j), uv = (float)w8a8_dot(qx, sx, &h[1][e].q, j);
+                    hv[j] = clef_bf16_to_f32(clef_f32_to_bf16(gv / (1.0f + expf(-gv)) * uv));
+                }
+                fp8_quant_rows_host(hv, 1, NI, qi, si);
+                for (int64_t n = 0; n < H; n++) acc[n] += (double)rw[t * k + s] * w8a8_dot(qi, si, &h[2][e].q, n);
+            }
+        for (int64_t i = 0; i < H; i++) y[t * H + i] = (float)acc[i];
+    }
+    free(qx), free(qi), free(sx), free(si), free(hv), free(acc);
+}
+
+/* Tolerances of the W8A8 expert block:
+ *   vs the host mirror (same quantization, double products)         1e-2
+ *     The input quantization is identical (test_fp8_quant_rows) and the
+ *     block products differ only by f32 rounding, except that the FP8
+ *     tensor-core sums inside one 128-K block keep a limited number of
+ *     accumulator bits (~2^-14 relative, DeepSeek-V3 sec. 3.3.2): gate/up
+ *     values then differ by ~1e-5..1e-4 relative, which flips the bf16
+ *     rounding of a few % of the SwiGLU values and, through them, the E4M3
+ *     code of ~0.1% of the intermediate values (one code ~6% apart): ~2e-3
+ *     relative L2 expected on the output, bounded at 1e-2.  (With identical
+ *     intermediate codes the down product alone would agree to ~1e-5.)
+ *   vs the CPU backend's f32 activations                            0.1
+ *     two E4M3 roundings of the activations (2^-4 relative each, ~2.5%
+ *     RMS): ~3-4e-2 expected; the numerics change this switch opts into.
+ * Batch invariance is bitwise: tokens alone, a slice, a batch of 8300 (a
+ * first pass of 8192 tokens). */
+#define TOL_W8A8_MIRROR 1e-2
+#define TOL_W8A8_F32 0.1
+
+static void test_moe_fp8_w8a8(void **state) {
+    TU_NEED_GPU(state);
+    fx *f = *state;
+    clef_backend *g = f->gpu_fp8;
+    char desc[256];
+    clef_cuda_describe(g, desc, sizeof desc);
+    if (!strstr(desc, "W8A8")) {
+        printf("  W8A8 FP8 experts not available (build without sm_90a or device not 9.0): skipped\n");
+        skip();
+    }
+    clef_err err;
+    enum { E = W8_E };
+    const int64_t H = 512, NI = 256, k = 4, T = 300, TB = 8300;
+    hq h[3][E];
+    clef_weight wc[3][E], wg[3][E];
+    for (int j = 0; j < 3; j++)
+        for (int e = 0; e < E; e++) {
+            make_q(&h[j][e], Q_FP8, j == 2 ? H : NI, j == 2 ? NI : H);
+            tu_ok(f->cpu->ops->weight_init_packed(f->cpu, &wc[j][e], &h[j][e].q, &err), &err);
+            tu_ok(g->ops->weight_init_packed(g, &wg[j][e], &h[j][e].q, &err), &err);
+        }
+    clef_moe_weights mc = {.n_experts = E, .hidden = H, .inter = NI, .gate = wc[0], .up = wc[1], .down = wc[2]};
+    clef_moe_weights mg = {.n_experts = E, .hidden = H, .inter = NI, .gate = wg[0], .up = wg[1], .down = wg[2]};
+    float *x = rand_vec((size_t)(TB * H), 1.0f), *logits = rand_vec((size_t)(TB * E), 2.0f);
+    for (int64_t c = 0; c < 128; c++) x[17 * H + 256 + c] = 0.0f; /* an all-zero block (scale 1) */
+    int32_t *idx = malloc((size_t)(TB * k) * 4);
+    float *rw = malloc((size_t)(TB * k) * 4);
+    tu_ok(f->cpu->ops->router_topk(f->cpu, logits, TB, E, k, 1, idx, rw, &err), &err);
+    float *mirror = malloc((size_t)(T * H) * 4), *ref = malloc((size_t)(T * H) * 4);
+    w8a8_moe_host(x, T, idx, rw, k, H, NI, h, mirror);
+    tu_ok(f->cpu->ops->moe(f->cpu, x, T, idx, rw, k, &mc, ref, &err), &err);
+
+    float *dx = tu_dput(g, x, (size_t)(TB * H) * 4), *dw = tu_dput(g, rw, (size_t)(TB * k) * 4);
+    int32_t *di = tu_dput(g, idx, (size_t)(TB * k) * 4);
+    float *dy = tu_dnan(g, (size_t)(TB * H)), *dy1 = tu_dnan(g, (size_t)(TB * H));
+    clef_cuda_set_profile(g, 1);
+    clef_cuda_profile_dump(g, NULL);
+    tu_ok(g->ops->moe(g, dx, T, di, dw, k, &mg, dy, &err), &err);
+    {
+        char *prof = NULL;
+        size_t plen = 0;
+        FILE *ms = open_memstream(&prof, &plen);
+        assert_non_null(ms);
+        clef_cuda_profile_dump(g, ms);
+        fclose(ms);
+        clef_cuda_set_profile(g, 0);
+        if (!strstr(prof, "fp8 wgmma")) fail_msg("W8A8 backend did not run the fp8 wgmma kernels:\n%s", prof);
+        free(prof);
+    }
+    float *y = tu_dget(g, dy, (size_t)(T * H));
+    tu_check_rel("moe fp8 W8A8 vs host mirror (same quant.)", 44, "w8a8", 6, y, mirror, (size_t)(T * H),
+                 TOL_W8A8_MIRROR);
+    tu_check_rel("moe fp8 W8A8 vs CPU f32 activations", 44, "w8a8", 6, y, ref, (size_t)(T * H), TOL_W8A8_F32);
+    /* bitwise batch invariance: tokens alone, a slice, the first tokens of a batch of 8300 (two passes) */
+    const int64_t picks[4] = {0, 17, 99, T - 1};
+    for (int i = 0; i < 4; i++) {
+        tu_ok(g->ops->moe(g, dx + picks[i] * H, 1, di + picks[i] * k, dw + picks[i] * k, k, &mg, dy1, &err), &err);
+        float *y1 = tu_dget(g, dy1, (size_t)H);
+        if (memcmp(y1, y + picks[i] * H, (size_t)H * 4) != 0)
+            fail_msg("moe fp8 W8A8: token %lld alone differs from the batch of %lld", (long long)picks[i], (long long)T);
+        free(y1);
+    }
+    tu_ok(g->ops->moe(g, dx + 13 * H, 40, di + 13 * k, dw + 13 * k, k, &mg, dy1, &err), &err);
+    float *ys = tu_dget(g, dy1, (size_t)(40 * H));
+    assert_memory_equal(ys, y + 13 * H, (size_t)(40 * H) * 4);
+    tu_ok(g->ops->moe(g, dx, TB, di, dw, k, &mg, dy1, &err), &err);
+    float *yb = tu_dget(g, dy1, (size_t)(TB * H));
+    if (memcmp(yb, y, (size_t)(T * H) * 4) != 0)
+        fail_msg("moe fp8 W8A8: the first %lld tokens differ inside a batch of %lld", (long long)T, (long long)TB);
+    const int64_t far[2] = {5000, 8250};
+    for (int i = 0; i < 2; i++) {
+        tu_ok(g->ops->moe(g, dx + far[i] * H, 1, di + far[i] * k, dw + far[i] * k, k, &mg, dy, &err), &err);
+        float *y1 = tu_dget(g, dy, (size_t)H);
+        if (memcmp(y1, yb + far[i] * H, (size_t)H * 4) != 0)
+            fail_msg("moe fp8 W8A8: token %lld alone differs from the batch of %lld", (long long)far[i], (long long)TB);
+        free(y1);
+    }
+    printf("  %-44s tokens alone / slice / batch of %lld: bitwise equal\n", "moe fp8 W8A8", (long long)TB);
+    free(y), free(ys), free(yb), free(mirror), free(ref);
+    g->ops->free(g, dx), g->ops->free(g, dw), g->ops->free(g, di), g->ops->free(g, dy), g->ops->free(g, dy1);
+    for (int j = 0; j < 3; j++)
+        for (int e = 0; e < E; e++) {
+            f->cpu->ops->weight_release(f->cpu, &wc[j][e]);
+            g->ops->weight_release(g, &wg[j][e]);
+            free_q(&h[j][e]);
+        }
+    free(x), free(logits), free(idx), free(rw);
+}
+
 /* An unsupported shape is refused with 500, not computed wrongly. */
 static void test_refuses_bad_shapes(void **state) {
     TU_NEED_GPU(state);
@@ -1094,15 +1344,17 @@ static void test_bench_full_shapes(void **state) {
         size_t bf16_mem = 0;
         printf("  full expert shapes: %d experts, hidden %lld, inter %lld, top-%lld (%s mode)\n", E, (long long)H,
                (long long)NI, (long long)k, MODE[gi]);
-        for (int v = 0; v < 2; v++) { /* v = 1: the packed formats again on the reference backend (mma.sync
-                                         kernels only; INT4: kernel v2) */
-            clef_backend *g = v ? f->gpu_v2[gi] : f->gpu[gi];
+        for (int v = 0; v < (gi == 0 ? 3 : 2); v++) { /* v = 1: the packed formats again on the reference backend
+                                                         (mma.sync kernels only; INT4: kernel v2); v = 2 (once):
+                                                         FP8 blocks as W8A8 (CLEF_CUDA_FP8_MMA=1) */
+            clef_backend *g = v == 2 ? f->gpu_fp8 : v ? f->gpu_v2[gi] : f->gpu[gi];
             float *dx = tu_dput(g, x, (size_t)(TMAX * H) * 4), *dw = tu_dput(g, rw, (size_t)(TMAX * k) * 4);
             int32_t *di = tu_dput(g, idx, (size_t)(TMAX * k) * 4);
             float *dy = tu_dnan(g, (size_t)(TMAX * H));
             for (int kind = -1; kind < Q_KINDS; kind++) {
                 if (kind == Q_NVFP4_MO || kind == Q_INT4_ASYM) continue; /* same kernels as their siblings */
                 if (v && kind < 0) continue; /* bf16: the same kernels on both backends */
+                if (v == 2 && kind != Q_FP8) continue;
                 clef_weight wg[3][E];
                 hq h[3][E];
                 uint16_t *wb = NULL;
@@ -1134,7 +1386,7 @@ static void test_bench_full_shapes(void **state) {
                 char vname[64];
                 snprintf(vname, sizeof vname, "%s (mma.sync%s)", kind >= 0 ? QNAME[kind] : "",
                          kind == Q_INT4_SYM ? ", v2" : "");
-                const char *name = kind < 0 ? "bf16" : v ? vname : QNAME[kind];
+                const char *name = kind < 0 ? "bf16" : v == 2 ? "fp8 block 128x128 (W8A8 fp8 wgmma)" : v ? vname : QNAME[kind];
                 printf("  %-40s weights %.1f MiB (device weight memory +%.1f MiB, %.3fx bf16; driver: %.1f GiB used)\n", name,
                        (double)wbytes / 1048576.0, (double)used / 1048576.0, bf16_mem ? (double)used / (double)bf16_mem : 1.0,
                        (double)clef_cuda_used_bytes(g) / 1073741824.0);
@@ -1160,7 +1412,8 @@ static void test_bench_full_shapes(void **state) {
                     const double flop = 2.0 * (double)(T * k) * (double)(3 * H * NI);
                     /* bytes: every expert's weights once (at 300 tokens nearly every expert is hit) */
                     const double bytes = kind < 0 ? bf16_bytes : (double)wbytes;
-                    printf("  %-40s %-8s T=%-6lld %8.3f ms/layer  %7.1f GB/s weights  %6.1f TFLOP/s\n", name, MODE[gi],
+                    printf("  %-40s %-8s T=%-6lld %8.3f ms/layer  %7.1f GB/s weights  %6.1f TFLOP/s\n", name,
+                           v == 2 ? "w8a8" : MODE[gi],
                            (long long)T, ms, bytes / (ms * 1e-3) / 1e9, flop / (ms * 1e-3) / 1e12);
                 }
                 /* where the time goes at 300 tokens: the op's parts */
@@ -1185,7 +1438,8 @@ int main(void) {
         cmocka_unit_test(test_refuses_bad_shapes), cmocka_unit_test(test_matmul_packed),
         cmocka_unit_test(test_moe_nvfp4_ct),       cmocka_unit_test(test_moe_nvfp4_modelopt),
         cmocka_unit_test(test_moe_fp8),            cmocka_unit_test(test_moe_int4_sym),
-        cmocka_unit_test(test_moe_int4_asym),      cmocka_unit_test(test_fixtures),
+        cmocka_unit_test(test_moe_int4_asym),      cmocka_unit_test(test_fp8_quant_rows),
+        cmocka_unit_test(test_moe_fp8_w8a8),       cmocka_unit_test(test_fixtures),
         cmocka_unit_test(test_bench_full_shapes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
