@@ -1132,19 +1132,22 @@ static void w8a8_moe_host(const float *x, int64_t T, const int32_t *idx, const f
  *   W8_EXACT                                                        1e-3
  *     The input codes and scales are the mirror's bit for bit
  *     (test_fp8_quant_rows), the gate/up block sums are exact integers and
- *     the promotion is the same fmaf sequence, so gate/up agree bitwise;
- *     the SwiGLU differs only where the device's expf differs from the
- *     host's by an ulp, which flips a bf16 rounding (and so maybe one E4M3
- *     code of the intermediate) in a handful of the ~300k values at most
- *     (~3e-4 each on the output).  The down product's block sums are
- *     arbitrary: the FP8 tensor cores keep a limited accumulator width
- *     (~2^-14 relative, DeepSeek-V3 sec. 3.3.2), ~1e-4 at most.
- *   W8_RANDOM                                                       2e-2
+ *     the promotion is the same fmaf sequence, so gate/up agree bitwise (the
+ *     FP8 MMA aligns the products of a k32 step to the largest exponent and
+ *     keeps ~14 bits, truncating: integers below 2^11 pass exactly); the
+ *     SwiGLU differs only where the device's expf differs from the host's
+ *     by an ulp, which flips a bf16 rounding (and so maybe one E4M3 code of
+ *     the intermediate) in a handful of the ~300k values at most (~2e-4
+ *     each on the output).  The down product's block sums are arbitrary:
+ *     ~14 bits per k32 step (truncating; DeepSeek-V3 sec. 3.3.2) give
+ *     ~1e-4 relative on the output.
+ *   W8_RANDOM                                                       3e-2
  *     The same, but the gate/up block sums carry that accumulator error too
- *     (~1e-5..1e-4 relative), which flips the bf16 rounding of up to a few %
- *     of the SwiGLU values and, through them, ~0.1-0.3% of the
- *     intermediate's E4M3 codes (one code = 6-12%): ~2e-3 expected,
- *     ~5e-3 if the accumulator is as narrow as 14 bits.
+ *     (~1-2e-4 relative), which flips the bf16 rounding of a few % of the
+ *     SwiGLU values and, through them (and through block maxima that move
+ *     the scale), ~0.5% of the intermediate's E4M3 codes by one code (6-12%
+ *     of the value): ~6e-3 expected.  A wrong scale index is O(1) here (the
+ *     inputs' block scales differ by up to 64x).
  *   vs the CPU backend (f32 activations), W8_RANDOM                 0.1
  *     two E4M3 roundings of the activations (2^-4 relative at most,
  *     ~2.5% RMS each): ~3-4e-2 expected; the numerics change this switch
@@ -1152,7 +1155,7 @@ static void w8a8_moe_host(const float *x, int64_t T, const int32_t *idx, const f
  * Batch invariance is bitwise: tokens alone, a slice, a batch of 8300 (a
  * first pass of 8192 tokens). */
 #define TOL_W8A8_EXACT 1e-3
-#define TOL_W8A8_RANDOM 2e-2
+#define TOL_W8A8_RANDOM 3e-2
 #define TOL_W8A8_F32 0.1
 
 static void w8a8_case(fx *f, enum w8_mode mode) {
