@@ -1128,6 +1128,151 @@ static void w8a8_moe_host(const float *x, int64_t T, const int32_t *idx, const f
     free(qx), free(qi), free(sx), free(si), free(hv), free(acc);
 }
 
+/* The W8A8 kernel (cuda_fp8mma.cu: 128 x 128 tiles, 256 threads, 128-wide
+ * K blocks) replayed on the host for one grouped product: per tile (mt, nt)
+ * and K block every thread copies what its load_stage copies into the
+ * swizzled A and W stage tiles, which are then read as the wgmma reads them
+ * (element (r, k) at byte r * 128 + ((k / 16) ^ (r % 8)) * 16 + k % 16);
+ * each thread's accumulators (acc[4j + q]: tile row rbase + 8 (q / 2),
+ * column 8j + 2t + q % 2) get the block's products (double sum, rounded to
+ * f32) promoted with the scales its pointers read, and its epilogue
+ * writes H (GATEUP, bf16 values) or Y (DOWN).  out [rows, N] f32, written
+ * counts in cnt.  Compared bitwise with w8a8_dot by the caller. */
+static void fp8mma_replay(int gateup, const uint8_t *A, const float *As, int64_t K, int64_t N, hq (*h)[W8_E], int j0,
+                          const int32_t *t_exp, const int32_t *t_row, const int32_t *e_end, int64_t n_tiles,
+                          const int32_t *row_src, float *out, int *cnt) {
+    const int64_t nkb = K / 128, ntn = gateup ? (N + 63) / 64 : (N + 127) / 128;
+    static uint8_t sa[128 * 128], sw[128 * 128];
+    static float acc[256][64];
+    for (int64_t mt = 0; mt < n_tiles; mt++)
+        for (int64_t nt = 0; nt < ntn; nt++) {
+            const int e = t_exp[mt];
+            const int64_t row0 = t_row[mt], rows = e_end[e] - row0 < 128 ? e_end[e] - row0 : 128;
+#define ARROW(r) (gateup ? (int64_t)row_src[row0 + (r)] : row0 + (r))
+#define WROW(r) (gateup ? nt * 64 + ((r) % 64) : nt * 128 + (r))
+            const clef_qweight *w0 = &h[j0][e].q, *w1 = gateup ? &h[1][e].q : w0;
+            memset(acc, 0, sizeof acc);
+            for (int64_t kb = 0; kb < nkb; kb++) {
+                for (int tid = 0; tid < 256; tid++)
+                    for (int i = 0; i < 4; i++) {
+                        const int c = tid + i * 256, r = c >> 3, ch = c & 7;
+                        const int64_t dst = r * 128 + ((ch ^ (r & 7)) << 4), n = WROW(r);
+                        const clef_qweight *wq = gateup && r >= 64 ? w1 : w0;
+                        if (r < rows) memcpy(sa + dst, A + ARROW(r) * K + ch * 16 + kb * 128, 16);
+                        else memset(sa + dst, 0, 16);
+                        if (n < N) memcpy(sw + dst, (const uint8_t *)wq->data + n * K + ch * 16 + kb * 128, 16);
+                        else memset(sw + dst, 0, 16);
+                    }
+                for (int tid = 0; tid < 256; tid++) {
+                    const int lane = tid & 31, warp = tid >> 5, wg = warp >> 2, g = lane >> 2, t = lane & 3;
+                    const int rbase = wg * 64 + (warp & 3) * 16 + g;
+                    const float sa0 = As[ARROW(rbase < rows ? rbase : 0) * nkb + kb],
+                                sa1 = As[ARROW(rbase + 8 < rows ? rbase + 8 : 0) * nkb + kb];
+                    const int64_t wb = gateup ? (nt * 64) / 128 : (nt * 128) / 128;
+                    const float sw0 = ((const float *)w0->quant.scale)[wb * nkb + kb],
+                                sw1 = ((const float *)w1->quant.scale)[wb * nkb + kb];
+                    for (int j = 0; j < 16; j++)
+                        for (int q = 0; q < 4; q++) {
+                            const int r = rbase + 8 * (q >> 1), col = 8 * j + 2 * t + (q & 1);
+                            double part = 0.0;
+                            for (int k = 0; k < 128; k++)
+                                part += (double)clef_fp8e4m3_to_f32(sa[r * 128 + (((k / 16) ^ (r & 7)) << 4) + k % 16]) *
+                                        (double)clef_fp8e4m3_to_f32(sw[col * 128 + (((k / 16) ^ (col & 7)) << 4) + k % 16]);
+                            const int up = gateup && 8 * j >= 64;
+                            const float sc = q < 2 ? sa0 * (up ? sw1 : sw0) : sa1 * (up ? sw1 : sw0);
+                            acc[tid][4 * j + q] = fmaf((float)part, sc, acc[tid][4 * j + q]);
+                        }
+                }
+            }
+            for (int tid = 0; tid < 256; tid++) { /* epilogue */
+                const int lane = tid & 31, warp = tid >> 5, wg = warp >> 2, g = lane >> 2, t = lane & 3;
+                const int rbase = wg * 64 + (warp & 3) * 16 + g;
+                for (int hh = 0; hh < 2; hh++) {
+                    const int r = rbase + hh * 8;
+                    if (r >= rows) continue;
+                    if (!gateup) {
+                        for (int j = 0; j < 16; j++)
+                            for (int q = 0; q < 2; q++) {
+                                const int64_t n = nt * 128 + j * 8 + t * 2 + q;
+                                if (n >= N) continue;
+                                out[(row0 + r) * N + n] = acc[tid][4 * j + 2 * hh + q];
+                                cnt[(row0 + r) * N + n]++;
+                            }
+                        continue;
+                    }
+                    for (int j = 0; j < 8; j++)
+                        for (int q = 0; q < 2; q++) {
+                            const int64_t col = nt * 64 + j * 8 + t * 2 + q;
+                            if (col >= N) continue;
+                            const float gv = acc[tid][4 * j + 2 * hh + q], uv = acc[tid][4 * (j + 8) + 2 * hh + q];
+                            out[(row0 + r) * N + col] = clef_bf16_to_f32(clef_f32_to_bf16(gv / (1.0f + expf(-gv)) * uv));
+                            cnt[(row0 + r) * N + col]++;
+                        }
+                }
+            }
+#undef ARROW
+#undef WROW
+        }
+}
+
+/* fp8mma_replay on a plan of four experts (0, 1, 130 and 259 rows: empty,
+ * partial, two and three tiles), gathered token rows, K = 256 and N = 192
+ * (a 64-column gate/up tile and a 128-column down tile that end past N):
+ * every output written once and bitwise w8a8_dot's (GATEUP: the bf16
+ * SwiGLU of the gate and up products). */
+static void test_fp8mma_tiles_host(void **state) {
+    (void)state;
+    const int64_t K = 256, N = 192, T = 97;
+    static const int32_t counts[4] = {0, 1, 130, 259};
+    int32_t e_end[W8_E], t_exp[16], t_row[16];
+    int64_t n_tiles = 0, rows = 0;
+    for (int e = 0; e < W8_E; e++) {
+        const int64_t c = e < 4 ? counts[e] : 0;
+        for (int64_t r = 0; r < c; r += 128) t_exp[n_tiles] = e, t_row[n_tiles++] = (int32_t)(rows + r);
+        rows += c;
+        e_end[e] = (int32_t)rows;
+    }
+    int32_t *row_src = malloc((size_t)rows * 4);
+    for (int64_t p = 0; p < rows; p++) row_src[p] = (int32_t)(rnd64() % T);
+    hq h[3][W8_E];
+    for (int j = 0; j < 3; j++)
+        for (int e = 0; e < 4; e++) make_w8(&h[j][e], W8_RANDOM, N, K); /* [N, K]: the same shape for every role */
+    const int64_t arows = rows > T ? rows : T;
+    float *x = make_w8_x(W8_RANDOM, arows, K), *As = malloc((size_t)(arows * (K / 128)) * 4);
+    uint8_t *A = malloc((size_t)(arows * K));
+    fp8_quant_rows_host(x, arows, K, A, As);
+    float *out = malloc((size_t)(rows * N) * 4);
+    int *cnt = malloc((size_t)(rows * N) * sizeof(int));
+    for (int gateup = 0; gateup < 2; gateup++) {
+        memset(cnt, 0, (size_t)(rows * N) * sizeof(int));
+        fp8mma_replay(gateup, A, As, K, N, h, gateup ? 0 : 2, t_exp, t_row, e_end, n_tiles, row_src, out, cnt);
+        int64_t bad = 0, badc = 0;
+        for (int e = 0; e < 4; e++)
+            for (int64_t p = e ? e_end[e - 1] : 0; p < e_end[e]; p++)
+                for (int64_t n = 0; n < N; n++) {
+                    const int64_t ar = gateup ? row_src[p] : p;
+                    float want;
+                    if (gateup) {
+                        const float gv = w8a8_dot(A + ar * K, As + ar * (K / 128), &h[0][e].q, n),
+                                    uv = w8a8_dot(A + ar * K, As + ar * (K / 128), &h[1][e].q, n);
+                        want = clef_bf16_to_f32(clef_f32_to_bf16(gv / (1.0f + expf(-gv)) * uv));
+                    } else {
+                        want = w8a8_dot(A + ar * K, As + ar * (K / 128), &h[2][e].q, n);
+                    }
+                    badc += cnt[p * N + n] != 1;
+                    bad += cnt[p * N + n] == 1 && memcmp(&want, &out[p * N + n], 4) != 0;
+                }
+        if (bad || badc)
+            fail_msg("W8A8 kernel replay (%s): %lld outputs differ from the mirror, %lld not written once",
+                     gateup ? "gate/up" : "down", (long long)bad, (long long)badc);
+        printf("  W8A8 kernel replay %-8s %lld rows x %lld (K %lld, %lld tiles): = host mirror, bitwise\n",
+               gateup ? "gate/up" : "down", (long long)rows, (long long)N, (long long)K, (long long)n_tiles);
+    }
+    for (int j = 0; j < 3; j++)
+        for (int e = 0; e < 4; e++) free_q(&h[j][e]);
+    free(row_src), free(x), free(As), free(A), free(out), free(cnt);
+}
+
 /* Tolerances of the W8A8 expert block against the host mirror (relative L2):
  *   W8_EXACT                                                        1e-3
  *     The input codes and scales are the mirror's bit for bit
@@ -1527,7 +1672,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fp4_register_decode_host), cmocka_unit_test(test_v2_pipeline_host),
         cmocka_unit_test(test_v2_addressing_host), cmocka_unit_test(test_v3_int4_reorder_host),
-        cmocka_unit_test(test_qwgmma_tiles_host),
+        cmocka_unit_test(test_qwgmma_tiles_host),    cmocka_unit_test(test_fp8mma_tiles_host),
         cmocka_unit_test(test_refuses_bad_shapes), cmocka_unit_test(test_matmul_packed),
         cmocka_unit_test(test_moe_nvfp4_ct),       cmocka_unit_test(test_moe_nvfp4_modelopt),
         cmocka_unit_test(test_moe_fp8),            cmocka_unit_test(test_moe_int4_sym),
