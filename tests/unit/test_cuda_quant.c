@@ -39,7 +39,10 @@
  * W8A8 FP8 experts (CLEF_CUDA_FP8_MMA=1, cuda_fp8mma.cu): the activation
  * quantizer's codes and scales equal the host's bitwise (f32 and bf16 rows,
  * edge cases), and the expert block matches a host mirror that quantizes
- * the same way (tolerances at test_moe_fp8_w8a8), bitwise batch invariant.
+ * the same way (tolerances at test_moe_fp8_w8a8), bitwise batch invariant;
+ * host-only, the W8A8 kernel's copies, swizzle, accumulator map, scale
+ * pointers and epilogue replayed on the host equal that mirror bitwise
+ * (test_fp8mma_tiles_host).
  *
  * With CLEF_QGEMM_BENCH=1 it also times the moe op at the full model's
  * expert shapes (128 experts, hidden 2048, inter 768, top-8) for 300 and
