@@ -45,7 +45,7 @@
  * expert shapes (128 experts, hidden 2048, inter 768, top-8) for 300 and
  * 32000 tokens, fast and precise, BF16, every packed format, and every
  * packed format again on the mma.sync-only backend ("... (mma.sync)"; INT4
- * there: kernel v2), and checks
+ * and NVFP4 there: kernel v2), and checks
  * that packed INT4 / NVFP4 experts take at most 0.3x the device weight
  * memory of BF16 ones (clef_cuda_weight_bytes: the packed bytes + scales,
  * no bf16 copy). */
