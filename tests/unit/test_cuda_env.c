@@ -12,8 +12,8 @@
 
 static const char *const VARS[] = {"CLEF_CUDA_PRECISE", "CLEF_CUDA_NUMERICS", "CLEF_CUDA_GEMM",
                                    "CLEF_CUDA_PROFILE", "CLEF_CUDA_TUNE",     "CLEF_CUDA_WGMMA",
-                                   "CLEF_CUDA_QWGMMA",  "CLEF_CUDA_QGEMM_INT4", "CLEF_CUDA_LT_SPLITK",
-                                   "CLEF_CUDA_ATTN",    "CLEF_CUDA_GRAPHS",
+                                   "CLEF_CUDA_QWGMMA",  "CLEF_CUDA_QGEMM_INT4", "CLEF_CUDA_QGEMM_NVFP4",
+                                   "CLEF_CUDA_LT_SPLITK", "CLEF_CUDA_ATTN",    "CLEF_CUDA_GRAPHS",
                                    "CLEF_CUDA_FP8_MMA"};
 
 static int clear_env(void **state) {
@@ -52,6 +52,7 @@ static void test_defaults(void **state) {
     assert_int_equal(e.wgmma, 2);
     assert_int_equal(e.qwgmma, 1);
     assert_int_equal(e.int4, 3);
+    assert_int_equal(e.nvfp4, 3);
     assert_int_equal(e.lt_splitk, 1);
     assert_int_equal(e.attn, 0);
     assert_int_equal(e.graphs, 1);
@@ -130,6 +131,12 @@ static void test_kernel_switches(void **state) {
         assert_int_equal(read_with("CLEF_CUDA_QGEMM_INT4", int4[i], &e, &err), 0);
         assert_int_equal(e.int4, int4_want[i]);
     }
+    const char *nvfp4[] = {"v2", "v3"};
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(read_with("CLEF_CUDA_QGEMM_NVFP4", nvfp4[i], &e, &err), 0);
+        assert_int_equal(e.nvfp4, i + 2);
+        assert_int_equal(e.int4, 3); /* the INT4 switch is its own */
+    }
     const char *attn[] = {"v1", "v2", "v2w"};
     for (int i = 0; i < 3; i++) {
         assert_int_equal(read_with("CLEF_CUDA_ATTN", attn[i], &e, &err), 0);
@@ -152,6 +159,9 @@ static void test_kernel_switches(void **state) {
     expect_error("CLEF_CUDA_ATTN", "v3", "CUDA settings: CLEF_CUDA_ATTN must be v1, v2 or v2w (got 'v3')");
     expect_error("CLEF_CUDA_QGEMM_INT4", "marlin",
                  "CUDA settings: CLEF_CUDA_QGEMM_INT4 must be v2, v3 or v3-2blk (got 'marlin')");
+    expect_error("CLEF_CUDA_QGEMM_NVFP4", "v3-2blk",
+                 "CUDA settings: CLEF_CUDA_QGEMM_NVFP4 must be v2 or v3 (got 'v3-2blk')");
+    expect_error("CLEF_CUDA_QGEMM_NVFP4", "V3", "CUDA settings: CLEF_CUDA_QGEMM_NVFP4 must be v2 or v3 (got 'V3')");
     expect_error("CLEF_CUDA_GEMM", "cublas", "CUDA settings: CLEF_CUDA_GEMM must be cublaslt or custom (got 'cublas')");
 }
 

@@ -27,9 +27,13 @@
  * against the CPU decode for every format; INT4 kernel v3: the reorder at
  * upload and v3's copies, fragment reads and register decode replayed on the
  * host (tile shapes 32 / 64, both column maps, padded odd shapes) give
- * bitwise the CPU decode.  On the GPU, INT4 also runs on a second backend
- * created with CLEF_CUDA_QGEMM_INT4=v2 (GPTQ layout, kernel v2): its matmul
- * and moe outputs must equal v3's bitwise (batch and a row alone).
+ * bitwise the CPU decode; NVFP4 kernel v3 likewise (tile shapes 32 / 64 /
+ * 128): bitwise v2's bf16 multiplicands and scales, products fp4 * scale
+ * exactly; the packed wgmma tiles from both NVFP4 layouts.  On the GPU,
+ * INT4 and NVFP4 also run on a second backend created with
+ * CLEF_CUDA_QGEMM_INT4=v2 and CLEF_CUDA_QGEMM_NVFP4=v2 (checkpoint layouts,
+ * kernel v2): its matmul and moe outputs must equal v3's bitwise (batch and
+ * a row alone; NVFP4 matmul also a batch of 8200 rows: v3's 128-row tiles).
  * Packed experts on the wgmma kernel (cuda_wgmma.cu, passes of >= 8192
  * expert rows by default on sm_90a): the moe batch of 8300 tokens (k = 4:
  * a first pass of 32768 rows) must equal, bitwise, the same tokens alone /
@@ -48,7 +52,7 @@
  * expert shapes (128 experts, hidden 2048, inter 768, top-8) for 300 and
  * 32000 tokens, fast and precise, BF16, every packed format, and every
  * packed format again on the mma.sync-only backend ("... (mma.sync)"; INT4
- * there: kernel v2), FP8 blocks as W8A8 on a backend created with
+ * there and NVFP4: kernel v2), FP8 blocks as W8A8 on a backend created with
  * CLEF_CUDA_FP8_MMA=1 ("... (W8A8 fp8 wgmma)", mode "w8a8"), and checks
  * that packed INT4 / NVFP4 experts take at most 0.3x the device weight
  * memory of BF16 ones (clef_cuda_weight_bytes: the packed bytes + scales,
@@ -86,8 +90,9 @@ static float *rand_vec(size_t n, float scale) { return tu_rand_vec(&rng_state, n
 typedef struct fx {
     clef_backend *cpu;
     clef_backend *gpu[2]; /* fast, precise */
-    clef_backend *gpu_v2[2]; /* the same with CLEF_CUDA_QGEMM_INT4=v2 (INT4 in the GPTQ layout, kernel v2) and
-                                CLEF_CUDA_QWGMMA=0 (packed experts on the mma.sync kernels only) */
+    clef_backend *gpu_v2[2]; /* the same with CLEF_CUDA_QGEMM_INT4=v2 and CLEF_CUDA_QGEMM_NVFP4=v2 (INT4 / NVFP4
+                                in the checkpoint layout, kernel v2) and CLEF_CUDA_QWGMMA=0 (packed experts on
+                                the mma.sync kernels only) */
     clef_backend *gpu_fp8;   /* fast, CLEF_CUDA_FP8_MMA=1: FP8-block experts as W8A8 (cuda_fp8mma.cu) */
 } fx;
 
@@ -113,18 +118,22 @@ static int setup(void **state) {
             fprintf(stderr, "cuda backend: %s\n", err.message);
             return -1;
         }
-        const char *old = getenv("CLEF_CUDA_QGEMM_INT4"), *oldw = getenv("CLEF_CUDA_QWGMMA");
-        char *keep = old ? strdup(old) : NULL, *keepw = oldw ? strdup(oldw) : NULL;
+        const char *old = getenv("CLEF_CUDA_QGEMM_INT4"), *oldw = getenv("CLEF_CUDA_QWGMMA"),
+                   *oldn = getenv("CLEF_CUDA_QGEMM_NVFP4");
+        char *keep = old ? strdup(old) : NULL, *keepw = oldw ? strdup(oldw) : NULL, *keepn = oldn ? strdup(oldn) : NULL;
         setenv("CLEF_CUDA_QGEMM_INT4", "v2", 1); /* read when the backend is created */
+        setenv("CLEF_CUDA_QGEMM_NVFP4", "v2", 1);
         setenv("CLEF_CUDA_QWGMMA", "0", 1);
         f->gpu_v2[i] = clef_cuda_backend_create_ex(&o, &err);
         if (keep) setenv("CLEF_CUDA_QGEMM_INT4", keep, 1);
         else unsetenv("CLEF_CUDA_QGEMM_INT4");
+        if (keepn) setenv("CLEF_CUDA_QGEMM_NVFP4", keepn, 1);
+        else unsetenv("CLEF_CUDA_QGEMM_NVFP4");
         if (keepw) setenv("CLEF_CUDA_QWGMMA", keepw, 1);
         else unsetenv("CLEF_CUDA_QWGMMA");
-        free(keep), free(keepw);
+        free(keep), free(keepw), free(keepn);
         if (!f->gpu_v2[i]) {
-            fprintf(stderr, "cuda backend (INT4 v2): %s\n", err.message);
+            fprintf(stderr, "cuda backend (INT4 / NVFP4 v2): %s\n", err.message);
             return -1;
         }
     }
@@ -146,7 +155,8 @@ static int setup(void **state) {
     char d0[256], d1[256];
     clef_cuda_describe(f->gpu[0], d0, sizeof d0);
     clef_cuda_describe(f->gpu_v2[0], d1, sizeof d1);
-    printf("  backend under test: %s\n  reference backend:  %s (CLEF_CUDA_QGEMM_INT4=v2 CLEF_CUDA_QWGMMA=0)\n", d0, d1);
+    printf("  backend under test: %s\n  reference backend:  %s (CLEF_CUDA_QGEMM_INT4=v2 CLEF_CUDA_QGEMM_NVFP4=v2 "
+           "CLEF_CUDA_QWGMMA=0)\n", d0, d1);
     *state = f;
     return 0;
 }
@@ -570,6 +580,180 @@ static void test_v3_int4_reorder_host(void **state) {
     }
 }
 
+/* ---- host emulation of NVFP4 kernel v3 (reordered weights) ---------------- */
+
+/* The device reorder (cuda_qgemm.cu nvfp4_reorder_kernel and
+ * nvfp4_scale_reorder_kernel) with the same cuda_qbits.h expressions: data
+ * u8 [N, K/2] -> rq (CK_NVF4R_BYTES), scales u8 [N, K/16] -> rs
+ * (CK_NVF4R_SC_BYTES). */
+static void nvfp4_reorder_host(const uint8_t *src, const uint8_t *sc, int64_t K, int64_t N, uint32_t *rq, uint8_t *rs) {
+    const int64_t K64 = (K + 63) / 64, words = CK_NVF4R_BYTES(N, K) / 4, sbytes = CK_NVF4R_SC_BYTES(N, K);
+    for (int64_t w = 0; w < words; w++) {
+        uint32_t out = 0;
+        for (int s = 0; s < 8; s++) {
+            const int64_t k = CK_INT4R_K(w, s, K64), n = CK_INT4R_N(w, s, K64);
+            if (k < K && n < N) out |= ((uint32_t)(src[n * (K / 2) + k / 2] >> (4 * (k & 1))) & 15u) << (4 * s);
+        }
+        rq[w] = out;
+    }
+    for (int64_t b = 0; b < sbytes; b++) {
+        const int64_t n = CK_NVF4R_SC_N(b, K64), grp = CK_NVF4R_SC_G(b, K64);
+        rs[b] = n < N && grp < K / 16 ? sc[n * (K / 16) + grp] : 0;
+    }
+}
+
+/* bf16 bits of a small non-negative integer (exact). */
+static uint32_t bf16_bits_int(double v) {
+    const float f = (float)v;
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u >> 16;
+}
+
+/* The bf16 multiplicand (magnitude | sign) kernel v2's qdec_nvfp4 forms for
+ * half hf of a checkpoint byte (cuda_qbits.h CK_FP4X2_*): 128 + T, minus
+ * 128 (exact), OR the sign. */
+static uint32_t v2_nvfp4_operand(uint32_t byte, int hf) {
+    const uint32_t t2 = byte_perm(CK_FP4_T2_LO, CK_FP4_T2_HI, CK_FP4X2_PRMT_SEL(byte));
+    const uint32_t w = (t2 & 0x00FF00FFu) | CK_BF16X2_128;
+    const uint32_t mag = bf16_bits_int(bf16_value((w >> (16 * hf)) & 0xFFFFu) - 128.0);
+    return mag | ((CK_FP4X2_SIGN(byte) >> (16 * hf)) & 0x8000u);
+}
+
+/* The same multiplicand of v3's qdec_nvf4r for register p = 2 h + j, half hf
+ * of a reordered word. */
+static uint32_t v3_nvfp4_operand(uint32_t word, int p, int hf) {
+    const uint32_t t = byte_perm(CK_FP4_T2_LO, CK_FP4_T2_HI, CK_NVF4R_SEL(word, p >> 1));
+    const uint32_t reg = CK_NVF4R_REG(t, p & 1);
+    const uint32_t mag = bf16_bits_int(bf16_value((reg >> (16 * hf)) & 0xFFFFu) - 128.0);
+    return mag | ((CK_NVF4R_SIGN(word, p) >> (16 * hf)) & 0x8000u);
+}
+
+/* The product v2 / v3 feed the tensor cores, bf16 (multiplicand) x bf16
+ * (scale / 2), exact: value with the sign of zero of IEEE multiplication. */
+static double nvfp4_product(uint32_t operand, uint8_t sb) {
+    const double s = (double)clef_fp8e4m3_to_f32(sb) / 2, m = bf16_value(operand);
+    return m * s;
+}
+
+/* Kernel v3 (qgemm3_kernel) for NVFP4 replayed on the host for one weight
+ * [N, K] in the reordered layout (rq data, rs scales), tile rows bm (32, 64,
+ * 128) and both column maps, as v3_emulate does for INT4: every thread's
+ * data copy (block atom tid / 32, lane chunk tid % 32) and, threads 0..31,
+ * scale copy (piece tid % 4 of the scale atom of block atom tid / 4); every
+ * lane's 16 data bytes and 8 scale bytes of its warp's atoms; each register
+ * decoded as qdec_nvf4r does and attributed to the element the mma B
+ * fragment semantics give it.  Each element's multiplicand and scale byte
+ * must be bitwise kernel v2's (v2_nvfp4_operand on the checkpoint byte, the
+ * checkpoint scale), its product fp4 * scale exactly; cover counts them.
+ * Returns the number of mismatches; *oob counts out-of-bounds reads. */
+static int64_t v3_nvfp4_emulate(const clef_qweight *q, const uint8_t *rq, const uint8_t *rs, int bm, int gateup,
+                                int *cover, int64_t *oob) {
+    const int64_t N = q->rows, K = q->cols, K64 = (K + 63) / 64;
+    const int64_t bytes = CK_NVF4R_BYTES(N, K), sbytes = CK_NVF4R_SC_BYTES(N, K);
+    const int QBN = 128, WTN = bm == 32 ? 16 : 32, NA = WTN / 16, WARPS_M = bm == 32 ? 1 : 2;
+    const int64_t ntn = gateup ? (N + 63) / 64 : (N + QBN - 1) / QBN;
+    const uint8_t *data = q->data, *scale = q->quant.scale;
+    int64_t bad = 0;
+    uint8_t stage[4096 + 512];
+    for (int64_t nt = 0; nt < ntn; nt++)
+        for (int64_t kt = 0; kt < K64; kt++) {
+            for (int tid = 0; tid < 256; tid++) { /* load_stage: the weight (and scale) copies */
+                const int c = (tid >> 5) * 16;
+                const int64_t n = gateup ? nt * 64 + (c & 63) : nt * QBN + c;
+                const int ok = n < N;
+                const int64_t off = (ok ? CK_INT4R_ATOM_OFF(n / 16, (int64_t)0, K64) : 0) + (tid & 31) * 16 +
+                                    (ok ? kt * CK_INT4R_ATOM_BYTES : 0);
+                if (ok && off + 16 > bytes) (*oob)++;
+                if (ok && off + 16 <= bytes) memcpy(stage + tid * 16, rq + off, 16);
+                else memset(stage + tid * 16, 0, 16);
+                if (tid < 32) {
+                    const int cs = (tid >> 2) * 16;
+                    const int64_t ns = gateup ? nt * 64 + (cs & 63) : nt * QBN + cs;
+                    const int sok = ns < N;
+                    const int64_t so = (sok ? CK_NVF4R_SC_ATOM_OFF(ns / 16, (int64_t)0, K64) : 0) + (tid & 3) * 16 +
+                                       (sok ? kt * CK_NVF4R_SC_ATOM_BYTES : 0);
+                    if (sok && so + 16 > sbytes) (*oob)++;
+                    if (sok && so + 16 <= sbytes) memcpy(stage + 4096 + tid * 16, rs + so, 16);
+                    else memset(stage + 4096 + tid * 16, 0, 16);
+                }
+            }
+            for (int warp = 0; warp < 8; warp++) {
+                const int wn = warp % (8 / WARPS_M);
+                if (gateup && (wn * WTN) >= 64) continue; /* the up half: another matrix */
+                const int64_t wcol = gateup ? nt * 64 + ((wn * WTN) & 63) : nt * QBN + wn * WTN;
+                for (int lane = 0; lane < 32; lane++) {
+                    const int g = lane >> 2, t = lane & 3;
+                    for (int na = 0; na < NA; na++) {
+                        uint32_t bw[4], sw[2];
+                        memcpy(bw, stage + (wn * NA + na) * CK_INT4R_ATOM_BYTES + lane * 16, 16);
+                        memcpy(sw, stage + 4096 + (wn * NA + na) * CK_NVF4R_SC_ATOM_BYTES + g * 8, 8);
+                        for (int ks = 0; ks < 4; ks++) {
+                            const int64_t kk = kt * 64 + ks * 16;
+                            if (kk >= K) break;
+                            const uint32_t pair = (ks < 2 ? sw[0] : sw[1]) >> (16 * (ks & 1));
+                            for (int p = 0; p < 4; p++) {
+                                const int ni = 2 * na + (p >> 1), j = p & 1;
+                                const uint8_t sb = (uint8_t)((pair >> (8 * (p >> 1))) & 0xFFu);
+                                for (int hf = 0; hf < 2; hf++) {
+                                    const int64_t k = kk + j * 8 + 2 * t + hf, n = wcol + ni * 8 + g;
+                                    if (n >= N) continue;
+                                    const uint32_t op3 = v3_nvfp4_operand(bw[ks], p, hf);
+                                    const uint32_t op2 = v2_nvfp4_operand(data[n * (K / 2) + k / 2], (int)(k & 1));
+                                    const uint8_t sb2 = scale[n * (K / 16) + k / 16];
+                                    const uint8_t nib = (uint8_t)((data[n * (K / 2) + k / 2] >> (4 * (k & 1))) & 15u);
+                                    const double v = nvfp4_product(op3, sb),
+                                                 want = (double)clef_fp4e2m1_to_f32(nib) * clef_fp8e4m3_to_f32(sb2);
+                                    if (op3 != op2 || sb != sb2 || v != want || bf16_round(v) != v) bad++;
+                                    cover[n * K + k]++;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    return bad;
+}
+
+/* NVFP4 kernel v3's weight path on the host: the reorder (as the device
+ * kernels), then v3's copies, fragment and scale reads and register decode
+ * (v3_nvfp4_emulate) for the three tile shapes and both column maps give
+ * bitwise kernel v2's bf16 multiplicands and scales (so the same products:
+ * fp4 * scale, exact), every element once per warp row; shapes: the moe
+ * test's, N % 128 != 0, and an odd one (N % 16 = 8, K % 64 = 16) that
+ * exercises the padding; both NVFP4 flavours (the decode does not see the
+ * global). */
+static void test_v3_nvfp4_reorder_host(void **state) {
+    (void)state;
+    static const struct { int64_t N, K; } cs[] = {{128, 256}, {200, 384}, {40, 80}};
+    for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++)
+        for (int kind = Q_NVFP4_CT; kind <= Q_NVFP4_MO; kind++) {
+            const int64_t N = cs[ci].N, K = cs[ci].K;
+            hq h;
+            make_q(&h, (enum qkind)kind, N, K);
+            uint8_t *rq = malloc((size_t)CK_NVF4R_BYTES(N, K)), *rs = malloc((size_t)CK_NVF4R_SC_BYTES(N, K));
+            nvfp4_reorder_host(h.data, h.scale, K, N, (uint32_t *)rq, rs);
+            int *cover = malloc((size_t)(N * K) * sizeof(int));
+            for (int bm = 32; bm <= 128; bm *= 2)
+                for (int gu = 0; gu < 2; gu++) {
+                    memset(cover, 0, (size_t)(N * K) * sizeof(int));
+                    int64_t oob = 0, badc = 0;
+                    const int64_t bad = v3_nvfp4_emulate(&h.q, rq, rs, bm, gu, cover, &oob);
+                    for (int64_t i = 0; i < N * K; i++) badc += cover[i] != (bm == 32 ? 1 : 2);
+                    if (oob || bad || badc)
+                        fail_msg("v3 %s N=%lld K=%lld, BM %d %s: %lld reads out of bounds, %lld elements differ from "
+                                 "v2's decode, %lld not covered once per warp row", QNAME[kind], (long long)N,
+                                 (long long)K, bm, gu ? "gate/up" : "down/dense", (long long)oob, (long long)bad,
+                                 (long long)badc);
+                }
+            printf("  v3 %-28s reorder + fragments N=%-4lld K=%-4lld BM 32/64/128, both column maps: bitwise v2's "
+                   "decode, each element once per warp row\n", QNAME[kind], (long long)N, (long long)K);
+            free(rq), free(rs), free(cover);
+            free_q(&h);
+        }
+}
+
 /* ---- host emulation of the packed wgmma kernel's weight tiles ------------- */
 
 /* Byte offset of element (r, k) (k < 64) in a 128B-swizzled bf16 tile of
@@ -585,15 +769,21 @@ static int64_t sw128_host(int64_t r, int64_t k) { return r * 128 + (((k / 8) ^ (
  * writes what its dequant_stage writes into a swizzled 128 x 64 tile, which
  * is then read as the wgmma reads it.  Formats: INT4 reordered (the bf16
  * code q - zero, times the group scale of its fold: bitwise the CPU decode),
- * NVFP4 / FP8 (the unit placement: element (r, k) must be the weight element
- * (column of r, 64 kt + k); each tile element written exactly once).
+ * NVFP4 reordered (rq data, rs scales: each thread's chunk and its 8 scale
+ * bytes decoded as qdec_nvf4r; the product must be fp4 * scale of the
+ * element, exactly, its multiplicand bitwise v2's), NVFP4 / FP8 in the
+ * checkpoint layout (rq NULL: the unit placement: element (r, k) must be
+ * the weight element (column of r, 64 kt + k)); each tile element written
+ * exactly once.
  * Returns the number of mismatches; *oob counts out-of-bounds reads. */
-static int64_t qwg_emulate(const clef_qweight *q, const uint8_t *rq, int gateup, int64_t *oob) {
+static int64_t qwg_emulate(const clef_qweight *q, const uint8_t *rq, const uint8_t *rs, int gateup, int64_t *oob) {
     const int64_t N = q->rows, K = q->cols, K64 = K / 64;
     const int64_t ntn = gateup ? (N + 63) / 64 : (N + 127) / 128;
     int64_t bad = 0;
     uint16_t tile[128 * 64];
+    static double val[128 * 64]; /* NVFP4 reordered: the product each slot got */
     int64_t src[128 * 64]; /* INT4: unused; units: n * K + k of the element each slot got */
+    const int nvf4r = q->quant.type == CLEF_QT_NVFP4 && rq != NULL;
     int cnt[128 * 64];
     float *ref = malloc((size_t)(N * K) * 4);
     clef_qweight_rows_f32(q, 0, N, ref);
@@ -637,6 +827,39 @@ static int64_t qwg_emulate(const clef_qweight *q, const uint8_t *rq, int gateup,
                                 cnt[slot]++;
                             }
                         }
+                } else if (nvf4r) {
+                    const int c = (tid >> 5) * 16;
+                    int64_t n = gateup ? nt * 64 + (c % 64) : nt * 128 + c;
+                    const int b_ok = n < N;
+                    n = b_ok ? n : 0;
+                    const int64_t off = CK_INT4R_ATOM_OFF(n / 16, (int64_t)0, K64) + lane * 16 +
+                                        (b_ok ? kt * CK_INT4R_ATOM_BYTES : 0);
+                    const int64_t so = CK_NVF4R_SC_ATOM_OFF(n / 16, (int64_t)0, K64) + g * 8 +
+                                       (b_ok ? kt * CK_NVF4R_SC_ATOM_BYTES : 0);
+                    uint32_t w[4] = {0, 0, 0, 0}, sc[2] = {0, 0};
+                    if (b_ok) {
+                        if (off + 16 > CK_NVF4R_BYTES(N, K) || so + 8 > CK_NVF4R_SC_BYTES(N, K)) (*oob)++;
+                        else memcpy(w, rq + off, 16), memcpy(sc, rs + so, 8);
+                    }
+                    for (int kc = 0; kc < 4; kc++) {
+                        const uint32_t pair = (kc < 2 ? sc[0] : sc[1]) >> (16 * (kc & 1));
+                        for (int p = 0; p < 4; p++) {
+                            const int ni = p >> 1, j = p & 1;
+                            const int64_t r = (tid >> 5) * 16 + g + 8 * ni, k = 16 * kc + 8 * j + 2 * t;
+                            const int64_t at = sw128_host(r, k);
+                            if (at % 4 || sw128_host(r, k + 1) != at + 2) bad++;
+                            const int64_t nn = gateup ? nt * 64 + (r % 64) : nt * 128 + r;
+                            for (int hf = 0; hf < 2; hf++) {
+                                const int64_t slot = at / 2 + hf, kk = kt * 64 + k + hf;
+                                const uint32_t op = v3_nvfp4_operand(w[kc], p, hf);
+                                val[slot] = nvfp4_product(op, (uint8_t)((pair >> (8 * ni)) & 0xFFu));
+                                if (nn < N && op != v2_nvfp4_operand(((const uint8_t *)q->data)[nn * (K / 2) + kk / 2],
+                                                                     (int)(kk & 1)))
+                                    bad++;
+                                cnt[slot]++;
+                            }
+                        }
+                    }
                 } else {
                     for (int i = 0; i < 2; i++) { /* kernel v2's units u = tid + 256 i: row u / 4, chunk u % 4 */
                         const int u = tid + 256 * i, ur = u / 4, kc = u % 4;
@@ -664,6 +887,11 @@ static int64_t qwg_emulate(const clef_qweight *q, const uint8_t *rq, int gateup,
                         const float sc = clef_f16_to_f32(((const uint16_t *)q->quant.scale)[(kk / q->quant.group) * N + n]);
                         const float v = (float)(int16_t)tile[slot] * sc;
                         if (memcmp(&v, &ref[n * K + kk], 4)) bad++;
+                    } else if (nvf4r) {
+                        const uint8_t *d = q->data, *scl = q->quant.scale;
+                        const uint8_t nib = (uint8_t)((d[n * (K / 2) + kk / 2] >> (4 * (kk & 1))) & 15u);
+                        const double want = (double)clef_fp4e2m1_to_f32(nib) * clef_fp8e4m3_to_f32(scl[n * (K / 16) + kk / 16]);
+                        if (val[slot] != want || signbit(val[slot]) != signbit(want)) bad++;
                     } else if (src[slot] != n * K + kk) {
                         bad++;
                     }
@@ -683,33 +911,43 @@ static void test_qwgmma_tiles_host(void **state) {
             const int64_t N = shapes[si][0], K = shapes[si][1];
             hq h;
             make_q(&h, (enum qkind)kind, N, K);
-            uint8_t *rq = NULL;
+            uint8_t *rq = NULL, *rs = NULL;
             if (h.q.quant.type == CLEF_QT_INT4_GPTQ) {
                 rq = calloc(1, (size_t)CK_INT4R_BYTES(N, K));
                 int4_reorder_host(h.data, K, N, (uint32_t *)rq);
             }
-            for (int gu = 0; gu < 2; gu++) {
-                int64_t oob = 0;
-                const int64_t bad = qwg_emulate(&h.q, rq, gu, &oob);
-                if (bad || oob)
-                    fail_msg("packed wgmma tiles %s N=%lld K=%lld %s: %lld mismatches, %lld reads out of bounds",
-                             QNAME[kind], (long long)N, (long long)K, gu ? "gate/up" : "down", (long long)bad,
-                             (long long)oob);
+            /* NVFP4: the checkpoint layout (CLEF_CUDA_QGEMM_NVFP4=v2), then the reordered one (v3, default) */
+            const int layouts = h.q.quant.type == CLEF_QT_NVFP4 ? 2 : 1;
+            for (int lay = 0; lay < layouts; lay++) {
+                if (lay == 1) {
+                    rq = calloc(1, (size_t)CK_NVF4R_BYTES(N, K)), rs = calloc(1, (size_t)CK_NVF4R_SC_BYTES(N, K));
+                    nvfp4_reorder_host(h.data, h.scale, K, N, (uint32_t *)rq, rs);
+                }
+                for (int gu = 0; gu < 2; gu++) {
+                    int64_t oob = 0;
+                    const int64_t bad = qwg_emulate(&h.q, rq, rs, gu, &oob);
+                    if (bad || oob)
+                        fail_msg("packed wgmma tiles %s%s N=%lld K=%lld %s: %lld mismatches, %lld reads out of bounds",
+                                 QNAME[kind], lay ? " reordered" : "", (long long)N, (long long)K,
+                                 gu ? "gate/up" : "down", (long long)bad, (long long)oob);
+                }
+                printf("  packed wgmma tiles %-28s%s N=%-4lld K=%-4lld both column maps: as the CPU decode / v2 %s\n",
+                       QNAME[kind], lay ? " (reordered)" : "", (long long)N, (long long)K, lay ? "decode" : "units");
             }
-            printf("  packed wgmma tiles %-28s N=%-4lld K=%-4lld both column maps: as the CPU decode / v2 units\n",
-                   QNAME[kind], (long long)N, (long long)K);
-            free(rq);
+            free(rq), free(rs);
             free_q(&h);
         }
 }
 
 /* ---- the dense matmul with a packed weight -------------------------------- */
 
-/* INT4: kernel v2 (the CLEF_CUDA_QGEMM_INT4=v2 backend: GPTQ layout) gives
- * bitwise the y [T, N] (bias b added) of kernel v3 (the default backend),
- * for all T rows (T = 77: 64-row tiles) and for row 40 alone (32-row tiles). */
-static void int4_v2_same(clef_backend *v2, const clef_qweight *q, const float *x, const float *b, int64_t T,
-                         int64_t K, int64_t N, const float *y, const char *what, const char *mode) {
+/* INT4 / NVFP4: kernel v2 (the reference backend, CLEF_CUDA_QGEMM_INT4=v2
+ * and CLEF_CUDA_QGEMM_NVFP4=v2: checkpoint layout) gives bitwise the
+ * y [T, N] (bias b added) of kernel v3 (the default backend), for all T rows
+ * (T = 77: 64-row tiles; NVFP4 also T = 8200: 128-row tiles) and for row 40
+ * alone (32-row tiles). */
+static void v2_same(clef_backend *v2, const clef_qweight *q, const float *x, const float *b, int64_t T,
+                    int64_t K, int64_t N, const float *y, const char *what, const char *mode) {
     clef_err err;
     clef_weight wv;
     tu_ok(v2->ops->weight_init_packed(v2, &wv, q, &err), &err);
@@ -725,7 +963,8 @@ static void int4_v2_same(clef_backend *v2, const clef_qweight *q, const float *x
     if (bad || bad1)
         fail_msg("%s (%s): kernel v2 differs from v3 in %lld of %lld outputs (batch of %lld), %lld of %lld (row alone)",
                  what, mode, (long long)bad, (long long)(T * N), (long long)T, (long long)bad1, (long long)N);
-    printf("  %-40s %-8s kernel v2 (GPTQ layout) = v3 (reordered) bitwise, batch and row alone\n", what, mode);
+    printf("  %-40s %-8s kernel v2 (checkpoint layout) = v3 (reordered) bitwise, batch of %lld and row alone\n",
+           what, mode, (long long)T);
     free(yv), free(y1);
     v2->ops->free(v2, dx), v2->ops->free(v2, db), v2->ops->free(v2, dy);
     v2->ops->weight_release(v2, &wv);
@@ -759,8 +998,21 @@ static void test_matmul_packed(void **state) {
             tu_ok(g->ops->matmul(g, dx + 40 * K, 1, &wg, db, dy, &err), &err);
             float *y1 = tu_dget(g, dy, (size_t)N);
             if (memcmp(y1, y + 40 * N, (size_t)N * 4)) fail_msg("%s (%s): row alone differs", what, MODE[gi]);
-            if (kind == Q_INT4_SYM || kind == Q_INT4_ASYM)
-                int4_v2_same(f->gpu_v2[gi], &h.q, x, b, T, K, N, y, what, MODE[gi]);
+            if (kind != Q_FP8) v2_same(f->gpu_v2[gi], &h.q, x, b, T, K, N, y, what, MODE[gi]);
+            if (kind == Q_NVFP4_CT || kind == Q_NVFP4_MO) { /* 8200 rows: v3's 128-row tiles (DENSE) */
+                const int64_t TB = 8200;
+                float *xb = rand_vec((size_t)(TB * K), 1.0f);
+                memcpy(xb, x, (size_t)(T * K) * 4);
+                float *dxb = tu_dput(g, xb, (size_t)(TB * K) * 4), *dyb = tu_dnan(g, (size_t)(TB * N));
+                tu_ok(g->ops->matmul(g, dxb, TB, &wg, db, dyb, &err), &err);
+                float *yb = tu_dget(g, dyb, (size_t)(TB * N));
+                if (memcmp(yb, y, (size_t)(T * N) * 4))
+                    fail_msg("%s (%s): the first %lld rows differ inside a batch of %lld", what, MODE[gi], (long long)T,
+                             (long long)TB);
+                v2_same(f->gpu_v2[gi], &h.q, xb, b, TB, K, N, yb, what, MODE[gi]);
+                free(yb), free(xb);
+                g->ops->free(g, dxb), g->ops->free(g, dyb);
+            }
             free(y1), free(y);
             g->ops->free(g, dx), g->ops->free(g, db), g->ops->free(g, dy);
             g->ops->weight_release(g, &wg);
@@ -815,13 +1067,13 @@ static void moe_case(fx *f, enum qkind kind) {
                 fail_msg("%s (%s): token %lld alone differs from the batch", what, MODE[gi], (long long)picks[i]);
             free(y1);
         }
-        /* the reference backend: mma.sync packed kernels only (INT4: kernel v2, GPTQ layout) */
+        /* the reference backend: mma.sync packed kernels only (INT4 / NVFP4: kernel v2, checkpoint layout) */
         clef_backend *v2 = f->gpu_v2[gi];
         clef_weight wv[3][E];
         for (int j = 0; j < 3; j++)
             for (int e = 0; e < E; e++) tu_ok(v2->ops->weight_init_packed(v2, &wv[j][e], &h[j][e].q, &err), &err);
         clef_moe_weights mv = {.n_experts = E, .hidden = H, .inter = NI, .gate = wv[0], .up = wv[1], .down = wv[2]};
-        if (kind == Q_INT4_SYM || kind == Q_INT4_ASYM) { /* kernel v2 (GPTQ layout) = v3, bitwise */
+        if (kind != Q_FP8) { /* INT4 / NVFP4: kernel v2 (checkpoint layout) = v3, bitwise */
             float *vx = tu_dput(v2, x, (size_t)(T * H) * 4), *vw = tu_dput(v2, rw, (size_t)(T * k) * 4);
             int32_t *vi = tu_dput(v2, idx, (size_t)(T * k) * 4);
             float *vy = tu_dnan(v2, (size_t)(T * H));
@@ -836,8 +1088,8 @@ static void moe_case(fx *f, enum qkind kind) {
                 fail_msg("%s (%s): kernel v2 differs from v3 in %lld of %lld outputs (%lld tokens), %lld of %lld "
                          "(token 99 alone)", what, MODE[gi], (long long)bad, (long long)(T * H), (long long)T,
                          (long long)bad1, (long long)H);
-            printf("  %-40s %-8s kernel v2 (GPTQ layout) = v3 (reordered) bitwise, %lld tokens and one alone\n", what,
-                   MODE[gi], (long long)T);
+            printf("  %-40s %-8s kernel v2 (checkpoint layout) = v3 (reordered) bitwise, %lld tokens and one alone\n",
+                   what, MODE[gi], (long long)T);
             free(yv), free(yv1);
             v2->ops->free(v2, vx), v2->ops->free(v2, vw), v2->ops->free(v2, vi), v2->ops->free(v2, vy);
         }
@@ -1586,8 +1838,8 @@ static void test_bench_full_shapes(void **state) {
         printf("  full expert shapes: %d experts, hidden %lld, inter %lld, top-%lld (%s mode)\n", E, (long long)H,
                (long long)NI, (long long)k, MODE[gi]);
         for (int v = 0; v < (gi == 0 ? 3 : 2); v++) { /* v = 1: the packed formats again on the reference backend
-                                                         (mma.sync kernels only; INT4: kernel v2); v = 2 (once):
-                                                         FP8 blocks as W8A8 (CLEF_CUDA_FP8_MMA=1) */
+                                                         (mma.sync kernels only; INT4 / NVFP4: kernel v2); v = 2
+                                                         (once): FP8 blocks as W8A8 (CLEF_CUDA_FP8_MMA=1) */
             clef_backend *g = v == 2 ? f->gpu_fp8 : v ? f->gpu_v2[gi] : f->gpu[gi];
             float *dx = tu_dput(g, x, (size_t)(TMAX * H) * 4), *dw = tu_dput(g, rw, (size_t)(TMAX * k) * 4);
             int32_t *di = tu_dput(g, idx, (size_t)(TMAX * k) * 4);
@@ -1626,7 +1878,7 @@ static void test_bench_full_shapes(void **state) {
                 clef_moe_weights mg = {.n_experts = E, .hidden = H, .inter = NI, .gate = wg[0], .up = wg[1], .down = wg[2]};
                 char vname[64];
                 snprintf(vname, sizeof vname, "%s (mma.sync%s)", kind >= 0 ? QNAME[kind] : "",
-                         kind == Q_INT4_SYM ? ", v2" : "");
+                         kind == Q_INT4_SYM || kind == Q_NVFP4_CT ? ", v2" : "");
                 const char *name = kind < 0 ? "bf16" : v == 2 ? "fp8 block 128x128 (W8A8 fp8 wgmma)" : v ? vname : QNAME[kind];
                 printf("  %-40s weights %.1f MiB (device weight memory +%.1f MiB, %.3fx bf16; driver: %.1f GiB used)\n", name,
                        (double)wbytes / 1048576.0, (double)used / 1048576.0, bf16_mem ? (double)used / (double)bf16_mem : 1.0,
@@ -1675,6 +1927,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fp4_register_decode_host), cmocka_unit_test(test_v2_pipeline_host),
         cmocka_unit_test(test_v2_addressing_host), cmocka_unit_test(test_v3_int4_reorder_host),
+        cmocka_unit_test(test_v3_nvfp4_reorder_host),
         cmocka_unit_test(test_qwgmma_tiles_host),    cmocka_unit_test(test_fp8mma_tiles_host),
         cmocka_unit_test(test_refuses_bad_shapes), cmocka_unit_test(test_matmul_packed),
         cmocka_unit_test(test_moe_nvfp4_ct),       cmocka_unit_test(test_moe_nvfp4_modelopt),

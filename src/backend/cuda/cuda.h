@@ -41,8 +41,9 @@
  *   sm_90a builds and compute capability 9.0) = wgmma from 8192 expert rows
  *   per pass; both kernels give bitwise the same sums.  Packed (quantized)
  *   experts follow the same rule on the wgmma variant of cuda_wgmma.cu
- *   (128-row tiles; NVFP4, FP8 blocks with Bc % 64 == 0, INT4 reordered
- *   with G % 64 == 0; bitwise the results of cuda_qgemm.cu's kernels)
+ *   (128-row tiles; NVFP4 in either layout, FP8 blocks with Bc % 64 == 0,
+ *   INT4 reordered with G % 64 == 0; bitwise the results of cuda_qgemm.cu's
+ *   kernels)
  *   CLEF_CUDA_QWGMMA: 0 = never, 1 (default) = NVFP4 and INT4 (FP8 stays
  *   on mma.sync, faster there on the H200), 2 = every format.
  *   CLEF_CUDA_FP8_MMA: 0 (default) = FP8-block experts as above (W8A16:
@@ -96,6 +97,14 @@
  * checkpoint layout and the shared-memory kernel v2 instead: bitwise the
  * same results, slower; CLEF_CUDA_QGEMM_INT4=v3-2blk bounds v3's 32-row
  * tiles for 2 blocks per SM instead of 3 (a tuning A/B, same results).
+ * NVFP4 likewise: its data and E4M3 group scales are reordered once at
+ * upload (same size for in % 64 == 0 and out % 16 == 0, padded otherwise;
+ * no copy of the checkpoint layout kept; the host arrays unchanged) into the
+ * same B-fragment atoms plus 64-byte scale atoms, and decoded in registers by
+ * kernel v3 (and by the wgmma variant for big passes) with v2's exact
+ * fp4 * scale arithmetic; CLEF_CUDA_QGEMM_NVFP4=v2 (default v3; read when
+ * the backend is created) keeps the checkpoint layout and kernel v2:
+ * bitwise the same results.
  *
  * CUDA graphs: CLEF_CUDA_GRAPHS=1 (default) records the thinker's
  * text-only forward (embedding, every layer, final norm: ~1,100 launches)

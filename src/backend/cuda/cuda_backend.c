@@ -31,7 +31,7 @@ enum cu_slot {
     SLOT_MOE_Y, /* expert outputs in permuted order, f32 */
     SLOT_ATT16, /* Q, K, V as bf16 */
     SLOT_SPLIT_Y, /* precise dense products through cuBLASLt: the hi and lo halves' outputs, f32 */
-    SLOT_STAGE, /* INT4 upload: the GPTQ-layout bytes before ck_int4_reorder */
+    SLOT_STAGE, /* INT4 / NVFP4 upload: the checkpoint-layout bytes before ck_int4_reorder / ck_nvfp4_reorder */
     SLOT_FP8,   /* W8A8 experts (CLEF_CUDA_FP8_MMA=1): E4M3 input and intermediate rows + their scales */
     SLOT_COUNT
 };
@@ -164,6 +164,7 @@ typedef struct cuda_ctx {
     qmoe_tab *qmoe; /* packed-expert tables (quantized checkpoints) */
     int int4_v2;    /* CLEF_CUDA_QGEMM_INT4=v2: INT4 kept in the GPTQ layout, kernel v2; else reordered, v3 */
     int int4_2blk;  /* CLEF_CUDA_QGEMM_INT4=v3-2blk: v3 with 32-row tiles bounded for 2 blocks/SM (tuning) */
+    int nvfp4_v2;   /* CLEF_CUDA_QGEMM_NVFP4=v2: NVFP4 kept in the checkpoint layout, kernel v2; else reordered, v3 */
     size_t n_qmoe, cap_qmoe;
     /* the last activation rows converted to bf16 (reused by consecutive
      * matmuls of the same input, e.g. q/k/v); any other op clears it */
@@ -622,7 +623,9 @@ static void packed_sizes(const clef_qweight *q, size_t *data, size_t *scale, siz
  * device pointers in w->quant.  INT4 data is reordered on the device into
  * the layout of kernel v3 (cuda_qbits.h CK_INT4R_*; same size for N % 16 ==
  * 0 and K % 64 == 0, padded otherwise; the GPTQ layout is not kept) unless
- * CLEF_CUDA_QGEMM_INT4=v2 was set when the backend was created.  An expert
+ * CLEF_CUDA_QGEMM_INT4=v2 was set when the backend was created; NVFP4 data
+ * and scales likewise (CK_NVF4R_*, ck_nvfp4_reorder) unless
+ * CLEF_CUDA_QGEMM_NVFP4=v2.  The host arrays are never changed.  An expert
  * view of a stacked tensor uploads just its rows.  Shapes the kernels cannot
  * tile fail with 500. */
 static int cu_weight_init_packed(clef_backend *be, clef_weight *w, const clef_qweight *q, clef_err *err) {
@@ -642,10 +645,13 @@ static int cu_weight_init_packed(clef_backend *be, clef_weight *w, const clef_qw
                          (long long)qu->block_r, (long long)qu->block_c);
     size_t nd, ns, nz;
     packed_sizes(q, &nd, &ns, &nz);
-    /* INT4 (default): the data reordered on the device for kernel v3 (replacing the GPTQ layout, no copy kept) */
+    /* INT4 / NVFP4 (default): the data (NVFP4: and scales) reordered on the device for kernel v3 (replacing the
+     * checkpoint layout, no copy kept) */
     const int reorder = qu->type == CLEF_QT_INT4_GPTQ && !c->int4_v2;
-    const size_t nq = nd;
+    const int reorder_nvf = qu->type == CLEF_QT_NVFP4 && !c->nvfp4_v2;
+    const size_t nq = nd, nsq = ns;
     if (reorder) nd = (size_t)CK_INT4R_BYTES(R, C);
+    if (reorder_nvf) nd = (size_t)CK_NVF4R_BYTES(R, C), ns = (size_t)CK_NVF4R_SC_BYTES(R, C);
     const size_t od = 0, os = ALIGN_UP(nd + 256, 256), oz = os + ALIGN_UP(ns + 256, 256);
     const size_t total = oz + (nz ? ALIGN_UP(nz + 256, 256) : 0);
     cudaSetDevice(c->device);
@@ -657,10 +663,19 @@ static int cu_weight_init_packed(clef_backend *be, clef_weight *w, const clef_qw
         rc = stage ? 0 : -1;
         if (rc == 0) rc = cu_check(cudaMemcpyAsync(stage, q->data, nq, cudaMemcpyHostToDevice, c->st), "weight upload", err);
         if (rc == 0) rc = cu_check(ck_int4_reorder(stage, C, R, d + od, c->st), "INT4 reorder", err);
+    } else if (reorder_nvf) {
+        const size_t oss = ALIGN_UP(nq, 256); /* the scales after the data in the stage */
+        char *stage = cu_slot(c, SLOT_STAGE, oss + nsq, err);
+        rc = stage ? 0 : -1;
+        if (rc == 0) rc = cu_check(cudaMemcpyAsync(stage, q->data, nq, cudaMemcpyHostToDevice, c->st), "weight upload", err);
+        if (rc == 0)
+            rc = cu_check(cudaMemcpyAsync(stage + oss, qu->scale, nsq, cudaMemcpyHostToDevice, c->st), "scale upload", err);
+        if (rc == 0) rc = cu_check(ck_nvfp4_reorder(stage, stage + oss, C, R, d + od, d + os, c->st), "NVFP4 reorder", err);
     } else {
         rc = cu_check(cudaMemcpyAsync(d + od, q->data, nd, cudaMemcpyHostToDevice, c->st), "weight upload", err);
     }
-    if (rc == 0) rc = cu_check(cudaMemcpyAsync(d + os, qu->scale, ns, cudaMemcpyHostToDevice, c->st), "scale upload", err);
+    if (rc == 0 && !reorder_nvf)
+        rc = cu_check(cudaMemcpyAsync(d + os, qu->scale, ns, cudaMemcpyHostToDevice, c->st), "scale upload", err);
     if (rc == 0 && nz) rc = cu_check(cudaMemcpyAsync(d + oz, qu->zeros, nz, cudaMemcpyHostToDevice, c->st), "zeros upload", err);
     if (rc != 0) {
         arena_release(c, d);
@@ -1139,6 +1154,7 @@ static ck_qmat qmat_of_weight(const clef_weight *w) {
 /* The format fields of ck_qgemm_args from a packed weight (uploaded by c). */
 static void qargs_format(const cuda_ctx *c, ck_qgemm_args *g, const clef_weight *w) {
     g->int4_reordered = c->int4_v2 ? 0 : c->int4_2blk ? 2 : 1;
+    g->nvfp4_reordered = !c->nvfp4_v2;
     g->qtype = w->quant.type == CLEF_QT_NVFP4 ? CK_QT_NVFP4 : w->quant.type == CLEF_QT_FP8_BLOCK ? CK_QT_FP8 : CK_QT_INT4;
     g->global_div = w->quant.global_div;
     g->has_zeros = w->quant.zeros != NULL;
@@ -2112,6 +2128,7 @@ clef_backend *clef_cuda_backend_create_ex(const clef_cuda_options *opt, clef_err
     c->fp8_mma = env.fp8_mma;
     c->int4_v2 = env.int4 == 2;
     c->int4_2blk = env.int4 == 4;
+    c->nvfp4_v2 = env.nvfp4 == 2;
     c->lt_splitk = env.lt_splitk;
     c->attn_variant = env.attn; /* 0: per mode, see cu_attention */
     c->graphs_on = env.graphs;

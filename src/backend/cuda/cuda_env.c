@@ -85,6 +85,7 @@ int clef_cuda_env_read(clef_cuda_env *e, clef_err *err) {
     memset(e, 0, sizeof *e);
     static const char *const gemm[] = {"cublaslt", "custom"};
     static const char *const int4[] = {NULL, NULL, "v2", "v3", "v3-2blk"};
+    static const char *const nvfp4[] = {NULL, NULL, "v2", "v3"};
     static const char *const attn[] = {NULL, "v1", "v2", "v2w"};
     int v3 = 3;
     if (read_numerics(e, err) ||
@@ -93,6 +94,7 @@ int clef_cuda_env_read(clef_cuda_env *e, clef_err *err) {
         env_int("CLEF_CUDA_TUNE", 0, 7, 7, &e->tune, err) || env_int("CLEF_CUDA_WGMMA", 0, 2, 2, &e->wgmma, err) ||
         env_int("CLEF_CUDA_QWGMMA", 0, 2, 1, &e->qwgmma, err) ||
         env_choice("settings", "CLEF_CUDA_QGEMM_INT4", int4, 5, v3, "v2, v3 or v3-2blk", &e->int4, err) ||
+        env_choice("settings", "CLEF_CUDA_QGEMM_NVFP4", nvfp4, 4, v3, "v2 or v3", &e->nvfp4, err) ||
         env_int("CLEF_CUDA_LT_SPLITK", 0, 2, 1, &e->lt_splitk, err) ||
         env_choice("settings", "CLEF_CUDA_ATTN", attn, 4, 0, "v1, v2 or v2w", &e->attn, err) ||
         env_int("CLEF_CUDA_GRAPHS", 0, 1, 1, &e->graphs, err) ||

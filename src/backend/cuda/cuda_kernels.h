@@ -100,6 +100,9 @@ enum { CK_QT_NVFP4 = 1, CK_QT_FP8 = 2, CK_QT_INT4 = 3 };
  *   FP8:   q FP8 E4M3 [N, K], scale f32 [ceil(N/Br), ceil(K/Bc)];
  *   INT4:  q u32 [K/8, N], scale f16 [K/G, N], zeros u32 [K/G, N/8] or NULL
  *          (symmetric: zero 8).
+ * or, with ck_qgemm_args.int4_reordered / nvfp4_reordered, INT4 q / NVFP4 q
+ * and scale in the reordered layouts of cuda_qbits.h (ck_int4_reorder,
+ * ck_nvfp4_reorder).
  * Every array starts 256-byte aligned and is readable up to a multiple of 4
  * bytes past its end (NVFP4 scales are fetched as aligned words). */
 typedef struct ck_qmat {
@@ -142,6 +145,9 @@ typedef struct ck_qgemm_args {
     int int4_reordered; /* INT4: 1 = every q is in the reordered layout of ck_int4_reorder (kernel v3,
                            registers), 0 = the GPTQ layout (kernel v2); bitwise the same results;
                            2 = as 1 with 32-row tiles register-bounded for 2 blocks/SM instead of 3 */
+    int nvfp4_reordered; /* NVFP4: 1 = every q and scale is in the reordered layout of ck_nvfp4_reorder
+                            (kernel v3, registers), 0 = the checkpoint layout (kernel v2); bitwise the
+                            same results */
 } ck_qgemm_args;
 
 /* Rows per M tile of the packed-weight GEMM for `rows` (permuted) rows over
@@ -154,7 +160,7 @@ cudaError_t ck_qgemm(const ck_qgemm_args *a, cudaStream_t st);
 /* 1 when the grouped product a (mode, K, N, lda, split and the format
  * fields; bm, pointers and plan not looked at) can run on ck_qgemm_wgmma:
  * the build holds sm_90a code, GATEUP or DOWN, K % 64 == 0, lda % 8 == 0;
- * NVFP4; FP8 with block_c % 64 == 0 and block_r % 8 == 0; INT4 in the
+ * NVFP4 (either layout); FP8 with block_c % 64 == 0 and block_r % 8 == 0; INT4 in the
  * reordered layout (int4_reordered != 0) with G % 64 == 0.  Else 0. */
 int ck_qgemm_wgmma_fits(const ck_qgemm_args *a);
 
@@ -225,6 +231,16 @@ cudaError_t ck_fp8mma(const ck_fp8mma_args *a, cudaStream_t st);
  * overlapping src; padding nibbles 0).  K % 8 == 0, N % 8 == 0, else
  * cudaErrorInvalidValue.  Asynchronous on st. */
 cudaError_t ck_int4_reorder(const void *src, int64_t K, int64_t N, void *dst, cudaStream_t st);
+
+/* NVFP4 data src_q u8 [N, K/2] and E4M3 scales src_scale u8 [N, K/16]
+ * (checkpoint layout, device) -> the reordered layout of cuda_qbits.h
+ * (CK_NVF4R_*: the data in the INT4 atoms' nibble order, CK_NVF4R_BYTES(N, K)
+ * bytes at dst_q; the scales in 64-byte scale atoms, CK_NVF4R_SC_BYTES(N, K)
+ * bytes at dst_scale; padding 0; destinations device memory not overlapping
+ * the sources).  K % 16 == 0, K >= 16, N >= 1, else cudaErrorInvalidValue.
+ * Asynchronous on st. */
+cudaError_t ck_nvfp4_reorder(const void *src_q, const void *src_scale, int64_t K, int64_t N, void *dst_q,
+                             void *dst_scale, cudaStream_t st);
 
 /* Y[r, n] = sum_k x[r, k] * W[n, k] (+ bias[n]) for f32 weights, one thread
  * per output, k ascending (fallback for F32/F16 checkpoints). */

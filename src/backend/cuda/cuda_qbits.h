@@ -53,4 +53,38 @@
 /* bf16x2 register p of a reordered word, before the zero is subtracted: (128 + q_even, 128 + q_odd) */
 #define CK_INT4R_REG(word, p) ((((word) >> (4 * (p))) & 0x000F000Fu) | 0x43004300u)
 
+/* ---- NVFP4 reordered for the register-dequant kernel (v3) ----------------
+ * The checkpoint layout (data u8 [N, K/2]: element (n, k) the nibble
+ * 4 (k % 2) of byte n K/2 + k/2; scales E4M3 u8 [N, K/16]) is rewritten once
+ * at upload into the INT4 atoms above: the data array takes exactly the
+ * nibble permutation of CK_INT4R_K / CK_INT4R_N (lane l's 16 bytes of atom
+ * (nb, kb), word kc = its B fragments of K chunk 64 kb + 16 kc: register p =
+ * 2 ni + j from the even-k nibble at bits 4p and the odd-k one at bits
+ * 16 + 4p), CK_NVF4R_BYTES(N, K) = CK_INT4R_BYTES(N, K) bytes; the scales
+ * go into a second array of 64-byte scale atoms, same (nb, kb) order: byte
+ * g * 8 + 2 kc + ni of atom (nb, kb) = the scale of column 16 nb + 8 ni + g,
+ * group 4 kb + kc, so lane (g, t) reads its 8 bytes at g * 8 and the pair of
+ * chunk kc (ni = 0 low byte, ni = 1 high) is its 16-bit half kc % 2 of word
+ * kc / 2.  Outside [0,K) x [0,N): nibbles and scale bytes 0.
+ * Register decode, exactly qdec_nvfp4's arithmetic (cuda_qdecode.cuh) with
+ * other bit moves: for the register pair h (p = 2h, 2h + 1: one column half
+ * ni = h, j = 0 and 1) CK_NVF4R_SEL(word, h) is the __byte_perm selector
+ * whose nibbles 0..3 are the magnitude codes (& 7) of p = 2h even, 2h + 1
+ * even, 2h odd, 2h + 1 odd; t = __byte_perm(CK_FP4_T2_LO, CK_FP4_T2_HI, sel)
+ * are their 2 |fp4| bytes in that order; CK_NVF4R_REG(t, j) = bf16x2
+ * (128 + T_even, 128 + T_odd) of register 2h + j; CK_NVF4R_SIGN(word, p) the
+ * two sign bits at bits 15 and 31.  Then as v2: minus CK_BF16X2_128, OR the
+ * sign, times the scale / 2 (exact).  Shared by the device reorder, the v3
+ * and wgmma kernels and tests/unit/test_cuda_quant.c. */
+#define CK_NVF4R_BYTES(N, K) CK_INT4R_BYTES(N, K)
+#define CK_NVF4R_SC_ATOM_BYTES 64
+#define CK_NVF4R_SC_BYTES(N, K) ((((N) + 15) / 16) * (((K) + 63) / 64) * CK_NVF4R_SC_ATOM_BYTES)
+#define CK_NVF4R_SC_ATOM_OFF(nb, kb, K64) (((nb) * (K64) + (kb)) * CK_NVF4R_SC_ATOM_BYTES)
+/* byte b of the reordered scales: its column and its 16-group (K / 16 index) */
+#define CK_NVF4R_SC_N(b, K64) (((b) / 64 / (K64)) * 16 + (((b) % 2) * 8) + ((b) % 64) / 8)
+#define CK_NVF4R_SC_G(b, K64) (((b) / 64 % (K64)) * 4 + ((b) % 8) / 2)
+#define CK_NVF4R_SEL(word, h) ((((word) >> (8 * (h))) & 0x77u) | (((word) >> (8 + 8 * (h))) & 0x7700u))
+#define CK_NVF4R_REG(t, j) ((((t) >> (8 * (j))) & 0x00FF00FFu) | CK_BF16X2_128)
+#define CK_NVF4R_SIGN(word, p) (((word) << (12 - 4 * (p))) & 0x80008000u)
+
 #endif

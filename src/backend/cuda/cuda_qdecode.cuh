@@ -71,4 +71,29 @@ static __device__ __forceinline__ uint32_t qdec_int4r(uint32_t word, int p, uint
     return u32_of(__hsub2(bf2(CK_INT4R_REG(word, p)), bf2(zz)));
 }
 
+/* NVFP4 reordered (cuda_qbits.h, kernel v3): the scale pair of a chunk (low
+ * byte: column half ni = 0, high: ni = 1) -> bf16x2 (scale / 2, scale / 2)
+ * of each half, the conversion of qdec_nvfp4 (E4M3 -> f16 -> f32, times 0.5,
+ * -> bf16: exact). */
+static __device__ __forceinline__ void qdec_nvf4r_scales(uint32_t pair, uint32_t (&sh)[2]) {
+    const float2 sf = __half22float2(__nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(pair & 0xFFFFu), __NV_E4M3));
+    const __nv_bfloat16 s0 = __float2bfloat16_rn(0.5f * sf.x), s1 = __float2bfloat16_rn(0.5f * sf.y);
+    sh[0] = u32_of(__halves2bfloat162(s0, s0));
+    sh[1] = u32_of(__halves2bfloat162(s1, s1));
+}
+/* The 4 registers of one reordered word (p = 2 ni + j) -> fp4 * scale, exact:
+ * qdec_nvfp4's steps (128 + T, minus 128, OR the sign, times scale / 2). */
+static __device__ __forceinline__ void qdec_nvf4r(uint32_t word, const uint32_t (&sh)[2], uint32_t (&out)[4]) {
+    const __nv_bfloat162 c128 = bf2(CK_BF16X2_128);
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const uint32_t t = __byte_perm(CK_FP4_T2_LO, CK_FP4_T2_HI, CK_NVF4R_SEL(word, h));
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            const uint32_t mag = u32_of(__hsub2(bf2(CK_NVF4R_REG(t, j)), c128));
+            out[2 * h + j] = u32_of(__hmul2(bf2(mag | CK_NVF4R_SIGN(word, 2 * h + j)), bf2(sh[h])));
+        }
+    }
+}
+
 #endif

@@ -31,11 +31,12 @@
  * 16-wide chunks, folded at fixed K positions; it depends on its own row
  * only (no split-K, no atomics).
  *
- * INT4 by default runs kernel v3 (qgemm3_kernel, below): the same tiles,
- * activations, fold and epilogue, with the weights reordered at upload
- * (ck_int4_reorder, cuda_qbits.h) so that they go packed from the ring to
- * registers and are decoded there; bitwise the results of v2, which stays
- * for CLEF_CUDA_QGEMM_INT4=v2 (GPTQ layout).
+ * INT4 and NVFP4 by default run kernel v3 (qgemm3_kernel, below): the same
+ * tiles, activations, fold / epilogue, with the weights (NVFP4: and their
+ * E4M3 scales) reordered at upload (ck_int4_reorder, ck_nvfp4_reorder,
+ * cuda_qbits.h) so that they go packed from the ring to registers and are
+ * decoded there; bitwise the results of v2, which stays for
+ * CLEF_CUDA_QGEMM_INT4=v2 / CLEF_CUDA_QGEMM_NVFP4=v2 (checkpoint layouts).
  *
  * History: this is the second version of the kernel (v2).  The first one
  * (v1: one shared-memory dequantization pass per K step behind two
@@ -445,46 +446,59 @@ template <int QT, int QBM> cudaError_t launch_v2(const ck_qgemm_args *a, cudaStr
 }
 
 
-/* ---- INT4 kernel v3: reordered weights, dequantized in registers ----------
- * For INT4 uploaded in the reordered layout of cuda_qbits.h (atoms of 16
- * columns x 64 K; ck_int4_reorder).  The tiles, warps, activation ring,
- * fold and epilogue are v2's; only the weight path differs: each stage one
+/* ---- kernel v3: reordered weights, dequantized in registers ---------------
+ * For INT4 and NVFP4 uploaded in the reordered layouts of cuda_qbits.h
+ * (atoms of 16 columns x 64 K; ck_int4_reorder, ck_nvfp4_reorder).  The
+ * tiles, warps, activation ring, fold (INT4) and epilogue (NVFP4: the
+ * per-tensor global) are v2's; only the weight path differs: each stage one
  * 16-byte cp.async per thread brings the block's 8 atoms (128 columns x 64
- * K, 4 KiB, packed) into the ring; at the MMAs each lane reads the 16 bytes
- * of each of its warp's atoms (one ld.shared.v4: exactly its B fragments of
- * the 4 K chunks) and dequantizes them in registers (CK_INT4R_REG and one
- * __hsub2 per register: (128 + q) - (128 + zero), exact), so there is no bf16
- * weight tile, no dequantization pass and no barrier besides the ring's one.
+ * K, 4 KiB, packed) into the ring, NVFP4 also their 8 scale atoms (512
+ * bytes: 32 threads, 16 bytes each); at the MMAs each lane reads the 16
+ * bytes of each of its warp's atoms (one ld.shared.v4: exactly its B
+ * fragments of the 4 K chunks; NVFP4 also its 8 scale bytes) and decodes
+ * them in registers (INT4: CK_INT4R_REG and one __hsub2 per register,
+ * (128 + q) - (128 + zero); NVFP4: qdec_nvf4r, qdec_nvfp4's exact steps), so
+ * there is no bf16 weight tile, no dequantization pass and no barrier besides
+ * the ring's one.
  * Bitwise the same as v2: each output element sees the same A fragment, the
- * same B bits (v2's decode is the same exact subtraction), the same chunk
- * order (hi then lo per chunk when split) and the same folds, in the same
- * warp / lane / register position. */
+ * same B bits (the decodes are the same exact operations), the same chunk
+ * order (hi then lo per chunk when split) and the same folds / epilogue, in
+ * the same warp / lane / register position. */
 template <int BM, int SPLIT> __host__ __device__ constexpr int q3_stages() { return BM == 32 ? (SPLIT == 1 ? 6 : 5) : 4; }
 /* blocks per SM the registers are bounded for (MINB: __launch_bounds__): 3 by default with 32-row tiles
  * (the weight-streaming regime: more loads in flight; 80 registers, a few bytes spilled), else 2
- * (ck_qgemm_args.int4_reordered = 2 asks for 2 with 32-row tiles too: a tuning A/B, same results) */
+ * (ck_qgemm_args.int4_reordered = 2 asks for 2 with 32-row tiles too: a tuning A/B, same results);
+ * NVFP4's 128-row tiles: 1 */
 constexpr int Q3_BSTAGE = QBN / 16 * CK_INT4R_ATOM_BYTES; /* packed weight bytes per stage: 4096 */
+constexpr int Q3_SSTAGE = QBN / 16 * CK_NVF4R_SC_ATOM_BYTES; /* NVFP4 scale bytes per stage: 512 */
 static_assert(Q3_BSTAGE == QTHREADS * 16, "one 16-byte weight copy per thread per stage");
-template <int BM, int SPLIT> __host__ __device__ constexpr int q3_smem() {
-    return q3_stages<BM, SPLIT>() * (SPLIT * BM * QPITCH * 2 + Q3_BSTAGE) > BM * (QBN + 4) * 4
-               ? q3_stages<BM, SPLIT>() * (SPLIT * BM * QPITCH * 2 + Q3_BSTAGE)
+static_assert(Q3_SSTAGE == 32 * 16, "one 16-byte scale copy per thread of warp 0 per stage");
+/* weight bytes of one stage: the atoms (+ NVFP4 scale atoms) */
+template <int QT> __host__ __device__ constexpr int q3_wstage() { return Q3_BSTAGE + (QT == CK_QT_NVFP4 ? Q3_SSTAGE : 0); }
+template <int QT, int BM, int SPLIT> __host__ __device__ constexpr int q3_smem() {
+    return q3_stages<BM, SPLIT>() * (SPLIT * BM * QPITCH * 2 + q3_wstage<QT>()) > BM * (QBN + 4) * 4
+               ? q3_stages<BM, SPLIT>() * (SPLIT * BM * QPITCH * 2 + q3_wstage<QT>())
                : BM * (QBN + 4) * 4;
 }
-static_assert(q3_smem<64, 2>() <= Q2_SMEM_2BLOCKS, "v3 fits two blocks per SM");
-static_assert(3 * (q3_smem<32, 2>() + 1024) <= 228 * 1024, "v3 BM 32 fits three blocks per SM");
+static_assert(q3_smem<CK_QT_NVFP4, 64, 2>() <= Q2_SMEM_2BLOCKS, "v3 fits two blocks per SM");
+static_assert(3 * (q3_smem<CK_QT_NVFP4, 32, 2>() + 1024) <= 228 * 1024, "v3 BM 32 fits three blocks per SM");
+static_assert(q3_smem<CK_QT_NVFP4, 128, 2>() <= 227 * 1024, "v3 BM 128 fits one block");
 
-template <int BM, int SPLIT, int MINB>
+template <int QT, int BM, int SPLIT, int MINB>
 __global__ void __launch_bounds__(QTHREADS, MINB) qgemm3_kernel(const ck_qgemm_args a) {
-    constexpr int QBM = BM, QSTAGES = q3_stages<BM, SPLIT>();
+    constexpr int QBM = BM, QSTAGES = q3_stages<BM, SPLIT>(), WSTAGE = q3_wstage<QT>();
     constexpr int QWARPS_M = q_warps_m<BM>(), QWARPS_N = 8 / QWARPS_M;
     constexpr int WTM = QBM / QWARPS_M, WTN = QBN / QWARPS_N;
     constexpr int MI = WTM / 16, NI = WTN / 8, NA = WTN / 16; /* NA atoms per warp */
     constexpr int A_CHUNKS = QBM * (QBK / 8) / QTHREADS;
     constexpr int A_TILE = QBM * QPITCH;
+    constexpr bool FOLD = QT == CK_QT_INT4, NVF = QT == CK_QT_NVFP4;
     static_assert(NA >= 1 && NI == 2 * NA, "a warp covers whole atoms");
+    static_assert(QT == CK_QT_INT4 || QT == CK_QT_NVFP4, "v3: INT4 or NVFP4");
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16 *As = reinterpret_cast<bf16 *>(smem_raw);                  /* [STAGES][SPLIT][BM][PITCH] */
-    unsigned char *Bq = smem_raw + QSTAGES * SPLIT * A_TILE * 2;   /* [STAGES][8 atoms][32 lanes][16] */
+    unsigned char *Bq = smem_raw + QSTAGES * SPLIT * A_TILE * 2;   /* [STAGES][8 atoms][32 lanes][16]
+                                                                      (+ NVFP4 [8 scale atoms][64]) */
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm = warp / QWARPS_N, wn = warp % QWARPS_N;
@@ -502,9 +516,10 @@ __global__ void __launch_bounds__(QTHREADS, MINB) qgemm3_kernel(const ck_qgemm_a
     gemm_a_chunks<A_CHUNKS, QTHREADS, QBK>(a, A, tid, row0, rows, a_src, a_row, a_col);
 #pragma unroll
     for (int i = 0; i < A_CHUNKS; i++) a_dst[i] = a_row[i] * QPITCH + a_col[i];
-    /* the weight copy of this thread: block atom tid / 32 (columns 16 (tid / 32) ..), lane chunk tid % 32 */
-    const unsigned char *b_src;
-    bool b_ok;
+    /* the weight copy of this thread: block atom tid / 32 (columns 16 (tid / 32) ..), lane chunk tid % 32;
+     * NVFP4, threads 0..31: 16-byte piece tid % 4 of the scale atom of block atom tid / 4 */
+    const unsigned char *b_src, *s_src = nullptr;
+    bool b_ok, s_ok = false;
     {
         const int c = (tid >> 5) * 16; /* block column of the atom */
         const ck_qmat *m = qmat_of(a, e, c);
@@ -512,6 +527,14 @@ __global__ void __launch_bounds__(QTHREADS, MINB) qgemm3_kernel(const ck_qgemm_a
         b_ok = n < N;
         b_src = static_cast<const unsigned char *>(m->q) + (b_ok ? CK_INT4R_ATOM_OFF(n / 16, (int64_t)0, K64) : 0) +
                 (tid & 31) * 16;
+        if (NVF && tid < 32) {
+            const int cs = (tid >> 2) * 16;
+            const ck_qmat *ms = qmat_of(a, e, cs);
+            const int64_t ns = a.mode == CK_GEMM_GATEUP ? nt * 64 + (cs & 63) : nt * QBN + cs;
+            s_ok = ns < N;
+            s_src = static_cast<const unsigned char *>(ms->scale) +
+                    (s_ok ? CK_NVF4R_SC_ATOM_OFF(ns / 16, (int64_t)0, K64) : 0) + (tid & 3) * 16;
+        }
     }
 
     auto load_stage = [&](int kt, int stage) {
@@ -526,26 +549,37 @@ __global__ void __launch_bounds__(QTHREADS, MINB) qgemm3_kernel(const ck_qgemm_a
                 cp_async16(as + h * A_TILE + a_dst[i], ok ? a_src[i] + h * K + kc : A, ok);
         }
         /* atom (n / 16, kt) of this thread's matrix: kt * 512 bytes after atom (n / 16, 0) */
-        cp_async16(Bq + stage * Q3_BSTAGE + tid * 16, b_ok ? b_src + (int64_t)kt * CK_INT4R_ATOM_BYTES : b_src, b_ok);
+        unsigned char *bs = Bq + stage * WSTAGE;
+        cp_async16(bs + tid * 16, b_ok ? b_src + (int64_t)kt * CK_INT4R_ATOM_BYTES : b_src, b_ok);
+        if (NVF && tid < 32) /* scale atom (n / 16, kt): kt * 64 bytes after atom (n / 16, 0) */
+            cp_async16(bs + Q3_BSTAGE + tid * 16, s_ok ? s_src + (int64_t)kt * CK_NVF4R_SC_ATOM_BYTES : b_src, s_ok);
     };
 
-    float acc[MI][NI][4], part[MI][NI][4];
+    float acc[MI][NI][4], part[FOLD ? MI : 1][FOLD ? NI : 1][4];
 #pragma unroll
     for (int i = 0; i < MI; i++)
 #pragma unroll
         for (int j = 0; j < NI; j++)
 #pragma unroll
-            for (int q = 0; q < 4; q++) acc[i][j][q] = part[i][j][q] = 0.0f;
+            for (int q = 0; q < 4; q++) acc[i][j][q] = 0.0f;
+    if (FOLD) {
+#pragma unroll
+        for (int i = 0; i < (FOLD ? MI : 1); i++)
+#pragma unroll
+            for (int j = 0; j < (FOLD ? NI : 1); j++)
+#pragma unroll
+                for (int q = 0; q < 4; q++) part[i][j][q] = 0.0f;
+    }
     const int g = lane >> 2, tig = lane & 3;
     const ck_qmat *cm = qmat_of(a, e, wn * WTN);
     /* the warp's first column in its matrix (its WTN columns are contiguous in one matrix); accumulator
      * columns wcol + 8 ni + 2 tig + q, B fragment columns wcol + 8 ni + g */
     const int wcol = (int)(a.mode == CK_GEMM_GATEUP ? nt * 64 + ((wn * WTN) & 63) : nt * QBN + wn * WTN);
-    const int fold_g = (int)a.group;
+    const int fold_g = FOLD ? (int)a.group : 16;
     const int64_t R = N;
     /* zeros: word wcol / 8 + ni of a group's row (clamped to the row: columns past N are never stored),
      * nibble g */
-    const uint32_t *zrow = a.has_zeros ? static_cast<const uint32_t *>(cm->zeros) : nullptr;
+    const uint32_t *zrow = FOLD && a.has_zeros ? static_cast<const uint32_t *>(cm->zeros) : nullptr;
     uint32_t zz[NI]; /* bf16x2 (128 + zero) of the current group, per half */
 #pragma unroll
     for (int ni = 0; ni < NI; ni++) zz[ni] = 0x43084308u; /* symmetric: 136 = 128 + 8 */
@@ -561,17 +595,22 @@ __global__ void __launch_bounds__(QTHREADS, MINB) qgemm3_kernel(const ck_qgemm_a
         if (kt + QSTAGES - 1 < ktiles) load_stage(kt + QSTAGES - 1, (kt + QSTAGES - 1) % QSTAGES);
         cp_async_commit();
         const bf16 *as = As + (kt % QSTAGES) * SPLIT * A_TILE;
+        const unsigned char *bs = Bq + (kt % QSTAGES) * WSTAGE;
         uint4 bw[NA]; /* this lane's 16 bytes of each atom of the warp: its B fragments of the 4 chunks */
+        uint2 sw[NA]; /* NVFP4: its 8 scale bytes of each atom (chunk kc: 16-bit half kc % 2 of word kc / 2) */
 #pragma unroll
-        for (int na = 0; na < NA; na++)
-            bw[na] = *reinterpret_cast<const uint4 *>(Bq + (kt % QSTAGES) * Q3_BSTAGE +
-                                                      (wn * NA + na) * CK_INT4R_ATOM_BYTES + lane * 16);
+        for (int na = 0; na < NA; na++) {
+            bw[na] = *reinterpret_cast<const uint4 *>(bs + (wn * NA + na) * CK_INT4R_ATOM_BYTES + lane * 16);
+            if (NVF)
+                sw[na] = *reinterpret_cast<const uint2 *>(bs + Q3_BSTAGE + (wn * NA + na) * CK_NVF4R_SC_ATOM_BYTES +
+                                                          g * 8);
+        }
 #pragma unroll
         for (int ks = 0; ks < QBK / 16; ks++) {
             const int64_t kk = (int64_t)kt * QBK + ks * 16;
             if (kk >= K) break;
             const int kki = (int)kk;
-            if (a.has_zeros && kki % fold_g == 0) { /* first chunk of a group: its zeros */
+            if (FOLD && a.has_zeros && kki % fold_g == 0) { /* first chunk of a group: its zeros */
 #pragma unroll
                 for (int ni = 0; ni < NI; ni++) {
                     const int zc = wcol / 8 + ni < (int)(R / 8) ? wcol / 8 + ni : (int)(R / 8) - 1;
@@ -583,10 +622,18 @@ __global__ void __launch_bounds__(QTHREADS, MINB) qgemm3_kernel(const ck_qgemm_a
 #pragma unroll
             for (int na = 0; na < NA; na++) {
                 const uint32_t w = ks == 0 ? bw[na].x : ks == 1 ? bw[na].y : ks == 2 ? bw[na].z : bw[na].w;
+                if (NVF) {
+                    uint32_t sh[2], r4[4];
+                    qdec_nvf4r_scales((ks < 2 ? sw[na].x : sw[na].y) >> (16 * (ks & 1)), sh);
+                    qdec_nvf4r(w, sh, r4);
 #pragma unroll
-                for (int p = 0; p < 4; p++) {
-                    const int ni = 2 * na + (p >> 1);
-                    bfr[ni][p & 1] = qdec_int4r(w, p, zz[ni]);
+                    for (int p = 0; p < 4; p++) bfr[2 * na + (p >> 1)][p & 1] = r4[p];
+                } else {
+#pragma unroll
+                    for (int p = 0; p < 4; p++) {
+                        const int ni = 2 * na + (p >> 1);
+                        bfr[ni][p & 1] = qdec_int4r(w, p, zz[ni]);
+                    }
                 }
             }
 #pragma unroll
@@ -596,12 +643,20 @@ __global__ void __launch_bounds__(QTHREADS, MINB) qgemm3_kernel(const ck_qgemm_a
                 for (int mi = 0; mi < MI; mi++)
                     ldsm_x4(af[mi][0], af[mi][1], af[mi][2], af[mi][3],
                             as + h * A_TILE + (wm * WTM + mi * 16 + (lane & 15)) * QPITCH + ks * 16 + (lane >> 4) * 8);
+                if (FOLD) {
 #pragma unroll
-                for (int mi = 0; mi < MI; mi++)
+                    for (int mi = 0; mi < (FOLD ? MI : 1); mi++)
 #pragma unroll
-                    for (int ni = 0; ni < NI; ni++) mma16816(part[mi][ni], af[mi], bfr[ni][0], bfr[ni][1]);
+                        for (int ni = 0; ni < (FOLD ? NI : 1); ni++)
+                            mma16816(part[mi][ni], af[mi], bfr[ni][0], bfr[ni][1]);
+                } else {
+#pragma unroll
+                    for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+                        for (int ni = 0; ni < NI; ni++) mma16816(acc[mi][ni], af[mi], bfr[ni][0], bfr[ni][1]);
+                }
             }
-            if ((kki + 16) % fold_g == 0 || kki + 16 == K) { /* last chunk of a group: fold (as v2) */
+            if (FOLD && ((kki + 16) % fold_g == 0 || kki + 16 == K)) { /* last chunk of a group: fold (as v2) */
                 const int grp = kki / fold_g;
                 float sc[NI][2];
 #pragma unroll
@@ -613,9 +668,9 @@ __global__ void __launch_bounds__(QTHREADS, MINB) qgemm3_kernel(const ck_qgemm_a
                             __ldg(static_cast<const __half *>(cm->scale) + (int64_t)grp * R + (n < N ? n : 0)));
                     }
 #pragma unroll
-                for (int mi = 0; mi < MI; mi++)
+                for (int mi = 0; mi < (FOLD ? MI : 1); mi++)
 #pragma unroll
-                    for (int ni = 0; ni < NI; ni++)
+                    for (int ni = 0; ni < (FOLD ? NI : 1); ni++)
 #pragma unroll
                         for (int q = 0; q < 4; q++) {
                             acc[mi][ni][q] = fmaf(part[mi][ni][q], sc[ni][q & 1], acc[mi][ni][q]);
@@ -625,6 +680,11 @@ __global__ void __launch_bounds__(QTHREADS, MINB) qgemm3_kernel(const ck_qgemm_a
         }
     }
     cp_async_wait<0>();
+
+    /* NVFP4: the per-tensor global of the warp's matrix (v2's epilogue) */
+    const float gs = NVF ? cm->global : 1.0f;
+    const int gdiv = NVF ? a.global_div : 0;
+    auto fin = [&](float v) { return NVF ? (gdiv ? v / gs : v * gs) : v; };
 
     if (a.mode != CK_GEMM_GATEUP) {
 #pragma unroll
@@ -639,7 +699,7 @@ __global__ void __launch_bounds__(QTHREADS, MINB) qgemm3_kernel(const ck_qgemm_a
 #pragma unroll
                     for (int q = 0; q < 2; q++) {
                         const int64_t n = wcol + ni * 8 + tig * 2 + q;
-                        if (n < N) y[n] = acc[mi][ni][h * 2 + q];
+                        if (n < N) y[n] = fin(acc[mi][ni][h * 2 + q]);
                     }
                 }
         return;
@@ -655,7 +715,7 @@ __global__ void __launch_bounds__(QTHREADS, MINB) qgemm3_kernel(const ck_qgemm_a
 #pragma unroll
                 for (int q = 0; q < 2; q++)
                     Cs[(wm * WTM + mi * 16 + g + h * 8) * (QBN + 4) + wn * WTN + ni * 8 + tig * 2 + q] =
-                        acc[mi][ni][h * 2 + q];
+                        fin(acc[mi][ni][h * 2 + q]);
     __syncthreads();
     bf16 *H = reinterpret_cast<bf16 *>(a.H);
     const int64_t ldh = N * a.split;
@@ -672,23 +732,23 @@ __global__ void __launch_bounds__(QTHREADS, MINB) qgemm3_kernel(const ck_qgemm_a
     }
 }
 
-template <int QBM, int SPLIT, int MINB> cudaError_t launch_q3(const ck_qgemm_args *a, cudaStream_t st) {
-    constexpr int smem = q3_smem<QBM, SPLIT>();
-    cudaError_t e = cudaFuncSetAttribute(qgemm3_kernel<QBM, SPLIT, MINB>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+template <int QT, int QBM, int SPLIT, int MINB> cudaError_t launch_q3(const ck_qgemm_args *a, cudaStream_t st) {
+    constexpr int smem = q3_smem<QT, QBM, SPLIT>();
+    cudaError_t e =
+        cudaFuncSetAttribute(qgemm3_kernel<QT, QBM, SPLIT, MINB>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return e;
     const int64_t nt = a->mode == CK_GEMM_GATEUP ? (a->N + 63) / 64 : (a->N + QBN - 1) / QBN;
     const int64_t mt = a->mode == CK_GEMM_DENSE ? (a->M + QBM - 1) / QBM : a->max_tiles;
     const int64_t blocks = mt * nt;
     if (blocks <= 0) return cudaSuccess;
     if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
-    qgemm3_kernel<QBM, SPLIT, MINB><<<(unsigned)blocks, QTHREADS, smem, st>>>(*a);
+    qgemm3_kernel<QT, QBM, SPLIT, MINB><<<(unsigned)blocks, QTHREADS, smem, st>>>(*a);
     return cudaGetLastError();
 }
 
-template <int QBM, int MINB> cudaError_t launch_v3(const ck_qgemm_args *a, cudaStream_t st) {
-    return a->split == 2 ? launch_q3<QBM, 2, MINB>(a, st) : launch_q3<QBM, 1, MINB>(a, st);
+template <int QT, int QBM, int MINB> cudaError_t launch_v3(const ck_qgemm_args *a, cudaStream_t st) {
+    return a->split == 2 ? launch_q3<QT, QBM, 2, MINB>(a, st) : launch_q3<QT, QBM, 1, MINB>(a, st);
 }
-
 /* The reorder of cuda_qbits.h: one thread per u32 word of the reordered array. */
 __global__ void int4_reorder_kernel(const uint32_t *src, int64_t K, int64_t N, uint32_t *dst, int64_t words) {
     const int64_t w = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -701,6 +761,28 @@ __global__ void int4_reorder_kernel(const uint32_t *src, int64_t K, int64_t N, u
         if (k < K && n < N) out |= ((src[(k / 8) * N + n] >> (4 * (k % 8))) & 15u) << (4 * s);
     }
     dst[w] = out;
+}
+
+/* The NVFP4 reorder of cuda_qbits.h: the data one thread per u32 word (the INT4 permutation), then the
+ * scales one thread per byte. */
+__global__ void nvfp4_reorder_kernel(const unsigned char *src, int64_t K, int64_t N, uint32_t *dst, int64_t words) {
+    const int64_t w = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (w >= words) return;
+    const int64_t K64 = (K + 63) / 64;
+    uint32_t out = 0;
+#pragma unroll
+    for (int s = 0; s < 8; s++) {
+        const int64_t k = CK_INT4R_K(w, s, K64), n = CK_INT4R_N(w, s, K64);
+        if (k < K && n < N) out |= ((uint32_t)(src[n * (K / 2) + k / 2] >> (4 * (k & 1))) & 15u) << (4 * s);
+    }
+    dst[w] = out;
+}
+__global__ void nvfp4_scale_reorder_kernel(const unsigned char *src, int64_t K, int64_t N, unsigned char *dst,
+                                           int64_t bytes) {
+    const int64_t b = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (b >= bytes) return;
+    const int64_t K64 = (K + 63) / 64, n = CK_NVF4R_SC_N(b, K64), grp = CK_NVF4R_SC_G(b, K64);
+    dst[b] = n < N && grp < K / 16 ? src[n * (K / 16) + grp] : (unsigned char)0;
 }
 
 } /* namespace */
@@ -719,6 +801,10 @@ cudaError_t ck_qgemm(const ck_qgemm_args *a, cudaStream_t st) {
     const int bm = a->bm;
     switch (a->qtype) {
     case CK_QT_NVFP4:
+        if (a->nvfp4_reordered)
+            return bm == 32    ? launch_v3<CK_QT_NVFP4, 32, 3>(a, st)
+                 : bm == 64  ? launch_v3<CK_QT_NVFP4, 64, 2>(a, st)
+                 : bm == 128 ? launch_v3<CK_QT_NVFP4, 128, 1>(a, st) : cudaErrorInvalidValue;
         return bm == 32 ? launch_v2<CK_QT_NVFP4, 32>(a, st)
              : bm == 64 ? launch_v2<CK_QT_NVFP4, 64>(a, st)
              : bm == 128 ? launch_v2<CK_QT_NVFP4, 128>(a, st) : cudaErrorInvalidValue;
@@ -729,8 +815,9 @@ cudaError_t ck_qgemm(const ck_qgemm_args *a, cudaStream_t st) {
     case CK_QT_INT4:
         if (a->group < 16 || a->group % 16 || a->N % 8) return cudaErrorInvalidValue;
         if (a->int4_reordered)
-            return bm == 32 ? (a->int4_reordered == 2 ? launch_v3<32, 2>(a, st) : launch_v3<32, 3>(a, st))
-                 : bm == 64 ? launch_v3<64, 2>(a, st) : cudaErrorInvalidValue;
+            return bm == 32 ? (a->int4_reordered == 2 ? launch_v3<CK_QT_INT4, 32, 2>(a, st)
+                                                      : launch_v3<CK_QT_INT4, 32, 3>(a, st))
+                 : bm == 64 ? launch_v3<CK_QT_INT4, 64, 2>(a, st) : cudaErrorInvalidValue;
         return bm == 32 ? launch_v2<CK_QT_INT4, 32>(a, st)
              : bm == 64 ? launch_v2<CK_QT_INT4, 64>(a, st) : cudaErrorInvalidValue;
     default: return cudaErrorInvalidValue;
@@ -742,6 +829,19 @@ cudaError_t ck_int4_reorder(const void *src, int64_t K, int64_t N, void *dst, cu
     const int64_t words = CK_INT4R_BYTES(N, K) / 4;
     int4_reorder_kernel<<<(unsigned)((words + 255) / 256), 256, 0, st>>>(static_cast<const uint32_t *>(src), K, N,
                                                                         static_cast<uint32_t *>(dst), words);
+    return cudaGetLastError();
+}
+
+cudaError_t ck_nvfp4_reorder(const void *src_q, const void *src_scale, int64_t K, int64_t N, void *dst_q,
+                             void *dst_scale, cudaStream_t st) {
+    if (K < 16 || K % 16 || N < 1) return cudaErrorInvalidValue;
+    const int64_t words = CK_NVF4R_BYTES(N, K) / 4, sbytes = CK_NVF4R_SC_BYTES(N, K);
+    nvfp4_reorder_kernel<<<(unsigned)((words + 255) / 256), 256, 0, st>>>(static_cast<const unsigned char *>(src_q), K, N,
+                                                                         static_cast<uint32_t *>(dst_q), words);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    nvfp4_scale_reorder_kernel<<<(unsigned)((sbytes + 255) / 256), 256, 0, st>>>(
+        static_cast<const unsigned char *>(src_scale), K, N, static_cast<unsigned char *>(dst_scale), sbytes);
     return cudaGetLastError();
 }
 

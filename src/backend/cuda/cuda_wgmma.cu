@@ -15,7 +15,8 @@
  * the rows packed around it (backend.h determinism rule).
  *
  * The same kernel, templated on the weight format, runs the packed
- * (quantized) experts of ck_qgemm (NVFP4, FP8 blocks, INT4 reordered) with
+ * (quantized) experts of ck_qgemm (NVFP4 in either layout, FP8 blocks, INT4
+ * reordered) with
  * bitwise ck_qgemm's results: see the kernel's comment.
  *
  * Built only when the CUDA architectures include sm_90a (CLEF_CUDA_WGMMA is
@@ -41,10 +42,13 @@ constexpr int SMEM_STAGES_MAX = 200 * 1024; /* pipeline bytes per CTA (one CTA p
 
 /* The weights of a kernel instance (template parameter QT): WQ_BF16 = bf16
  * rows [N, K] (ck_gemm_args), else a packed format CK_QT_* (ck_qgemm_args:
- * NVFP4, FP8 blocks, INT4 in the reordered layout of kernel v3), copied
- * packed into each stage and dequantized there by the threads into the
- * swizzled bf16 weight tile the wgmma descriptors read. */
+ * NVFP4, FP8 blocks, INT4 in the reordered layout of kernel v3), or
+ * WQ_NVFP4R = NVFP4 in the reordered layout of kernel v3 (data + scale
+ * atoms, ck_nvfp4_reorder), copied packed into each stage and dequantized
+ * there by the threads into the swizzled bf16 weight tile the wgmma
+ * descriptors read. */
 constexpr int WQ_BF16 = 0;
+constexpr int WQ_NVFP4R = 16; /* not a CK_QT_* value */
 template <int QT> struct wg_args { typedef ck_qgemm_args type; };
 template <> struct wg_args<WQ_BF16> { typedef ck_gemm_args type; };
 /* FP8 and INT4 fold a scale per group into the sums (second accumulator set) */
@@ -58,12 +62,13 @@ template <int QT, int BM> __host__ __device__ constexpr int wg_bn() { return QT 
 /* Packed bytes per stage after the bf16 weight tile: 4 units (16 K values of
  * one row, kernel v2's units) per weight row: FP8 16 bytes, NVFP4 8 + its
  * scale word; INT4: BN / 16 reordered atoms of 512 bytes + two zero words
- * per 16-byte atom chunk. */
+ * per 16-byte atom chunk; NVFP4 reordered: the atoms + each chunk's 8 scale
+ * bytes (its lane's of the scale atom: 4 copies of the 64, one per thread). */
 template <int QT, int BM> __host__ __device__ constexpr int wg_pk_bytes() {
     return QT == CK_QT_FP8     ? wg_bn<QT, BM>() * 4 * 16
          : QT == CK_QT_NVFP4 ? wg_bn<QT, BM>() * 4 * (8 + 4)
-         : QT == CK_QT_INT4  ? wg_bn<QT, BM>() * 32 + wg_bn<QT, BM>() * 2 * 8
-                             : 0;
+         : QT == CK_QT_INT4 || QT == WQ_NVFP4R ? wg_bn<QT, BM>() * 32 + wg_bn<QT, BM>() * 2 * 8
+                                               : 0;
 }
 /* Every stage holds SPLIT activation tiles of BM rows, one weight tile of
  * BN rows (128 bytes a row) and the packed bytes; as many stages as fit
@@ -78,6 +83,7 @@ template <int QT, int BM, int SPLIT> constexpr int wg_smem_bytes() {
     return wg_stages<QT, BM, SPLIT>() * wg_stage_bytes<QT, BM, SPLIT>() + 1024; /* + alignment slack */
 }
 static_assert(wg_pk_bytes<CK_QT_NVFP4, 128>() % 1024 == 0 && wg_pk_bytes<CK_QT_INT4, 128>() % 1024 == 0 &&
+                  wg_pk_bytes<WQ_NVFP4R, 128>() % 1024 == 0 &&
                   wg_pk_bytes<CK_QT_FP8, 128>() % 1024 == 0,
               "stages stay 1024-byte aligned");
 
@@ -208,7 +214,8 @@ __global__ void __launch_bounds__(BM * 2, 1) wgmma_gemm_kernel(const typename wg
     static_assert(STAGES >= 3, "the schedule loads STAGES - 2 tiles ahead");
     static_assert(QT == WQ_BF16 || (BM == 128 && BN == 128), "packed: 128 x 128 tiles");
     static_assert(!UNITS || UPT * THREADS == BN * 4, "whole units per thread");
-    static_assert(QT != CK_QT_INT4 || BN * 2 == THREADS, "INT4: one 16-byte atom chunk per thread");
+    static_assert((QT != CK_QT_INT4 && QT != WQ_NVFP4R) || BN * 2 == THREADS, "one 16-byte atom chunk per thread");
+    constexpr bool NVF = QT == CK_QT_NVFP4 || QT == WQ_NVFP4R;
     extern __shared__ unsigned char smem_raw[];
     /* swizzle atoms need 1024-byte alignment */
     unsigned char *smem =
@@ -253,8 +260,9 @@ __global__ void __launch_bounds__(BM * 2, 1) wgmma_gemm_kernel(const typename wg
      * packed data u_q (row n clamped into the matrix) and NVFP4 scales u_x */
     int u_r[UPT], u_kc[UPT], u_n[UPT];
     const unsigned char *u_q[UPT], *u_x[UPT];
-    /* INT4: chunk `lane` of atom tid / 32 (tile rows 16 (tid / 32) ..), its zero words zc0 / zc1 */
-    const unsigned char *b_src = nullptr;
+    /* INT4 / NVFP4 reordered: chunk `lane` of atom tid / 32 (tile rows 16 (tid / 32) ..); INT4 its zero words
+     * zc0 / zc1, NVFP4 its 8 scale bytes (s_src: g * 8 into the scale atom) */
+    const unsigned char *b_src = nullptr, *s_src = nullptr;
     const uint32_t *z_src = nullptr;
     bool b_ok = false, z_ok = false;
     int64_t zc0 = 0, zc1 = 0;
@@ -292,9 +300,12 @@ __global__ void __launch_bounds__(BM * 2, 1) wgmma_gemm_kernel(const typename wg
         n = b_ok ? n : 0;
         b_src = static_cast<const unsigned char *>(m->q) + CK_INT4R_ATOM_OFF(n / 16, (int64_t)0, (K + 63) / 64) +
                 lane * 16;
-        z_ok = b_ok && a.has_zeros;
+        if (QT == WQ_NVFP4R)
+            s_src = static_cast<const unsigned char *>(m->scale) +
+                    CK_NVF4R_SC_ATOM_OFF(n / 16, (int64_t)0, (K + 63) / 64) + g * 8;
+        z_ok = QT == CK_QT_INT4 && b_ok && a.has_zeros;
         z_add = a.has_zeros ? 1u : 8u;
-        if (a.has_zeros) { /* words of columns n + g and n + 8 + g, clamped to the row (as v3) */
+        if (QT == CK_QT_INT4 && a.has_zeros) { /* words of columns n + g and n + 8 + g, clamped to the row (as v3) */
             z_src = static_cast<const uint32_t *>(m->zeros);
             zc0 = n / 8 < N / 8 ? n / 8 : N / 8 - 1;
             zc1 = n / 8 + 1 < N / 8 ? n / 8 + 1 : N / 8 - 1;
@@ -334,6 +345,10 @@ __global__ void __launch_bounds__(BM * 2, 1) wgmma_gemm_kernel(const typename wg
                     cp_async16(pk + u * UB, u_q[i] + kk, ok);
                 }
             }
+        } else if constexpr (QT == WQ_NVFP4R) {
+            unsigned char *pk = st + PK_OFF;
+            cp_async16(pk + tid * 16, b_ok ? b_src + (int64_t)kt * CK_INT4R_ATOM_BYTES : b_src, b_ok);
+            cp_async8(pk + BN * 32 + tid * 8, b_ok ? s_src + (int64_t)kt * CK_NVF4R_SC_ATOM_BYTES : b_src, b_ok);
         } else {
             unsigned char *pk = st + PK_OFF;
             cp_async16(pk + tid * 16, b_ok ? b_src + (int64_t)kt * CK_INT4R_ATOM_BYTES : b_src, b_ok);
@@ -389,6 +404,22 @@ __global__ void __launch_bounds__(BM * 2, 1) wgmma_gemm_kernel(const typename wg
                 for (int p = 0; p < 4; p++)
                     *reinterpret_cast<uint32_t *>(wt + sw128(r0 + 8 * (p >> 1), 2 * kc + (p & 1)) + 4 * t) =
                         qdec_int4r(word, p, zz[p >> 1]);
+            }
+        } else if constexpr (QT == WQ_NVFP4R) {
+            /* as INT4's chunk, decoded by qdec_nvf4r with the scale pair of chunk kc (16-bit half kc % 2 of
+             * scale word kc / 2) */
+            const uint4 w = *reinterpret_cast<const uint4 *>(pk + tid * 16);
+            const uint2 sc = *reinterpret_cast<const uint2 *>(pk + BN * 32 + tid * 8);
+            const int r0 = (tid >> 5) * 16 + g;
+#pragma unroll
+            for (int kc = 0; kc < 4; kc++) {
+                const uint32_t word = kc == 0 ? w.x : kc == 1 ? w.y : kc == 2 ? w.z : w.w;
+                uint32_t sh[2], r4[4];
+                qdec_nvf4r_scales((kc < 2 ? sc.x : sc.y) >> (16 * (kc & 1)), sh);
+                qdec_nvf4r(word, sh, r4);
+#pragma unroll
+                for (int p = 0; p < 4; p++)
+                    *reinterpret_cast<uint32_t *>(wt + sw128(r0 + 8 * (p >> 1), 2 * kc + (p & 1)) + 4 * t) = r4[p];
             }
         }
     };
@@ -522,13 +553,13 @@ __global__ void __launch_bounds__(BM * 2, 1) wgmma_gemm_kernel(const typename wg
     /* NVFP4: the per-tensor global of the column's matrix (v2's epilogue) */
     float gs0 = 1.0f, gs1 = 1.0f;
     int gdiv = 0;
-    if constexpr (QT == CK_QT_NVFP4) {
+    if constexpr (NVF) {
         gs0 = a.W0[e].global;
         gs1 = a.mode == CK_GEMM_GATEUP ? a.W1[e].global : gs0;
         gdiv = a.global_div;
     }
     auto fin = [&](float v, float gs) -> float {
-        if constexpr (QT == CK_QT_NVFP4) return gdiv ? v / gs : v * gs;
+        if constexpr (NVF) return gdiv ? v / gs : v * gs;
         else return v;
     };
 
@@ -651,7 +682,7 @@ cudaError_t ck_qgemm_wgmma(const ck_qgemm_args *a, cudaStream_t st) {
     if (!ck_qgemm_wgmma_fits(a) || a->bm != 128) return cudaErrorInvalidValue;
     if (a->mode == CK_GEMM_DOWN && (a->ldy % 2 || ((uintptr_t)a->Y & 7))) return cudaErrorInvalidValue; /* float2 stores */
     switch (a->qtype) {
-    case CK_QT_NVFP4: return launch_qwgmma<CK_QT_NVFP4>(a, st);
+    case CK_QT_NVFP4: return a->nvfp4_reordered ? launch_qwgmma<WQ_NVFP4R>(a, st) : launch_qwgmma<CK_QT_NVFP4>(a, st);
     case CK_QT_FP8: return launch_qwgmma<CK_QT_FP8>(a, st);
     default: return launch_qwgmma<CK_QT_INT4>(a, st);
     }
