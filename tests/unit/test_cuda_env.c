@@ -14,7 +14,7 @@ static const char *const VARS[] = {"CLEF_CUDA_PRECISE", "CLEF_CUDA_NUMERICS", "C
                                    "CLEF_CUDA_PROFILE", "CLEF_CUDA_TUNE",     "CLEF_CUDA_WGMMA",
                                    "CLEF_CUDA_QWGMMA",  "CLEF_CUDA_QGEMM_INT4", "CLEF_CUDA_QGEMM_NVFP4",
                                    "CLEF_CUDA_LT_SPLITK", "CLEF_CUDA_ATTN",    "CLEF_CUDA_GRAPHS",
-                                   "CLEF_CUDA_FP8_MMA"};
+                                   "CLEF_CUDA_FP8_MMA", "CLEF_CUDA_WGMMA_ROWS", "CLEF_CUDA_QWGMMA_ROWS"};
 
 static int clear_env(void **state) {
     (void)state;
@@ -56,6 +56,8 @@ static void test_defaults(void **state) {
     assert_int_equal(e.lt_splitk, 1);
     assert_int_equal(e.attn, 0);
     assert_int_equal(e.graphs, 1);
+    assert_int_equal(e.wgmma_rows, 6144);
+    assert_int_equal(e.qwgmma_rows, 8192);
     assert_int_equal(e.fp8_mma, 0);
     /* an empty value is the default too */
     assert_int_equal(read_with("CLEF_CUDA_WGMMA", "", &e, &err), 0);
@@ -155,6 +157,10 @@ static void test_kernel_switches(void **state) {
                  "CUDA settings: CLEF_CUDA_TUNE must be an integer from 0 to 7 (got '99999999999999999999')");
     expect_error("CLEF_CUDA_QWGMMA", "1 ", "CUDA settings: CLEF_CUDA_QWGMMA must be an integer from 0 to 2 (got '1 ')");
     expect_error("CLEF_CUDA_PROFILE", "on", "CUDA settings: CLEF_CUDA_PROFILE must be an integer from 0 to 1 (got 'on')");
+    assert_int_equal(read_with("CLEF_CUDA_QWGMMA_ROWS", "2048", &e, &err), 0);
+    assert_int_equal(e.qwgmma_rows, 2048);
+    expect_error("CLEF_CUDA_WGMMA_ROWS", "0",
+                 "CUDA settings: CLEF_CUDA_WGMMA_ROWS must be an integer from 1 to 1073741824 (got '0')");
     expect_error("CLEF_CUDA_GRAPHS", "yes", "CUDA settings: CLEF_CUDA_GRAPHS must be an integer from 0 to 1 (got 'yes')");
     expect_error("CLEF_CUDA_ATTN", "v3", "CUDA settings: CLEF_CUDA_ATTN must be v1, v2 or v2w (got 'v3')");
     expect_error("CLEF_CUDA_QGEMM_INT4", "marlin",

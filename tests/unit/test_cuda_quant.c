@@ -1890,8 +1890,8 @@ static void test_bench_full_shapes(void **state) {
                     if (!((double)used <= 0.3 * (double)bf16_mem))
                         fail_msg("%s experts take %.1f MiB of device memory, more than 0.3x bf16 (%.1f MiB)", name,
                                  (double)used / 1048576.0, (double)bf16_mem / 1048576.0);
-                const int64_t Ts[2] = {300, TMAX};
-                for (int ti = 0; ti < 2; ti++) {
+                const int64_t Ts[4] = {300, 1000, 4000, TMAX};
+                for (int ti = 0; ti < 4; ti++) {
                     const int64_t T = Ts[ti];
                     const int reps = T > 1000 ? 5 : 50;
                     tu_ok(g->ops->moe(g, dx, T, di, dw, k, &mg, dy, &err), &err); /* warm-up (tables, scratch) */

@@ -128,6 +128,7 @@ typedef struct cuda_ctx {
      * H200 and asserted by tests/unit/test_cuda_ops).  CLEF_CUDA_WGMMA, default 2 where built for
      * sm_90a and the device is compute capability 9.0, else 0. */
     int wgmma;
+    int wgmma_rows, qwgmma_rows; /* CLEF_CUDA_WGMMA_ROWS / CLEF_CUDA_QWGMMA_ROWS: see wgmma_pass */
     /* tensor-core attention kernel (CLEF_CUDA_ATTN): 0 = per mode (default: v2 fast, v2w precise),
      * 1 = v1, 2 = v2 (64-row tiles when precise), 3 = v2w (128-row tiles in the precise mode too; see
      * ck_attn_tc_rows) */
@@ -1411,13 +1412,12 @@ typedef struct moe_plan {
     int64_t max_tiles;
 } moe_plan;
 
-/* Expert rows per pass from which CLEF_CUDA_WGMMA=2 (the default) runs the wgmma kernel. */
-#define WGMMA_MIN_ROWS 8192
-
-/* Whether an expert pass of TK rows runs on the wgmma kernel by CLEF_CUDA_WGMMA (BF16 and packed
- * passes alike; each caller adds the shape limits of its kernel). */
-static int wgmma_pass(const cuda_ctx *c, int64_t TK) {
-    return c->wgmma == 1 || (c->wgmma == 2 && TK >= WGMMA_MIN_ROWS);
+/* Whether an expert pass of TK rows runs on the wgmma kernel by CLEF_CUDA_WGMMA: with 2 (the
+ * default) from CLEF_CUDA_WGMMA_ROWS expert rows per pass for BF16 experts, CLEF_CUDA_QWGMMA_ROWS for
+ * packed ones (`packed`); each caller adds the shape limits of its kernel.  Both kernels give bitwise
+ * the same sums, so the thresholds choose speed only. */
+static int wgmma_pass(const cuda_ctx *c, int64_t TK, int packed) {
+    return c->wgmma == 1 || (c->wgmma == 2 && TK >= (packed ? c->qwgmma_rows : c->wgmma_rows));
 }
 
 static int moe_plan_make(cuda_ctx *c, const int32_t *idx, int64_t T, int64_t k, int64_t E, int BM, moe_plan *p,
@@ -1445,7 +1445,7 @@ static int moe_pass(cuda_ctx *c, const float *x, int64_t T, const int32_t *idx, 
     /* tile rows: 128 for big batches; 32 when split and the experts average <= 32 rows (four pipeline
      * stages of hi + lo + weights fit there, as for the fast mode's 64-row tiles); else 64 */
     /* wgmma: 128-row tiles for big batches, else 64 (CLEF_CUDA_TUNE=0: always 64; same results) */
-    const int wg = wgmma_pass(c, TK) && H % 64 == 0 && NI % 64 == 0;
+    const int wg = wgmma_pass(c, TK, 0) && H % 64 == 0 && NI % 64 == 0;
     const int big = wg ? (TK >= 8192 && c->tune ? 1 : 0)
                     : TK >= 8192 ? (split == 2 && (c->tune & 4) ? 0 : 1)
                     : split == 2 && (c->tune & 1) && TK <= 32 * E ? 2
@@ -1574,7 +1574,7 @@ static int moe_pass_packed(cuda_ctx *c, const float *x, int64_t T, const int32_t
                   fd = {.mode = CK_GEMM_DOWN, .lda = NI * split, .K = NI, .split = split, .N = H};
     qargs_format(c, &fg, &ex->gate[0]);
     qargs_format(c, &fd, &ex->down[0]);
-    const int wg = c->qwgmma && (c->qwgmma == 2 || fmt.qtype != CK_QT_FP8) && wgmma_pass(c, TK) &&
+    const int wg = c->qwgmma && (c->qwgmma == 2 || fmt.qtype != CK_QT_FP8) && wgmma_pass(c, TK, 1) &&
                    ck_qgemm_wgmma_fits(&fg) && ck_qgemm_wgmma_fits(&fd);
     const int BM = wg ? 128 : ck_qgemm_bm(fmt.qtype, TK, E);
     moe_plan pl;
@@ -2132,6 +2132,8 @@ clef_backend *clef_cuda_backend_create_ex(const clef_cuda_options *opt, clef_err
     c->lt_splitk = env.lt_splitk;
     c->attn_variant = env.attn; /* 0: per mode, see cu_attention */
     c->graphs_on = env.graphs;
+    c->wgmma_rows = env.wgmma_rows;
+    c->qwgmma_rows = env.qwgmma_rows;
     be->ops = &cuda_ops;
     be->ctx = c;
     if (ctx_init(c, err) != 0) {
