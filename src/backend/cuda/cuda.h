@@ -38,8 +38,11 @@
  *   (mma.sync kernel; the wgmma one: 0 = 64-row tiles always).
  *   CLEF_CUDA_WGMMA: 0 = expert GEMMs on the mma.sync kernel only, 1 = on
  *   the sm_90a wgmma kernel (cuda_wgmma.cu) at every size, 2 (default on
- *   sm_90a builds and compute capability 9.0) = wgmma from 8192 expert rows
- *   per pass; both kernels give bitwise the same sums.  Packed (quantized)
+ *   sm_90a builds and compute capability 9.0) = wgmma from
+ *   CLEF_CUDA_WGMMA_ROWS expert rows per pass (default 6144: the precise
+ *   mode's crossover measured on the H200; packed experts:
+ *   CLEF_CUDA_QWGMMA_ROWS, default 8192); both kernels give bitwise the
+ *   same sums, so the thresholds choose speed only.  Packed (quantized)
  *   experts follow the same rule on the wgmma variant of cuda_wgmma.cu
  *   (128-row tiles; NVFP4 in either layout, FP8 blocks with Bc % 64 == 0,
  *   INT4 reordered with G % 64 == 0; bitwise the results of cuda_qgemm.cu's

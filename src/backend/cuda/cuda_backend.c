@@ -122,8 +122,8 @@ typedef struct cuda_ctx {
      * per SM) instead of 128-row tiles (one) */
     unsigned tune;
     /* expert GEMMs on Hopper warpgroup MMAs (cuda_wgmma.cu): 0 = never (mma.sync kernel), 1 = at every
-     * size, 2 = for passes of >= 8192 expert rows (the mma.sync kernel is faster below: it streams
-     * the weights at ~3.1 TB/s at 300 tokens, the wgmma one at ~2.6).  Mixing is batch invariant
+     * size, 2 = for passes of >= wgmma_rows (BF16) / qwgmma_rows (packed) expert rows (the mma.sync
+     * kernel is faster below: at 300 tokens it streams the weights at ~3.1 TB/s, the wgmma one at ~2.5).  Mixing is batch invariant
      * because the two give bitwise the same sums (same k16 chunk order, hi then lo; measured on the
      * H200 and asserted by tests/unit/test_cuda_ops).  CLEF_CUDA_WGMMA, default 2 where built for
      * sm_90a and the device is compute capability 9.0, else 0. */
