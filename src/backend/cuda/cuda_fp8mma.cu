@@ -28,6 +28,7 @@
 
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_ptx.cuh"
+#include "backend/cuda/cuda_wgmma.cuh"
 
 typedef __nv_bfloat16 bf16;
 
@@ -36,13 +37,11 @@ namespace {
 constexpr int QB = 128;                  /* K values per activation / weight scale block */
 constexpr int BM = 128, BN = 128, HALF = BN / 2, THREADS = 256, NR = BN / 2;
 constexpr int ROWB = 128;                /* bytes of one tile row per stage (one K block of FP8) */
+static_assert(ROWB == WG_ROW_BYTES, "one K block of a row is one swizzle row (cuda_wgmma.cuh)");
 constexpr int STAGE = (BM + BN) * ROWB;  /* 32 KiB */
 constexpr int STAGES = 6;
 constexpr int SMEM = STAGES * STAGE + 1024; /* + alignment slack for the 1024-byte swizzle atoms */
 
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || !defined(__CUDA_ARCH__)
-#define CLEF_FP8MMA_DEVICE 1
-#endif
 
 /* f32 -> FP8 E4M3fn byte: clef_fp8_e4m3_encode (src/quant/fp.c) statement
  * for statement (RNE, saturating to +-448, NaN 0x7F, sign of zero kept), so
@@ -89,50 +88,24 @@ __global__ void fp8_quant_kernel(const T *x, int64_t rows, int64_t K, int64_t ld
     if (lane == 0) s[r * nb + b] = sc;
 }
 
-/* Byte offset of 16-byte chunk c of row r in a 128B-swizzled tile (cuda_wgmma.cu's sw128). */
-__device__ __forceinline__ uint32_t sw128(int r, int c) { return (uint32_t)(r * ROWB + ((c ^ (r & 7)) << 4)); }
-
-/* wgmma descriptor: K-major, 128-byte swizzle, 1024 bytes between 8-row atoms (cuda_wgmma.cu's wg_desc). */
-__device__ __forceinline__ uint64_t wg_desc(uint32_t saddr) {
-    return (uint64_t)((saddr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) |
-           ((uint64_t)1 << 62);
-}
-
-#ifdef CLEF_FP8MMA_DEVICE
-__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-__device__ __forceinline__ void acc_fence(float (&d)[NR]) {
-#pragma unroll
-    for (int i = 0; i < NR; i++) asm volatile("" : "+f"(d[i])::"memory");
-}
-
+#ifdef CLEF_WGMMA_DEVICE
 /* d[64x128] (+)= A[64x32] . B[128x32]^T, E4M3 operands K-major in shared memory; accumulate = 0: d = A.B. */
 __device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[64], uint64_t da, uint64_t db, int accumulate) {
     asm volatile(
         "{\n"
         ".reg .pred p;\n"
         "setp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " WG_ACC64_REGS ", "
         "%64, %65, p, 1, 1;\n"
         "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : WG_ACC64(d)
         : "l"(da), "l"(db), "r"(accumulate));
 }
 #endif
 
 /* One 128 x 128 tile of a grouped W8A8 product (a.mode GATEUP or DOWN). */
 __global__ void __launch_bounds__(THREADS, 1) fp8mma_kernel(const ck_fp8mma_args a) {
-#ifdef CLEF_FP8MMA_DEVICE
+#ifdef CLEF_WGMMA_DEVICE
     extern __shared__ unsigned char smem_raw[];
     unsigned char *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
     const uint32_t sbase = smem_addr(smem);
@@ -204,7 +177,7 @@ __global__ void __launch_bounds__(THREADS, 1) fp8mma_kernel(const ck_fp8mma_args
             wgmma_m64n128k32_e4m3(part, wg_desc(st + (uint32_t)(wg * 64 * ROWB) + ks * 32),
                                   wg_desc(st + (uint32_t)(BM * ROWB) + ks * 32), ks);
         wg_commit();
-        wg_wait0();
+        wg_wait<0>();
         acc_fence(part);
         __syncthreads(); /* both warpgroups are done with this stage */
         if (kb + STAGES < nkb) load_stage(kb + STAGES, (int)(kb % STAGES));

@@ -31,6 +31,7 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_ptx.cuh"
 #include "backend/cuda/cuda_qdecode.cuh"
+#include "backend/cuda/cuda_wgmma.cuh"
 
 typedef __nv_bfloat16 bf16;
 
@@ -38,6 +39,7 @@ namespace {
 
 constexpr int WG_BK = 64;    /* K per stage: one 128-byte swizzle row */
 constexpr int ROW_BYTES = WG_BK * 2;
+static_assert(ROW_BYTES == WG_ROW_BYTES, "one stage row is one swizzle row (cuda_wgmma.cuh)");
 constexpr int SMEM_STAGES_MAX = 200 * 1024; /* pipeline bytes per CTA (one CTA per SM) */
 
 /* The weights of a kernel instance (template parameter QT): WQ_BF16 = bf16
@@ -87,55 +89,17 @@ static_assert(wg_pk_bytes<CK_QT_NVFP4, 128>() % 1024 == 0 && wg_pk_bytes<CK_QT_I
                   wg_pk_bytes<CK_QT_FP8, 128>() % 1024 == 0,
               "stages stay 1024-byte aligned");
 
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || !defined(__CUDA_ARCH__)
-#define CLEF_WGMMA_DEVICE 1
-#endif
-
-/* Byte offset of 16-byte chunk c (0..7) of row r in a 128B-swizzled tile
- * (8-row atoms of 1024 bytes; chunk index XOR row mod 8), the layout the
- * SWIZZLE_128B descriptors below describe. */
-__device__ __forceinline__ uint32_t sw128(int r, int c) { return (uint32_t)(r * ROW_BYTES + ((c ^ (r & 7)) << 4)); }
-
-/* wgmma shared-memory matrix descriptor, K-major, 128-byte swizzle: start
- * address >> 4, leading byte offset 1 (unused for swizzled K-major),
- * stride byte offset 1024 >> 4 (between 8-row atoms), layout type 1. */
-__device__ __forceinline__ uint64_t wg_desc(uint32_t saddr) {
-    return (uint64_t)((saddr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) |
-           ((uint64_t)1 << 62);
-}
-
 #ifdef CLEF_WGMMA_DEVICE
-__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N> __device__ __forceinline__ void wg_wait() {
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-/* cp.async writes (generic proxy) visible to the wgmma reads (async proxy). */
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-/* Keeps the compiler from moving accumulator accesses across wgmma fences. */
-template <int NR> __device__ __forceinline__ void acc_fence(float (&d)[NR]) {
-#pragma unroll
-    for (int i = 0; i < NR; i++) asm volatile("" : "+f"(d[i])::"memory");
-}
-
 /* d[64x128] += A[64x16] . B[128x16]^T (both K-major in shared memory). */
 __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t da, uint64_t db) {
     asm volatile(
         "{\n"
         ".reg .pred p;\n"
         "setp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " WG_ACC64_REGS ", "
         "%64, %65, p, 1, 1, 0, 0;\n"
         "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : WG_ACC64(d)
         : "l"(da), "l"(db), "r"(1));
 }
 

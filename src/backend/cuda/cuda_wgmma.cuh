@@ -1,0 +1,69 @@
+/* cuda_wgmma.cuh — Hopper warpgroup-MMA helpers shared by the wgmma kernels
+ * (cuda_wgmma.cu: bf16 and packed experts; cuda_fp8mma.cu: W8A8 FP8
+ * experts): the 128-byte-swizzled shared-memory layout and its descriptor,
+ * the wgmma fence / commit / wait instructions, the async-proxy fence, and
+ * the 64-accumulator operand list of the m64n128 instructions.  Device code
+ * only; the instruction wrappers exist where CLEF_WGMMA_DEVICE is defined
+ * (sm_90a device passes and the host pass). */
+#ifndef CLEF_BACKEND_CUDA_WGMMA_CUH
+#define CLEF_BACKEND_CUDA_WGMMA_CUH
+
+#include <stdint.h>
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || !defined(__CUDA_ARCH__)
+#define CLEF_WGMMA_DEVICE 1
+#endif
+
+/* Bytes of one row of a 128B-swizzled tile: 64 bf16 or 128 FP8 K values. */
+#define WG_ROW_BYTES 128
+
+/* Byte offset of 16-byte chunk c (0..7) of row r in a 128B-swizzled tile
+ * (8-row atoms of 1024 bytes; chunk index XOR row mod 8), the layout the
+ * SWIZZLE_128B descriptors below describe. */
+static __device__ __forceinline__ uint32_t sw128(int r, int c) {
+    return (uint32_t)(r * WG_ROW_BYTES + ((c ^ (r & 7)) << 4));
+}
+
+/* wgmma shared-memory matrix descriptor, K-major, 128-byte swizzle: start
+ * address >> 4, leading byte offset 1 (unused for swizzled K-major),
+ * stride byte offset 1024 >> 4 (between 8-row atoms), layout type 1. */
+static __device__ __forceinline__ uint64_t wg_desc(uint32_t saddr) {
+    return (uint64_t)((saddr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) |
+           ((uint64_t)1 << 62);
+}
+
+/* The 64 f32 accumulators d[0..63] of an m64n128 wgmma as asm operands %0..%63. */
+#define WG_ACC64(d)                                                                                                    \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),       \
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),          \
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),         \
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),         \
+        "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),         \
+        "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),         \
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),         \
+        "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+/* The accumulator register list "{%0, ..., %63}" of those operands. */
+#define WG_ACC64_REGS                                                                                                  \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "  \
+    "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, "   \
+    "%46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+
+#ifdef CLEF_WGMMA_DEVICE
+static __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+static __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+/* Wait until at most N committed wgmma groups are in flight. */
+template <int N> static __device__ __forceinline__ void wg_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+/* cp.async writes (generic proxy) visible to the wgmma reads (async proxy). */
+static __device__ __forceinline__ void fence_proxy_async() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+/* Keeps the compiler from moving accumulator accesses across wgmma fences. */
+template <int NR> static __device__ __forceinline__ void acc_fence(float (&d)[NR]) {
+#pragma unroll
+    for (int i = 0; i < NR; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+#endif
+
+#endif
