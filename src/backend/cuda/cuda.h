@@ -38,9 +38,11 @@
  *   (mma.sync kernel; the wgmma one: 0 = 64-row tiles always).
  *   CLEF_CUDA_WGMMA: 0 = expert GEMMs on the mma.sync kernel only, 1 = on
  *   the sm_90a wgmma kernel (cuda_wgmma.cu) at every size, 2 (default on
- *   sm_90a builds and compute capability 9.0) = wgmma from 8192 expert rows
- *   per pass; both kernels give bitwise the same sums.  Packed (quantized)
- *   experts follow the same rule on the wgmma variant of cuda_wgmma.cu
+ *   sm_90a builds and compute capability 9.0) = wgmma from
+ *   CLEF_CUDA_WGMMA_ROWS expert rows per pass (default 6144); both kernels
+ *   give bitwise the same sums.  Packed (quantized) experts follow the same
+ *   rule, from CLEF_CUDA_QWGMMA_ROWS rows (default 8192), on the wgmma
+ *   variant of cuda_wgmma.cu
  *   (128-row tiles; NVFP4 in either layout, FP8 blocks with Bc % 64 == 0,
  *   INT4 reordered with G % 64 == 0; bitwise the results of cuda_qgemm.cu's
  *   kernels)
@@ -109,9 +111,9 @@
  * CUDA graphs: CLEF_CUDA_GRAPHS=1 (default) records the thinker's
  * text-only forward (embedding, every layer, final norm: ~1,100 launches)
  * as a CUDA graph the second time the same batch layout (token count and
- * record boundaries) comes with the same buffers, and replays it from the
- * third: one launch instead of ~1,100, the same kernels and arguments, so
- * bitwise the same results (test_cuda_golden).  Up to 16 layouts are kept
+ * record boundaries) comes with the same model and buffers, and replays it
+ * from the third: one launch instead of ~1,100, the same kernels and
+ * arguments, so bitwise the same results (test_cuda_golden).  Up to 16 layouts are kept
  * (least recently used dropped); a forward with media, per-layer hidden
  * states or profiling on runs plainly; 0 turns graphs off.
  *
