@@ -235,7 +235,7 @@ static int bench_vision(clef_towers *t, double mp, size_t iters, int warm, doubl
             fprintf(stderr, "clef bench: vision tower: %s\n", err.message);
             rc = 1;
         }
-        if (it >= warm) ms[it - warm] = (clef_now() - t0) * 1e3;
+        if (it > 0) ms[it - 1] = (clef_now() - t0) * 1e3; /* it 0: the warm-up (only when warm) */
     }
     if (rc == 0) {
         printf("tower_image_px %lldx%lld\ntower_image_patches %zu\ntower_image_tokens %zu\n", (long long)side,
@@ -270,7 +270,7 @@ static int bench_audio(clef_towers *t, double seconds, size_t iters, int warm, d
             fprintf(stderr, "clef bench: audio tower: %s\n", err.message);
             rc = 1;
         }
-        if (it >= warm) ms[it - warm] = (clef_now() - t0) * 1e3;
+        if (it > 0) ms[it - 1] = (clef_now() - t0) * 1e3; /* it 0: the warm-up (only when warm) */
     }
     if (rc == 0) {
         printf("tower_audio_s %.2f\ntower_audio_frames %d\ntower_audio_tokens %zu\n", seconds, m, rows);
@@ -371,8 +371,8 @@ static double make_jobs(clef_engine *e, const bench_run *r, clef_job *jobs) {
     return (clef_now() - t0) * 1e3 / (double)r->batch;
 }
 
-/* Warm-up + timed forwards; fills ms[0..iters).  Returns 0 or 1 (printed). */
-/* `warm` untimed forwards, then `iters` timed ones into ms[]. */
+/* `warm` untimed forwards, then `iters` timed ones into ms[0..iters).
+ * Returns 0 or 1 (printed). */
 static int run_forwards(clef_engine *e, const bench_run *r, size_t warm, size_t iters, clef_job *jobs, double *ms) {
     clef_job **ptrs = calloc(r->batch, sizeof *ptrs);
     clef_err *errs = calloc(r->batch, sizeof *errs);

@@ -2,6 +2,7 @@
  * tensor name (SPEC §6.4, §7.2) onto a backend. */
 #include <math.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -331,6 +332,8 @@ clef_model *clef_model_create_on(const clef_checkpoint *ck, clef_backend *be, in
     m->cfg = &ck->config;
     m->be = be;
     m->own_backend = own_backend;
+    static atomic_uint_least64_t next_serial;
+    m->serial = (uint64_t)atomic_fetch_add(&next_serial, 1) + 1;
     if (clef_quant_detect(ck, &m->quant, err) != 0 || bind_thinker(m, err) != 0 || bind_head(m, err) != 0) {
         clef_model_free(m);
         return NULL;

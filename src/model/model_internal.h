@@ -100,6 +100,11 @@ struct clef_model {
      * addresses and replays); NULL while a forward holds it (thinker.c) */
     void *ws_keep;
     size_t ws_keep_bytes;
+    /* unique per model created in this process (never reused, unlike the
+     * model's address once freed): part of the thinker's graph_run key, so a
+     * backend shared by a freed model and a new one never replays the freed
+     * one's launches (its weight addresses) for the new one */
+    uint64_t serial;
 };
 
 /* A bump allocator over one backend allocation, so a forward does one

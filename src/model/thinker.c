@@ -184,17 +184,20 @@ static int layers_body(void *ctx, clef_err *err) {
 
 /* layers_body through the backend's graph_run where it has one: the key is
  * everything the body's launches depend on besides backend memory (the
- * model, the workspace and output addresses, the token count and the
- * segments), so a repeated batch layout replays the recorded launches. */
+ * model by its serial, not its address, which a later model may reuse; the
+ * workspace and output addresses, the token count and the segments), so a
+ * repeated batch layout replays the recorded launches. */
 static int run_layers_graph(layers_job *j, const size_t *seg, size_t n_seg, clef_err *err) {
     clef_backend *be = j->m->be;
     if (!be->ops->graph_run) return layers_body(j, err);
-    const void *head[4] = {j->m, j->t->h, j->t->a, j->t->ids};
-    const size_t kb = sizeof head + (n_seg + 2) * sizeof(size_t);
+    const void *head[3] = {j->t->h, j->t->a, j->t->ids};
+    const uint64_t serial = j->m->serial;
+    const size_t hb = sizeof serial + sizeof head, kb = hb + (n_seg + 2) * sizeof(size_t);
     char *key = clef_xmalloc(kb);
-    memcpy(key, head, sizeof head);
-    memcpy(key + sizeof head, &n_seg, sizeof n_seg);
-    memcpy(key + sizeof head + sizeof n_seg, seg, (n_seg + 1) * sizeof *seg);
+    memcpy(key, &serial, sizeof serial);
+    memcpy(key + sizeof serial, head, sizeof head);
+    memcpy(key + hb, &n_seg, sizeof n_seg);
+    memcpy(key + hb + sizeof n_seg, seg, (n_seg + 1) * sizeof *seg);
     int rc = be->ops->graph_run(be, key, kb, layers_body, j, err);
     free(key);
     return rc;
