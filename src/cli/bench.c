@@ -29,7 +29,7 @@ static void bench_usage(FILE *f) {
             "  tokens (default 300), packs them into one forward (the engine's batch path), runs it\n"
             "  twice to warm up (CUDA: the second records the batch's CUDA graph) and --iters times\n"
             "  (default 5), and prints one \"key value\" line per figure: latency_ms_p50/p95/min/max\n"
-            "  per forward, tokens_per_s, ..., cuda_graphs (captured/replayed/failed so far),\n"
+            "  per forward, tokens_per_s, ..., cuda_graphs_captured/_replayed/_failed (so far),\n"
             "  peak_rss_mib last.\n"
             "  --runs 1x300,8x1000  several measurements on one loaded model (each block starts with\n"
             "                  \"run BxT\"); replaces --batch/--tokens\n"
@@ -423,7 +423,7 @@ static int gpu_report(clef_engine *e, const bench_run *r, clef_job *jobs, double
     printf("gpu_peak_mib %.0f\n", (double)clef_cuda_peak_bytes(be) / 1048576.0);
     long cap, rep, failed;
     clef_cuda_graph_stats(be, &cap, &rep, &failed);
-    printf("cuda_graphs captured %ld replayed %ld failed %ld\n", cap, rep, failed);
+    printf("cuda_graphs_captured %ld\ncuda_graphs_replayed %ld\ncuda_graphs_failed %ld\n", cap, rep, failed);
     if (!profile) return 0;
     clef_cuda_profile_dump(be, NULL);
     clef_cuda_set_profile(be, 1);

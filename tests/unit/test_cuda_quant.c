@@ -1208,14 +1208,16 @@ static void test_moe_int4_asym(void **state) {
 /* ---- W8A8 FP8-block experts (CLEF_CUDA_FP8_MMA=1, cuda_fp8mma.cu) -------- */
 
 /* The host mirror of ck_fp8_quant_rows: per row per 128 columns s = amax /
- * 448 (1 when amax == 0), q = clef_fp8_e4m3_encode(x / s). */
+ * 448 (1 when that is 0: amax == 0 or below ~2^-140), q =
+ * clef_fp8_e4m3_encode(x / s). */
 static void fp8_quant_rows_host(const float *x, int64_t rows, int64_t K, uint8_t *q, float *s) {
     for (int64_t r = 0; r < rows; r++)
         for (int64_t b = 0; b < K / 128; b++) {
             const float *xb = x + r * K + b * 128;
             float m = 0.0f;
             for (int i = 0; i < 128; i++) m = fabsf(xb[i]) > m ? fabsf(xb[i]) : m;
-            const float sc = m > 0.0f ? m / 448.0f : 1.0f;
+            float sc = m / 448.0f;
+            if (!(sc > 0.0f)) sc = 1.0f;
             s[r * (K / 128) + b] = sc;
             for (int i = 0; i < 128; i++) q[r * K + b * 128 + i] = clef_fp8_e4m3_encode(xb[i] / sc);
         }
@@ -1223,7 +1225,8 @@ static void fp8_quant_rows_host(const float *x, int64_t rows, int64_t K, uint8_t
 
 /* The quantizer of the W8A8 path, f32 and bf16 rows: codes and scales equal
  * the host mirror bit for bit.  Rows mix magnitudes (1e-30 .. 1e4), an
- * all-zero block (s = 1), -0.0, blocks where most values fall in E4M3's
+ * all-zero block (s = 1), a block of f32 subnormals whose amax / 448
+ * underflows to 0 (s = 1, codes zero: no inf or NaN), -0.0, blocks where most values fall in E4M3's
  * subnormal range, values on E4M3 rounding ties after the division, and
  * values that saturate (none do with s = amax / 448, but x / s may round
  * to 448 exactly). */
@@ -1246,6 +1249,7 @@ static void test_fp8_quant_rows(void **state) {
     x[7 * K + 256 + 3] = 448.0f;                                                          /* s = 1 */
     for (int64_t c = 0; c < 128; c++) x[8 * K + c] = ((float)(c % 31) + 0.5f) * 0.25f; /* halfway codes */
     x[8 * K + 5] = 112.0f;                                                            /* s = 0.25 */
+    for (int64_t c = 0; c < 128; c++) x[10 * K + 128 + c] = frand() * 1e-43f; /* amax / 448 underflows: s = 1 */
     uint8_t *qh = malloc((size_t)(rows * K));
     float *sh = malloc((size_t)(rows * nb) * 4);
     for (int pass = 0; pass < 2; pass++) { /* 0: f32 rows, 1: bf16 rows */
@@ -1269,7 +1273,8 @@ static void test_fp8_quant_rows(void **state) {
                      (long long)(first / K), (long long)(first % K), ((const uint8_t *)q)[first], qh[first],
                      (double)xr[first]);
         assert_memory_equal(sc, sh, (size_t)(rows * nb) * 4);
-        assert_true(sh[3 * nb + 1] == 1.0f && sh[7 * nb + 2] == 1.0f && sh[8 * nb] == 0.25f);
+        assert_true(sh[3 * nb + 1] == 1.0f && sh[7 * nb + 2] == 1.0f && sh[8 * nb] == 0.25f && sh[10 * nb + 1] == 1.0f);
+        for (int64_t c = 0; c < 128; c++) assert_true((qh[10 * K + 128 + c] & 0x7Fu) == 0); /* no inf, no NaN */
         printf("  fp8 quantization of %s rows (%lld x %lld): codes and scales = host, bitwise\n", pass ? "bf16" : "f32",
                (long long)rows, (long long)K);
         free(q), free(sc), free(xb), free(xr);
@@ -1754,6 +1759,26 @@ static void test_fixtures(void **state) {
             printf("  fixture %-18s %-8s 12 cases: max |dlogit| %.3e, max TV %.3e, device memory peak %.1f MiB\n",
                    QF_FORMATS[fi], MODE[precise], worst, worst_tv,
                    (double)clef_cuda_peak_bytes(be) / (1024.0 * 1024.0));
+            { /* CUDA graphs over packed experts: one record's forward plain, captured, replayed twice: bitwise */
+                clef_record r;
+                tu_record_from_golden(base[0], &r);
+                float *h0 = malloc(r.n_ids * H * sizeof *h0), *h1 = malloc(r.n_ids * H * sizeof *h1);
+                long cap0, rep0, fail0, cap1, rep1, fail1;
+                clef_cuda_graph_stats(be, &cap0, &rep0, &fail0);
+                for (int it = 0; it < 4; it++) {
+                    if (clef_thinker_forward(m, r.input_ids, r.n_ids, it ? h1 : h0, NULL, &err) != 0)
+                        fail_msg("%s graph forward %d: %s", QF_FORMATS[fi], it, err.message);
+                    if (it) assert_memory_equal(h0, h1, r.n_ids * H * sizeof *h0);
+                }
+                clef_cuda_graph_stats(be, &cap1, &rep1, &fail1);
+                if (cap1 - cap0 < 1 || rep1 - rep0 < 2 || fail1 != fail0)
+                    fail_msg("%s: graphs captured %ld, replayed %ld, failed %ld over 4 forwards of one layout",
+                             QF_FORMATS[fi], cap1 - cap0, rep1 - rep0, fail1 - fail0);
+                printf("  fixture %-18s %-8s CUDA graph: captured %ld, replayed %ld: bitwise the plain forward\n",
+                       QF_FORMATS[fi], MODE[precise], cap1 - cap0, rep1 - rep0);
+                free(h0), free(h1);
+                clef_record_free(&r);
+            }
             clef_model_free(m);
         }
         for (size_t c = 0; c < n; c++) json_free(cases[c]);

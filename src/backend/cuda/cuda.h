@@ -52,8 +52,8 @@
  *   CLEF_CUDA_FP8_MMA: 0 (default) = FP8-block experts as above (W8A16:
  *   weights decoded exactly to bf16); 1 = W8A8 on the FP8 tensor cores
  *   (cuda_fp8mma.cu; opt-in because it CHANGES NUMERICS): the expert input
- *   rows are quantized per token per 128 columns (s = amax / 448, s = 1 for
- *   an all-zero block; E4M3 of x / s, round to nearest even, saturating:
+ *   rows are quantized per token per 128 columns (s = amax / 448, s = 1
+ *   where that is 0: an all-zero block or amax < ~2^-140; E4M3 of x / s, round to nearest even, saturating:
  *   clef_fp8_e4m3_encode bit for bit), gate/up run as wgmma e4m3 x e4m3 with
  *   f32 promotion per 128-K block (acc += part * a_scale * w_scale), the
  *   SwiGLU goes to bf16 rows, which are quantized the same way for the down
@@ -187,7 +187,7 @@ int clef_backend_is_cuda(const clef_backend *be);
  * in cuda_kernels.h), exposed for tests: x [rows, K] device rows (f32, or
  * bf16 when x_bf16) -> q E4M3 bytes [rows, K] and s f32 scales
  * [rows, K / 128] (device, q 4-byte aligned), per row per 128 columns:
- * s = amax / 448 (1 when amax == 0), q = clef_fp8_e4m3_encode(x / s).
+ * s = amax / 448 (1 when that is 0), q = clef_fp8_e4m3_encode(x / s).
  * K % 128 == 0.  Enqueued on the backend's stream (a download waits for it).
  * Returns 0, or -1 + err (500) on a bad shape, a CUDA error, a backend that
  * is not CUDA or a build without CUDA. */

@@ -80,7 +80,10 @@ __global__ void fp8_quant_kernel(const T *x, int64_t rows, int64_t K, int64_t ld
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    const float sc = m > 0.0f ? __fdiv_rn(m, 448.0f) : 1.0f;
+    /* 1 where amax / 448 is 0: an all-zero block, or amax below ~2^-140 (the division would underflow
+     * and x / 0 give inf or NaN) */
+    float sc = __fdiv_rn(m, 448.0f);
+    if (!(sc > 0.0f)) sc = 1.0f;
     uint32_t packed = 0;
 #pragma unroll
     for (int i = 0; i < 4; i++) packed |= e4m3_encode(__fdiv_rn(v[i], sc)) << (8 * i);

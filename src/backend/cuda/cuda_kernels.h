@@ -181,7 +181,8 @@ cudaError_t ck_qgemm_wgmma(const ck_qgemm_args *a, cudaStream_t st);
  * (f32, or bf16 when x_bf16; rows ldx elements apart): for row r, block b
  * (columns 128 b .. 128 b + 127):
  *   s[r, b] = amax / 448 (f32 division; amax = max |x| over the block),
- *             1 when amax == 0 (the block's codes are then zeros);
+ *             1 when that is 0 (amax == 0, or below ~2^-140 where the
+ *             division underflows; the block's codes are then zeros);
  *   q[r, 128 b + i] = E4M3 of x / s (f32 division; round to nearest even,
  *             saturating to +-448; NaN 0x7F), bit for bit
  *             clef_fp8_e4m3_encode (src/quant/fp.c).
