@@ -151,8 +151,11 @@ typedef struct clef_cuda_options {
 clef_backend *clef_cuda_backend_create(int device, clef_err *err);
 clef_backend *clef_cuda_backend_create_ex(const clef_cuda_options *opt, clef_err *err);
 
-/* "NVIDIA H200, 132 SMs, 139.8 GiB, CUDA 13.0" into buf (cap bytes); "" when
- * `be` is not a CUDA backend. */
+/* The device and the settings that shape results or speed, e.g. "NVIDIA
+ * H200, 132 SMs, 139.8 GiB, CUDA runtime 13.0, precise, cuBLASLt dense GEMM,
+ * wgmma experts from 6144 rows (packed 8192)" (+ ", CUDA graphs off", the
+ * W8A8 or attention-kernel choice where set), into buf (cap bytes,
+ * truncated); "" when `be` is not a CUDA backend. */
 void clef_cuda_describe(clef_backend *be, char *buf, size_t cap);
 
 /* Peak device memory taken through this backend (weights, workspaces,

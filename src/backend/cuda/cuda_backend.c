@@ -2155,18 +2155,22 @@ void clef_cuda_describe(clef_backend *be, char *buf, size_t cap) {
         return;
     }
     cuda_ctx *c = cu_of(be);
-    snprintf(buf, cap, "%s%s%s%s%s%s%s%s%s%s", c->desc, c->precise ? ", precise" : !c->precise_parts ? ", fast (bf16)" : "",
+    char wg[96] = "";
+    if (c->wgmma == 1) snprintf(wg, sizeof wg, ", wgmma experts");
+    else if (c->wgmma == 2)
+        snprintf(wg, sizeof wg, ", wgmma experts from %d rows (packed %d)", c->wgmma_rows, c->qwgmma_rows);
+    snprintf(buf, cap, "%s%s%s%s%s%s%s%s%s%s%s", c->desc, c->precise ? ", precise" : !c->precise_parts ? ", fast (bf16)" : "",
              !c->precise && (c->precise_parts & PRECISE_DENSE) ? ", precise dense" : "",
              !c->precise && (c->precise_parts & PRECISE_EXPERTS) ? ", precise experts" : "",
              !c->precise && (c->precise_parts & PRECISE_ATTN) ? ", precise attention" : "",
-             c->gemm_custom ? ", custom dense GEMM" : ", cuBLASLt dense GEMM",
-             c->wgmma == 1 ? ", wgmma experts" : c->wgmma == 2 ? ", wgmma experts (big batches)" : "",
+             c->gemm_custom ? ", custom dense GEMM" : ", cuBLASLt dense GEMM", wg,
              c->wgmma && !c->qwgmma ? " (packed: mma.sync)" : "",
              c->fp8_mma ? ", fp8-block experts W8A8 (fp8 wgmma)" : "",
              c->attn_variant == 1   ? ", attention v1"
              : c->attn_variant == 2 ? ", attention v2"
              : c->attn_variant == 3 ? ", attention v2w"
-                                    : "");
+                                    : "",
+             c->graphs_on ? "" : ", CUDA graphs off");
 }
 
 size_t clef_cuda_peak_bytes(clef_backend *be) {
