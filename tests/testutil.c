@@ -286,6 +286,25 @@ void tu_print_cuda_device(clef_backend *be) {
     printf("  device: %s\n", d);
 }
 
+clef_backend *tu_cuda_backend_env(const clef_cuda_options *o, const char *const *env, clef_err *err) {
+    enum { MAX_VARS = 8 };
+    char *old[MAX_VARS];
+    int n = 0;
+    for (; env[2 * n]; n++) {
+        if (n == MAX_VARS) fail_msg("tu_cuda_backend_env: more than %d variables", MAX_VARS);
+        const char *v = getenv(env[2 * n]);
+        old[n] = v ? strdup(v) : NULL;
+        if (env[2 * n + 1]) setenv(env[2 * n], env[2 * n + 1], 1);
+    }
+    clef_backend *be = clef_cuda_backend_create_ex(o, err);
+    for (int i = 0; i < n; i++) {
+        if (old[i]) setenv(env[2 * i], old[i], 1);
+        else unsetenv(env[2 * i]);
+        free(old[i]);
+    }
+    return be;
+}
+
 float *tu_run_record(clef_model *m, const clef_record *r, size_t H, clef_err *err) {
     float *hidden = malloc(r->n_ids * H * sizeof *hidden);
     float *logits = malloc((clef_record_total_options(r) + 1) * sizeof *logits);

@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "backend/backend.h"
+#include "backend/cuda/cuda.h"
 #include "decision/record.h"
 #include "engine/engine.h"
 #include "json/json.h"
@@ -157,6 +158,13 @@ int tu_cuda_devices(void **state);
 /* Print "  device: <clef_cuda_describe(be)>" (name, memory, compute
  * capability of the CUDA backend `be`). */
 void tu_print_cuda_device(clef_backend *be);
+
+/* clef_cuda_backend_create_ex(o) with CUDA settings from the environment
+ * given for this one backend: env holds NAME, VALUE pairs ended by a NULL
+ * name (a NULL value leaves that variable as it is); each is set while the
+ * backend is made (the backend reads them then) and put back to its previous
+ * value, or unset, afterwards.  NULL + err when creation fails. */
+clef_backend *tu_cuda_backend_env(const clef_cuda_options *o, const char *const *env, clef_err *err);
 
 /* Thinker prefill + joint schema head over one record on model m (hidden
  * size H): returns the heap array of clef_record_total_options(r) option

@@ -176,10 +176,9 @@ static void test_packed_equals_alone(void **state) {
 static clef_model *graph_model(fixture *f, const char *graphs) {
     clef_err err;
     clef_err_clear(&err);
-    setenv("CLEF_CUDA_GRAPHS", graphs, 1);
-    clef_cuda_options o = {.device = 0, .precise = 1, .gemm = -1, .profile = 0};
-    clef_backend *be = clef_cuda_backend_create_ex(&o, &err);
-    unsetenv("CLEF_CUDA_GRAPHS");
+    const clef_cuda_options o = {.device = 0, .precise = 1, .gemm = -1, .profile = 0};
+    const char *const env[] = {"CLEF_CUDA_GRAPHS", graphs, NULL};
+    clef_backend *be = tu_cuda_backend_env(&o, env, &err);
     clef_model *m = be ? clef_model_create_on(&f->ck, be, 1, &err) : NULL;
     if (!m) fail_msg("cuda model: %s", err.message);
     return m;

@@ -106,23 +106,20 @@ static int setup(void **state) {
     const char *names[N_GPU] = {"cublaslt", "custom", "precise", "prec-cust", "prec-t0", "lt-splitk", "prec-spk"};
     const double tols[N_GPU] = {TOL_BF16, TOL_BF16, TOL_PRECISE, TOL_PRECISE, TOL_PRECISE, TOL_BF16, TOL_PRECISE};
     for (int i = 0; i < N_GPU; i++) {
-        if (i == G_PRECISE_T0) setenv("CLEF_CUDA_TUNE", "0", 1); /* read at creation */
-        if (i >= G_LT_SPLITK) setenv("CLEF_CUDA_LT_SPLITK", "2", 1);
-        f->gpu[i] = clef_cuda_backend_create_ex(&o[i], &err);
+        const char *const env[] = {"CLEF_CUDA_TUNE",      i == G_PRECISE_T0 ? "0" : NULL,
+                                   "CLEF_CUDA_LT_SPLITK", i >= G_LT_SPLITK ? "2" : NULL, NULL};
+        f->gpu[i] = tu_cuda_backend_env(&o[i], env, &err);
         if (!f->gpu[i]) {
             fprintf(stderr, "cuda backend: %s\n", err.message);
             return -1;
         }
-        if (i == G_PRECISE_T0) unsetenv("CLEF_CUDA_TUNE");
-        if (i >= G_LT_SPLITK) unsetenv("CLEF_CUDA_LT_SPLITK");
         f->name[i] = names[i];
         f->tol_mm[i] = tols[i];
     }
     for (int i = 0; i < N_ALT; i++) {
         const clef_cuda_options oa = {.device = 0, .precise = i != A_V1, .gemm = 2, .profile = 0};
-        setenv("CLEF_CUDA_ATTN", ALT_ENV[i], 1); /* read at creation */
-        f->alt[i] = clef_cuda_backend_create_ex(&oa, &err);
-        unsetenv("CLEF_CUDA_ATTN");
+        const char *const env[] = {"CLEF_CUDA_ATTN", ALT_ENV[i], NULL};
+        f->alt[i] = tu_cuda_backend_env(&oa, env, &err);
         if (!f->alt[i]) {
             fprintf(stderr, "cuda backend: %s\n", err.message);
             return -1;
@@ -732,15 +729,14 @@ static void test_moe(void **state) {
         release_experts(g, wg, E);
     }
     /* The default (CLEF_CUDA_WGMMA=2 where built for sm_90a on a compute capability 9.0 device) runs
-     * the mma.sync expert kernel below 8192 expert rows and the wgmma one above (the batch of TB
+     * the mma.sync expert kernel below 6144 expert rows and the wgmma one above (the batch of TB
      * above: its bitwise check against T = 300 already crosses kernels).  Here the wgmma kernel at
      * every size (CLEF_CUDA_WGMMA=1, 64-row tiles at T = 300) must give bitwise the mma.sync results:
      * mixing them by batch size relies on it. */
     for (int pr = 0; pr < 2; pr++) {
-        setenv("CLEF_CUDA_WGMMA", "1", 1); /* read at creation */
         const clef_cuda_options o = {.device = 0, .precise = pr, .gemm = 2, .profile = 0};
-        clef_backend *g = clef_cuda_backend_create_ex(&o, &err);
-        unsetenv("CLEF_CUDA_WGMMA");
+        const char *const env[] = {"CLEF_CUDA_WGMMA", "1", NULL};
+        clef_backend *g = tu_cuda_backend_env(&o, env, &err);
         tu_ok(g ? 0 : -1, &err);
         clef_weight wg[3][16];
         const clef_moe_weights mg = upload_experts(g, wc, wh, E, H, NI, wg);

@@ -107,45 +107,26 @@ static int setup(void **state) {
     f->cpu = clef_backend_cpu_create(2, &err);
     for (int i = 0; i < 2; i++) {
         clef_cuda_options o = {.device = 0, .precise = i, .gemm = 1, .profile = 0};
-        /* every format on the packed wgmma kernel (the default keeps FP8 on mma.sync), so all are checked */
-        const char *oq = getenv("CLEF_CUDA_QWGMMA");
-        char *keepq = oq ? strdup(oq) : NULL;
-        if (!keepq) setenv("CLEF_CUDA_QWGMMA", "2", 1);
-        f->gpu[i] = clef_cuda_backend_create_ex(&o, &err);
-        if (!keepq) unsetenv("CLEF_CUDA_QWGMMA");
-        free(keepq);
+        /* every format on the packed wgmma kernel (the default keeps FP8 on mma.sync), so all are checked,
+         * unless the caller set CLEF_CUDA_QWGMMA */
+        const char *const env[] = {"CLEF_CUDA_QWGMMA", getenv("CLEF_CUDA_QWGMMA") ? NULL : "2", NULL};
+        f->gpu[i] = tu_cuda_backend_env(&o, env, &err);
         if (!f->gpu[i]) {
             fprintf(stderr, "cuda backend: %s\n", err.message);
             return -1;
         }
-        const char *old = getenv("CLEF_CUDA_QGEMM_INT4"), *oldw = getenv("CLEF_CUDA_QWGMMA"),
-                   *oldn = getenv("CLEF_CUDA_QGEMM_NVFP4");
-        char *keep = old ? strdup(old) : NULL, *keepw = oldw ? strdup(oldw) : NULL, *keepn = oldn ? strdup(oldn) : NULL;
-        setenv("CLEF_CUDA_QGEMM_INT4", "v2", 1); /* read when the backend is created */
-        setenv("CLEF_CUDA_QGEMM_NVFP4", "v2", 1);
-        setenv("CLEF_CUDA_QWGMMA", "0", 1);
-        f->gpu_v2[i] = clef_cuda_backend_create_ex(&o, &err);
-        if (keep) setenv("CLEF_CUDA_QGEMM_INT4", keep, 1);
-        else unsetenv("CLEF_CUDA_QGEMM_INT4");
-        if (keepn) setenv("CLEF_CUDA_QGEMM_NVFP4", keepn, 1);
-        else unsetenv("CLEF_CUDA_QGEMM_NVFP4");
-        if (keepw) setenv("CLEF_CUDA_QWGMMA", keepw, 1);
-        else unsetenv("CLEF_CUDA_QWGMMA");
-        free(keep), free(keepw), free(keepn);
+        const char *const env_v2[] = {"CLEF_CUDA_QGEMM_INT4", "v2", "CLEF_CUDA_QGEMM_NVFP4", "v2",
+                                      "CLEF_CUDA_QWGMMA",     "0",  NULL};
+        f->gpu_v2[i] = tu_cuda_backend_env(&o, env_v2, &err);
         if (!f->gpu_v2[i]) {
             fprintf(stderr, "cuda backend (INT4 / NVFP4 v2): %s\n", err.message);
             return -1;
         }
     }
     {
-        clef_cuda_options o = {.device = 0, .precise = 0, .gemm = 1, .profile = 0};
-        const char *old = getenv("CLEF_CUDA_FP8_MMA");
-        char *keep = old ? strdup(old) : NULL;
-        setenv("CLEF_CUDA_FP8_MMA", "1", 1);
-        f->gpu_fp8 = clef_cuda_backend_create_ex(&o, &err);
-        if (keep) setenv("CLEF_CUDA_FP8_MMA", keep, 1);
-        else unsetenv("CLEF_CUDA_FP8_MMA");
-        free(keep);
+        const clef_cuda_options o = {.device = 0, .precise = 0, .gemm = 1, .profile = 0};
+        const char *const env[] = {"CLEF_CUDA_FP8_MMA", "1", NULL};
+        f->gpu_fp8 = tu_cuda_backend_env(&o, env, &err);
         if (!f->gpu_fp8) {
             fprintf(stderr, "cuda backend (CLEF_CUDA_FP8_MMA=1): %s\n", err.message);
             return -1;
