@@ -105,6 +105,12 @@ typedef struct clef_row_span {
 
 typedef struct clef_backend_ops {
     const char *name;
+    /* 1 when weight_init copies the bytes into backend memory (a device
+     * backend): the model may then upload the q, k and v projections of a
+     * layer as one [q | k | v] weight (one product instead of three, no
+     * extra memory).  0 when weights borrow the host bytes (CPU: a fused
+     * copy would add memory), and the model multiplies them one by one. */
+    int copies_weights;
     void (*destroy)(clef_backend *be);
 
     /* ---- memory ---- */
@@ -154,6 +160,26 @@ typedef struct clef_backend_ops {
      * (j, j + D/2)).  pos: backend memory int32 [3][T] (T, H, W axes). */
     int (*rope)(clef_backend *be, float *x, int64_t T, int64_t heads, const int32_t *pos,
                 const clef_rope_desc *rope, clef_err *err);
+    /* Residual add fused with the next RMSNorm: when `o` is non-NULL,
+     * h[r, :] += o[r, :] in place for r < rows (rows of `dim` floats), then
+     * y = rmsnorm(h) as `rmsnorm`; bitwise the `add` op followed by the
+     * `rmsnorm` op (one pass over h instead of three).  `o` NULL: only the
+     * norm.  y must not overlap h or o.  A device backend may also keep y's
+     * rows converted for the matmul that follows (CUDA: the bf16 [hi | lo]
+     * rows its products read). */
+    int (*add_rmsnorm)(clef_backend *be, float *h, const float *o, const float *w, float *y, int64_t rows,
+                       int64_t dim, float eps, clef_err *err);
+    /* The thinker's per-head q/k RMSNorm followed by interleaved M-RoPE,
+     * in place, on T rows of nq query heads (row r at q + r * q_stride
+     * floats) and nk key heads (row r at k + r * k_stride), heads of
+     * rope->head_dim floats: each query head y = q_w * norm(x), each key
+     * head with k_w, then `rope` with positions pos [3][T].  Bitwise the
+     * ops rmsnorm (rows = T * heads, dim = head_dim) and rope on contiguous
+     * rows; the strides let q and k be column blocks of one fused [T, q | k
+     * | v] projection.  q and k heads must not overlap. */
+    int (*qk_norm_rope)(clef_backend *be, float *q, int64_t q_stride, float *k, int64_t k_stride, int64_t T,
+                        int64_t nq, int64_t nk, const float *q_w, const float *k_w, float eps, const int32_t *pos,
+                        const clef_rope_desc *rope, clef_err *err);
     /* Attention over packed segments, see clef_attn_desc.  out must not
      * overlap q, k or v. */
     int (*attention)(clef_backend *be, const float *q, const float *k, const float *v, float *out,

@@ -152,9 +152,48 @@ static int bind_experts(clef_model *m, int64_t l, thinker_layer *L, clef_err *er
     return 0;
 }
 
+/* q, k and v projections of layer l.  On a backend that copies weights,
+ * plain ones of one dtype become one weight L->qkv_proj [(nh + 2 nkv) D, H]
+ * (rows q, then k, then v; a product with it gives each token's q | k | v
+ * in one row) and L->fused_qkv is set; otherwise (CPU, or a quantized
+ * projection) three weights. */
+static int bind_qkv(clef_model *m, int64_t l, thinker_layer *L, clef_err *err) {
+    const clef_text_config *c = &m->cfg->text;
+    const int64_t H = c->hidden_size, D = c->head_dim, rows[3] = {c->num_attention_heads * D,
+                                                               c->num_key_value_heads * D,
+                                                               c->num_key_value_heads * D};
+    static const char *const names[3] = {"q_proj", "k_proj", "v_proj"};
+    clef_weight *sep[3] = {&L->q_proj, &L->k_proj, &L->v_proj};
+    char module[NAME_MAX_LEN];
+    clef_qweight q[3];
+    int fuse = m->be->ops->copies_weights;
+    for (int i = 0; i < 3; i++) {
+        name_of(module, "thinker.model.layers.%lld.self_attn.%s", (long long)l, names[i]);
+        if (clef_qweight_bind(m->ck, &m->quant, module, rows[i], H, &q[i], err) != 0) return -1;
+        fuse &= q[i].quant.type == CLEF_QT_NONE && q[i].dtype == q[0].dtype;
+    }
+    if (!fuse) {
+        for (int i = 0; i < 3; i++) {
+            if (m->be->ops->weight_init_packed(m->be, sep[i], &q[i], err) != 0) return -1;
+            track_weight(m, sep[i]);
+        }
+        return 0;
+    }
+    const size_t es = clef_dtype_size(q[0].dtype);
+    const size_t bytes[3] = {(size_t)(rows[0] * H) * es, (size_t)(rows[1] * H) * es, (size_t)(rows[2] * H) * es};
+    char *cat = clef_xmalloc(bytes[0] + bytes[1] + bytes[2]);
+    memcpy(cat, q[0].data, bytes[0]);
+    memcpy(cat + bytes[0], q[1].data, bytes[1]);
+    memcpy(cat + bytes[0] + bytes[1], q[2].data, bytes[2]);
+    const int rc = init_weight(m, &L->qkv_proj, q[0].dtype, rows[0] + rows[1] + rows[2], H, cat, err);
+    free(cat); /* the backend copied it */
+    L->fused_qkv = rc == 0;
+    return rc;
+}
+
 static int bind_layer(clef_model *m, int64_t l, thinker_layer *L, clef_err *err) {
     const clef_text_config *c = &m->cfg->text;
-    const int64_t H = c->hidden_size, D = c->head_dim, nh = c->num_attention_heads, nkv = c->num_key_value_heads;
+    const int64_t H = c->hidden_size, D = c->head_dim, nh = c->num_attention_heads;
     char nb[NAME_MAX_LEN];
     const long long ll = (long long)l;
 #define LAYER(fmt) name_of(nb, "thinker.model.layers.%lld." fmt, ll)
@@ -162,9 +201,7 @@ static int bind_layer(clef_model *m, int64_t l, thinker_layer *L, clef_err *err)
         bind_vec(m, LAYER("post_attention_layernorm.weight"), H, &L->post_norm, err) ||
         bind_vec(m, LAYER("self_attn.q_norm.weight"), D, &L->q_norm, err) ||
         bind_vec(m, LAYER("self_attn.k_norm.weight"), D, &L->k_norm, err) ||
-        bind_mat(m, LAYER("self_attn.q_proj.weight"), nh * D, H, &L->q_proj, err) ||
-        bind_mat(m, LAYER("self_attn.k_proj.weight"), nkv * D, H, &L->k_proj, err) ||
-        bind_mat(m, LAYER("self_attn.v_proj.weight"), nkv * D, H, &L->v_proj, err) ||
+        bind_qkv(m, l, L, err) ||
         bind_mat(m, LAYER("self_attn.o_proj.weight"), H, nh * D, &L->o_proj, err))
         return -1;
     L->is_moe = clef_layer_is_moe(c, l);

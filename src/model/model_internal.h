@@ -18,9 +18,11 @@ typedef struct thinker_layer {
     float *input_norm;      /* [H] */
     float *post_norm;       /* [H] */
     float *q_norm, *k_norm; /* [D] */
-    clef_weight q_proj;     /* [n_h D, H] */
-    clef_weight k_proj;     /* [n_kv D, H] */
-    clef_weight v_proj;     /* [n_kv D, H] */
+    clef_weight q_proj;     /* [n_h D, H] (unused when fused_qkv) */
+    clef_weight k_proj;     /* [n_kv D, H] (unused when fused_qkv) */
+    clef_weight v_proj;     /* [n_kv D, H] (unused when fused_qkv) */
+    int fused_qkv;          /* q, k, v rows in qkv_proj (model.c bind_qkv) */
+    clef_weight qkv_proj;   /* [(n_h + 2 n_kv) D, H]: rows q, k, v */
     clef_weight o_proj;     /* [H, n_h D] */
     int is_moe;
     /* MoE (is_moe) */

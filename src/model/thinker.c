@@ -11,8 +11,8 @@
 typedef struct thinker_ws {
     float *h;     /* [n, H] residual stream */
     float *a;     /* [n, H] normed input of a block */
-    float *q;     /* [n, n_h D] */
-    float *k, *v; /* [n, n_kv D] */
+    float *q;     /* [n, n_h D], or [n, (n_h + 2 n_kv) D] rows q | k | v for a fused_qkv layer */
+    float *k, *v; /* [n, n_kv D] (layers without fused_qkv) */
     float *att;   /* [n, n_h D] attention output */
     float *o;     /* [n, H] block output (attention or MLP) */
     float *router;  /* [n, E] router logits */
@@ -26,22 +26,29 @@ typedef struct thinker_ws {
 /* Plan (base NULL) or carve (base set) the workspace for n tokens.
  * Buffers whose lives do not overlap share memory, which bounds the peak at
  * 32k tokens: `o` (a block's output) lives in `q`'s rows, which are dead
- * once attention has run and are rewritten before the next attention; `a`
- * (a block's normed input) is the caller's hidden buffer when the hidden
- * states are written to backend memory (`a_be`, [n, H]), since the final
- * norm is its last use. */
-static void ws_layout(const clef_text_config *c, size_t n, float *a_be, model_ws *w, thinker_ws *t) {
+ * once attention has run and are rewritten only after the next block's
+ * norm has added `o` into h; `a` (a block's normed input) is the caller's
+ * hidden buffer when the hidden states are written to backend memory
+ * (`a_be`, [n, H]), since the final norm is its last use. */
+static void ws_layout(const clef_model *m, size_t n, float *a_be, model_ws *w, thinker_ws *t) {
+    const clef_text_config *c = &m->cfg->text;
     const size_t H = (size_t)c->hidden_size, qd = (size_t)(c->num_attention_heads * c->head_dim),
                  kd = (size_t)(c->num_key_value_heads * c->head_dim), E = (size_t)c->num_experts,
                  k = (size_t)c->num_experts_per_tok;
-    int any_dense = 0;
-    for (int64_t l = 0; l < c->num_hidden_layers; l++) any_dense |= !clef_layer_is_moe(c, l);
-    const size_t NI = any_dense ? (size_t)c->intermediate_size : 0;
+    int any_dense = 0, any_fused = 0, any_split = 0;
+    for (int64_t l = 0; l < c->num_hidden_layers; l++) {
+        any_dense |= !clef_layer_is_moe(c, l);
+        any_fused |= m->layers[l].fused_qkv;
+        any_split |= !m->layers[l].fused_qkv;
+    }
+    const size_t NI = any_dense ? (size_t)c->intermediate_size : 0, kv = any_split ? kd : 0;
+    size_t qw = any_fused ? qd + 2 * kd : qd;
+    if (qw < H) qw = H;
     t->h = ws_take(w, n * H, sizeof(float));
     t->a = a_be ? a_be : ws_take(w, n * H, sizeof(float));
-    t->q = ws_take(w, n * (qd > H ? qd : H), sizeof(float));
-    t->k = ws_take(w, n * kd, sizeof(float));
-    t->v = ws_take(w, n * kd, sizeof(float));
+    t->q = ws_take(w, n * qw, sizeof(float));
+    t->k = ws_take(w, n * kv, sizeof(float));
+    t->v = ws_take(w, n * kv, sizeof(float));
     t->att = ws_take(w, n * qd, sizeof(float));
     t->o = t->q;
     t->router = ws_take(w, n * E, sizeof(float));
@@ -53,48 +60,59 @@ static void ws_layout(const clef_text_config *c, size_t n, float *a_be, model_ws
     t->pos = ws_take(w, 3 * n, sizeof(int32_t));
 }
 
-/* Self-attention block: h += o_proj(attn(rope(qnorm(q)), rope(knorm(k)), v)). */
-static int attention_block(clef_model *m, const thinker_layer *L, thinker_ws *t, size_t n,
+/* Self-attention block: a = input_norm(h + pend) (h updated; pend is the
+ * previous block's output not yet added, or NULL), then
+ * h += o_proj(attn(rope(qnorm(q)), rope(knorm(k)), v)) and
+ * a = post_norm(h), both by add_rmsnorm (the residual add fused with the
+ * norm that follows it).  q, k, v come from one product on a fused_qkv
+ * layer (column blocks of t->q's rows), else from three. */
+static int attention_block(clef_model *m, const thinker_layer *L, thinker_ws *t, size_t n, const float *pend,
                            const clef_attn_desc *ad, const clef_rope_desc *rd, clef_err *err) {
     clef_backend *be = m->be;
     const clef_text_config *c = &m->cfg->text;
     const int64_t T = (int64_t)n, H = c->hidden_size, D = c->head_dim, nh = c->num_attention_heads,
-                  nkv = c->num_key_value_heads;
+                  nkv = c->num_key_value_heads, qd = nh * D, kd = nkv * D;
     const float eps = (float)c->rms_norm_eps;
-    if (be->ops->rmsnorm(be, t->h, L->input_norm, t->a, T, H, eps, err) ||
-        be->ops->matmul(be, t->a, T, &L->q_proj, NULL, t->q, err) ||
-        be->ops->matmul(be, t->a, T, &L->k_proj, NULL, t->k, err) ||
-        be->ops->matmul(be, t->a, T, &L->v_proj, NULL, t->v, err) ||
-        be->ops->rmsnorm(be, t->q, L->q_norm, t->q, T * nh, D, eps, err) ||
-        be->ops->rmsnorm(be, t->k, L->k_norm, t->k, T * nkv, D, eps, err) ||
-        be->ops->rope(be, t->q, T, nh, t->pos, rd, err) || be->ops->rope(be, t->k, T, nkv, t->pos, rd, err) ||
-        be->ops->attention(be, t->q, t->k, t->v, t->att, ad, err) ||
+    clef_attn_desc a = *ad;
+    float *q = t->q, *k = t->k, *v = t->v;
+    if (be->ops->add_rmsnorm(be, t->h, pend, L->input_norm, t->a, T, H, eps, err)) return -1;
+    if (L->fused_qkv) {
+        k = q + qd, v = k + kd;
+        a.q_stride = a.k_stride = a.v_stride = qd + 2 * kd;
+        if (be->ops->matmul(be, t->a, T, &L->qkv_proj, NULL, q, err)) return -1;
+    } else if (be->ops->matmul(be, t->a, T, &L->q_proj, NULL, q, err) ||
+               be->ops->matmul(be, t->a, T, &L->k_proj, NULL, k, err) ||
+               be->ops->matmul(be, t->a, T, &L->v_proj, NULL, v, err)) {
+        return -1;
+    }
+    if (be->ops->qk_norm_rope(be, q, a.q_stride, k, a.k_stride, T, nh, nkv, L->q_norm, L->k_norm, eps, t->pos, rd,
+                              err) ||
+        be->ops->attention(be, q, k, v, t->att, &a, err) ||
         be->ops->matmul(be, t->att, T, &L->o_proj, NULL, t->o, err) ||
-        be->ops->add(be, t->h, t->o, t->h, T, H, H, err))
+        be->ops->add_rmsnorm(be, t->h, t->o, L->post_norm, t->a, T, H, eps, err))
         return -1;
     return 0;
 }
 
-/* MLP block: h += MoE(post_norm(h)) or the dense SwiGLU MLP. */
+/* MLP block on a = post_norm(h): o = MoE(a) or the dense SwiGLU MLP.  The
+ * residual add h += o is left to the next block's norm (add_rmsnorm). */
 static int mlp_block(clef_model *m, const thinker_layer *L, thinker_ws *t, size_t n, clef_err *err) {
     clef_backend *be = m->be;
     const clef_text_config *c = &m->cfg->text;
-    const int64_t T = (int64_t)n, H = c->hidden_size, E = c->num_experts, k = c->num_experts_per_tok;
-    if (be->ops->rmsnorm(be, t->h, L->post_norm, t->a, T, H, (float)c->rms_norm_eps, err)) return -1;
-    if (L->is_moe) {
-        if (be->ops->matmul(be, t->a, T, &L->router, NULL, t->router, err) ||
-            be->ops->router_topk(be, t->router, T, E, k, c->norm_topk_prob, t->ridx, t->rw, err) ||
-            be->ops->moe(be, t->a, T, t->ridx, t->rw, k, &L->moe, t->o, err))
-            return -1;
-    } else {
-        const int64_t NI = c->intermediate_size;
-        if (be->ops->matmul(be, t->a, T, &L->mlp_gate, NULL, t->g, err) ||
-            be->ops->matmul(be, t->a, T, &L->mlp_up, NULL, t->u, err) ||
-            be->ops->swiglu(be, t->g, t->u, t->g, T * NI, err) ||
-            be->ops->matmul(be, t->g, T, &L->mlp_down, NULL, t->o, err))
-            return -1;
-    }
-    return be->ops->add(be, t->h, t->o, t->h, T, H, H, err);
+    const int64_t T = (int64_t)n, E = c->num_experts, k = c->num_experts_per_tok;
+    if (L->is_moe)
+        return be->ops->matmul(be, t->a, T, &L->router, NULL, t->router, err) ||
+                       be->ops->router_topk(be, t->router, T, E, k, c->norm_topk_prob, t->ridx, t->rw, err) ||
+                       be->ops->moe(be, t->a, T, t->ridx, t->rw, k, &L->moe, t->o, err)
+                   ? -1
+                   : 0;
+    const int64_t NI = c->intermediate_size;
+    if (be->ops->matmul(be, t->a, T, &L->mlp_gate, NULL, t->g, err) ||
+        be->ops->matmul(be, t->a, T, &L->mlp_up, NULL, t->u, err) ||
+        be->ops->swiglu(be, t->g, t->u, t->g, T * NI, err) ||
+        be->ops->matmul(be, t->g, T, &L->mlp_down, NULL, t->o, err))
+        return -1;
+    return 0;
 }
 
 /* Check ids and segments; fill host positions when none were given. */
@@ -174,11 +192,13 @@ static int layers_body(void *ctx, clef_err *err) {
     thinker_ws *t = j->t;
     int rc = be->ops->gather(be, &m->embed, t->ids, (int64_t)j->n, t->h, err);
     for (int64_t l = 0; rc == 0 && l < c->num_hidden_layers; l++) {
-        rc = attention_block(m, &m->layers[l], t, j->n, j->ad, j->rd, err);
+        rc = attention_block(m, &m->layers[l], t, j->n, l ? t->o : NULL, j->ad, j->rd, err);
         if (rc == 0) rc = mlp_block(m, &m->layers[l], t, j->n, err);
     }
+    /* the last MLP output joins h in the final norm */
     if (rc == 0)
-        rc = be->ops->rmsnorm(be, t->h, m->final_norm, t->a, (int64_t)j->n, c->hidden_size, (float)c->rms_norm_eps, err);
+        rc = be->ops->add_rmsnorm(be, t->h, c->num_hidden_layers ? t->o : NULL, m->final_norm, t->a, (int64_t)j->n,
+                                  c->hidden_size, (float)c->rms_norm_eps, err);
     return rc;
 }
 
@@ -234,8 +254,10 @@ static int run_layers(clef_model *m, thinker_ws *t, size_t n, const size_t *seg,
     if (rc == 0 && media) rc = media_rows(m, t->h, media->rows, media->n_rows, media->embeds, 0, err);
     if (rc == 0 && layer_hidden) rc = be->ops->download(be, layer_hidden, t->h, bytes, err);
     for (int64_t l = 0; rc == 0 && l < nl; l++) {
-        rc = attention_block(m, &m->layers[l], t, n, &ad, &rd, err);
+        /* h is complete after every layer here (deepstack rows, layer_hidden): the MLP output is added at once */
+        rc = attention_block(m, &m->layers[l], t, n, NULL, &ad, &rd, err);
         if (rc == 0) rc = mlp_block(m, &m->layers[l], t, n, err);
+        if (rc == 0) rc = be->ops->add(be, t->h, t->o, t->h, (int64_t)n, (int64_t)H, (int64_t)H, err);
         /* deepstack: visual features added after the first decoder layers */
         if (rc == 0 && media && (size_t)l < media->n_deepstack)
             rc = media_rows(m, t->h, media->ds_rows, media->n_ds_rows,
@@ -308,13 +330,13 @@ static int thinker_forward(clef_model *m, const int32_t *ids, size_t n, const si
     model_ws w = {0};
     thinker_ws t;
     float *a_be = hidden_on_be ? hidden : NULL;
-    ws_layout(&m->cfg->text, n, a_be, &w, &t);
+    ws_layout(m, n, a_be, &w, &t);
     w.base = ws_acquire(m, w.used);
     if (!w.base)
         return clef_fail(err, 422, CLEF_E_CAPACITY, NULL, "too many tokens: cannot allocate a %zu-byte workspace for %zu tokens",
                          w.used, n);
     w.used = 0;
-    ws_layout(&m->cfg->text, n, a_be, &w, &t);
+    ws_layout(m, n, a_be, &w, &t);
     int rc = upload_inputs(m, &t, ids, n, seg, n_seg, positions, err);
     if (rc == 0) rc = run_layers(m, &t, n, seg, n_seg, media, hidden, hidden_on_be, layer_hidden, err);
     ws_release(m, w.base, w.used);

@@ -272,6 +272,61 @@ static void test_rope(void **state) {
     be->ops->destroy(be);
 }
 
+/* The fused ops give bitwise the plain ops' bytes: add_rmsnorm = add then
+ * rmsnorm (with and without the add); qk_norm_rope on q and k blocks of a
+ * fused [T, q | k | v] row = rmsnorm per head then rope on contiguous q
+ * and k (v's columns untouched). */
+static void test_fused_row_ops(void **state) {
+    clef_backend *be = cpu();
+    clef_err err;
+    const int64_t rows = 11, dim = 40;
+    float *h = rand_vec((size_t)(rows * dim), 2.0f), *o = rand_vec((size_t)(rows * dim), 1.0f),
+          *w = rand_vec((size_t)dim, 1.0f);
+    float *h2 = malloc((size_t)(rows * dim) * sizeof *h2), *y = malloc((size_t)(rows * dim) * sizeof *y),
+          *y2 = malloc((size_t)(rows * dim) * sizeof *y2);
+    memcpy(h2, h, (size_t)(rows * dim) * sizeof *h2);
+    ok(be->ops->add(be, h2, o, h2, rows, dim, dim, &err), &err);
+    ok(be->ops->rmsnorm(be, h2, w, y2, rows, dim, 1e-6f, &err), &err);
+    ok(be->ops->add_rmsnorm(be, h, o, w, y, rows, dim, 1e-6f, &err), &err);
+    assert_memory_equal(h, h2, (size_t)(rows * dim) * sizeof *h);
+    assert_memory_equal(y, y2, (size_t)(rows * dim) * sizeof *y);
+    ok(be->ops->add_rmsnorm(be, h, NULL, w, y, rows, dim, 1e-6f, &err), &err); /* no add: h kept */
+    assert_memory_equal(h, h2, (size_t)(rows * dim) * sizeof *h);
+    assert_memory_equal(y, y2, (size_t)(rows * dim) * sizeof *y);
+    free(h), free(h2), free(o), free(w), free(y), free(y2);
+
+    const int64_t T = 5, nq = 4, nk = 2, D = 16, ld = (nq + 2 * nk) * D;
+    float inv[8];
+    for (int j = 0; j < 8; j++) inv[j] = 1.0f / powf(1e6f, (float)(2 * j) / (float)D);
+    clef_rope_desc r = {.head_dim = D, .section = {4, 2, 2}, .inv_freq = inv};
+    int32_t pos[3 * 5];
+    for (int a = 0; a < 3; a++)
+        for (int t = 0; t < T; t++) pos[a * T + t] = t * (a + 2) + 50 * a;
+    float *qkv = rand_vec((size_t)(T * ld), 2.0f), *qw = rand_vec((size_t)D, 1.0f), *kw = rand_vec((size_t)D, 1.0f);
+    float *q = malloc((size_t)(T * nq * D) * sizeof *q), *k = malloc((size_t)(T * nk * D) * sizeof *k);
+    float *want = malloc((size_t)(T * ld) * sizeof *want);
+    for (int64_t t = 0; t < T; t++) {
+        memcpy(q + t * nq * D, qkv + t * ld, (size_t)(nq * D) * sizeof *q);
+        memcpy(k + t * nk * D, qkv + t * ld + nq * D, (size_t)(nk * D) * sizeof *k);
+    }
+    ok(be->ops->rmsnorm(be, q, qw, q, T * nq, D, 1e-6f, &err), &err);
+    ok(be->ops->rmsnorm(be, k, kw, k, T * nk, D, 1e-6f, &err), &err);
+    ok(be->ops->rope(be, q, T, nq, pos, &r, &err), &err);
+    ok(be->ops->rope(be, k, T, nk, pos, &r, &err), &err);
+    memcpy(want, qkv, (size_t)(T * ld) * sizeof *want);
+    for (int64_t t = 0; t < T; t++) {
+        memcpy(want + t * ld, q + t * nq * D, (size_t)(nq * D) * sizeof *q);
+        memcpy(want + t * ld + nq * D, k + t * nk * D, (size_t)(nk * D) * sizeof *k);
+    }
+    ok(be->ops->qk_norm_rope(be, qkv, ld, qkv + nq * D, ld, T, nq, nk, qw, kw, 1e-6f, pos, &r, &err), &err);
+    assert_memory_equal(qkv, want, (size_t)(T * ld) * sizeof *qkv);
+    /* a stride shorter than the heads is refused */
+    assert_int_equal(be->ops->qk_norm_rope(be, qkv, nq * D - 1, qkv, ld, T, nq, nk, qw, kw, 1e-6f, pos, &r, &err), -1);
+    assert_int_equal(err.status, 500);
+    free(qkv), free(qw), free(kw), free(q), free(k), free(want);
+    be->ops->destroy(be);
+}
+
 /* Naive attention over one segment for one query head. */
 static void naive_attn(const float *q, const float *k, const float *v, int64_t qs, int64_t ks, int64_t vs,
                        int64_t nq, int64_t nk, int64_t D, double scale, int causal, double *out, int64_t os) {
@@ -527,7 +582,8 @@ int main(void) {
         cmocka_unit_test(test_matmul_bf16),  cmocka_unit_test(test_matmul_f32_f16),
         cmocka_unit_test(test_gather),       cmocka_unit_test(test_norms),
         cmocka_unit_test(test_elementwise),  cmocka_unit_test(test_head_rows),
-        cmocka_unit_test(test_rope),         cmocka_unit_test(test_attention_causal_gqa),
+        cmocka_unit_test(test_rope),         cmocka_unit_test(test_fused_row_ops),
+        cmocka_unit_test(test_attention_causal_gqa),
         cmocka_unit_test(test_attention_cross), cmocka_unit_test(test_router),
         cmocka_unit_test(test_moe),          cmocka_unit_test(test_exp8),
         cmocka_unit_test(test_attention_nan_propagates), cmocka_unit_test(test_thread_limit),

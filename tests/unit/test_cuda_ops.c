@@ -445,6 +445,106 @@ static void test_rope(void **state) {
     g->ops->free(g, dx), g->ops->free(g, dinv), g->ops->free(g, dpos);
 }
 
+/* The fused row ops: add_rmsnorm bitwise add then rmsnorm on the GPU (wide
+ * and narrow rows, with and without the add), within TOL_F32 of the CPU;
+ * the bf16 rows it leaves for the next product give that product bitwise
+ * the result it computes from its own conversion (fast and precise);
+ * qk_norm_rope on the q and k blocks of fused [T, q | k | v] rows bitwise
+ * rmsnorm then rope on contiguous copies, v untouched, within TOL_F32 of
+ * the CPU's fused op. */
+static void test_fused_row_ops(void **state) {
+    TU_NEED_GPU(state);
+    fx *f = *state;
+    clef_backend *c = f->cpu;
+    clef_err err;
+    const int64_t shapes[2][2] = {{300, 2048}, {37, 64}};
+    const int bes[2] = {G_LT, G_PRECISE};
+    for (int bi = 0; bi < 2; bi++) {
+        clef_backend *g = f->gpu[bes[bi]];
+        for (int s = 0; s < 2; s++) {
+            const int64_t rows = shapes[s][0], dim = shapes[s][1], nn = rows * dim, N = 96;
+            float *h = rand_vec((size_t)nn, 2.0f), *o = rand_vec((size_t)nn, 1.0f), *w = rand_vec((size_t)dim, 1.0f);
+            float *hc = malloc((size_t)nn * 4), *yc = malloc((size_t)nn * 4);
+            memcpy(hc, h, (size_t)nn * 4);
+            tu_ok(c->ops->add_rmsnorm(c, hc, o, w, yc, rows, dim, 1e-6f, &err), &err);
+            float *dh = tu_dput(g, h, (size_t)nn * 4), *dh2 = tu_dput(g, h, (size_t)nn * 4),
+                  *dO = tu_dput(g, o, (size_t)nn * 4), *dw = tu_dput(g, w, (size_t)dim * 4);
+            float *dy = tu_dnan(g, (size_t)nn), *dy2 = tu_dnan(g, (size_t)nn);
+            /* the plain ops, then the product converting y itself */
+            uint16_t *wh = rand_bf16((size_t)(N * dim), 1.0f);
+            clef_weight wt;
+            tu_ok(g->ops->weight_init(g, &wt, CLEF_DT_BF16, N, dim, wh, &err), &err);
+            float *dp = tu_dnan(g, (size_t)(rows * N)), *dp2 = tu_dnan(g, (size_t)(rows * N));
+            tu_ok(g->ops->add(g, dh2, dO, dh2, rows, dim, dim, &err), &err);
+            tu_ok(g->ops->rmsnorm(g, dh2, dw, dy2, rows, dim, 1e-6f, &err), &err);
+            tu_ok(g->ops->matmul(g, dy2, rows, &wt, NULL, dp2, &err), &err);
+            /* the fused op, then the product on the rows it left converted */
+            tu_ok(g->ops->add_rmsnorm(g, dh, dO, dw, dy, rows, dim, 1e-6f, &err), &err);
+            tu_ok(g->ops->matmul(g, dy, rows, &wt, NULL, dp, &err), &err);
+            float *gh = tu_dget(g, dh, (size_t)nn), *gh2 = tu_dget(g, dh2, (size_t)nn);
+            float *gy = tu_dget(g, dy, (size_t)nn), *gy2 = tu_dget(g, dy2, (size_t)nn);
+            float *gp = tu_dget(g, dp, (size_t)(rows * N)), *gp2 = tu_dget(g, dp2, (size_t)(rows * N));
+            assert_memory_equal(gh, gh2, (size_t)nn * 4);
+            assert_memory_equal(gy, gy2, (size_t)nn * 4);
+            assert_memory_equal(gp, gp2, (size_t)(rows * N) * 4);
+            check(s ? "add + rmsnorm (narrow)" : "add + rmsnorm (wide)", f->name[bes[bi]], gy, yc, (size_t)nn, TOL_F32);
+            check("add + rmsnorm: h", f->name[bes[bi]], gh, hc, (size_t)nn, 0.0);
+            printf("  %-34s %-9s bitwise add + rmsnorm, product bitwise\n", "add + rmsnorm", f->name[bes[bi]]);
+            /* no add: h unchanged, y = rmsnorm(h) */
+            tu_ok(g->ops->add_rmsnorm(g, dh, NULL, dw, dy, rows, dim, 1e-6f, &err), &err);
+            free(gy), free(gh);
+            gy = tu_dget(g, dy, (size_t)nn), gh = tu_dget(g, dh, (size_t)nn);
+            assert_memory_equal(gh, gh2, (size_t)nn * 4);
+            assert_memory_equal(gy, gy2, (size_t)nn * 4);
+            free(gh), free(gh2), free(gy), free(gy2), free(gp), free(gp2), free(h), free(o), free(w), free(hc), free(yc);
+            free(wh);
+            g->ops->weight_release(g, &wt);
+            g->ops->free(g, dh), g->ops->free(g, dh2), g->ops->free(g, dO), g->ops->free(g, dw), g->ops->free(g, dy);
+            g->ops->free(g, dy2), g->ops->free(g, dp), g->ops->free(g, dp2);
+        }
+    }
+
+    clef_backend *g = f->gpu[G_LT];
+    const int64_t T = 100, nq = 32, nk = 4, D = 128, ld = (nq + 2 * nk) * D;
+    float inv[64];
+    for (int j = 0; j < 64; j++) inv[j] = 1.0f / powf(1000000.0f, (float)(2 * j) / (float)D);
+    int32_t *pos = malloc((size_t)(3 * T) * sizeof *pos);
+    for (int64_t i = 0; i < 3 * T; i++) pos[i] = (int32_t)((i * 2654435761u) % 4000);
+    clef_rope_desc rc = {.head_dim = D, .section = {24, 20, 20}, .inv_freq = inv};
+    float *qkv = rand_vec((size_t)(T * ld), 2.0f), *qw = rand_vec((size_t)D, 1.0f), *kw = rand_vec((size_t)D, 1.0f);
+    float *ref = malloc((size_t)(T * ld) * 4);
+    memcpy(ref, qkv, (size_t)(T * ld) * 4);
+    tu_ok(c->ops->qk_norm_rope(c, ref, ld, ref + nq * D, ld, T, nq, nk, qw, kw, 1e-6f, pos, &rc, &err), &err);
+    float *q = malloc((size_t)(T * nq * D) * 4), *k = malloc((size_t)(T * nk * D) * 4);
+    for (int64_t t = 0; t < T; t++) {
+        memcpy(q + t * nq * D, qkv + t * ld, (size_t)(nq * D) * 4);
+        memcpy(k + t * nk * D, qkv + t * ld + nq * D, (size_t)(nk * D) * 4);
+    }
+    float *dqkv = tu_dput(g, qkv, (size_t)(T * ld) * 4), *dq = tu_dput(g, q, (size_t)(T * nq * D) * 4),
+          *dk = tu_dput(g, k, (size_t)(T * nk * D) * 4), *dqw = tu_dput(g, qw, (size_t)D * 4),
+          *dkw = tu_dput(g, kw, (size_t)D * 4), *dinv = tu_dput(g, inv, sizeof inv);
+    int32_t *dpos = tu_dput(g, pos, (size_t)(3 * T) * 4);
+    clef_rope_desc rg = rc;
+    rg.inv_freq = dinv;
+    tu_ok(g->ops->rmsnorm(g, dq, dqw, dq, T * nq, D, 1e-6f, &err), &err);
+    tu_ok(g->ops->rmsnorm(g, dk, dkw, dk, T * nk, D, 1e-6f, &err), &err);
+    tu_ok(g->ops->rope(g, dq, T, nq, dpos, &rg, &err), &err);
+    tu_ok(g->ops->rope(g, dk, T, nk, dpos, &rg, &err), &err);
+    tu_ok(g->ops->qk_norm_rope(g, dqkv, ld, dqkv + nq * D, ld, T, nq, nk, dqw, dkw, 1e-6f, dpos, &rg, &err), &err);
+    float *got = tu_dget(g, dqkv, (size_t)(T * ld)), *gq = tu_dget(g, dq, (size_t)(T * nq * D)),
+          *gk = tu_dget(g, dk, (size_t)(T * nk * D));
+    for (int64_t t = 0; t < T; t++) {
+        assert_memory_equal(got + t * ld, gq + t * nq * D, (size_t)(nq * D) * 4);
+        assert_memory_equal(got + t * ld + nq * D, gk + t * nk * D, (size_t)(nk * D) * 4);
+        assert_memory_equal(got + t * ld + (nq + nk) * D, qkv + t * ld + (nq + nk) * D, (size_t)(nk * D) * 4);
+    }
+    check("q/k norm + rope (fused rows)", "cuda", got, ref, (size_t)(T * ld), TOL_F32);
+    printf("  %-34s %-9s bitwise rmsnorm + rope\n", "q/k norm + rope", "cuda");
+    free(got), free(gq), free(gk), free(q), free(k), free(qkv), free(qw), free(kw), free(ref), free(pos);
+    g->ops->free(g, dqkv), g->ops->free(g, dq), g->ops->free(g, dk), g->ops->free(g, dqw), g->ops->free(g, dkw);
+    g->ops->free(g, dinv), g->ops->free(g, dpos);
+}
+
 /* ---- attention ----------------------------------------------------------- */
 
 /* Packed segments on every GPU backend (and the attention-only ones) vs the
@@ -774,7 +874,7 @@ int main(void) {
         cmocka_unit_test(test_matmul),      cmocka_unit_test(test_matmul_model_shapes),
         cmocka_unit_test(test_matmul_f32_weight),
         cmocka_unit_test(test_gather_norms_elementwise), cmocka_unit_test(test_head_rows),
-        cmocka_unit_test(test_rope),        cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_rope), cmocka_unit_test(test_fused_row_ops),        cmocka_unit_test(test_attention),
         cmocka_unit_test(test_router),      cmocka_unit_test(test_moe),
         cmocka_unit_test(test_attention_bench),
     };

@@ -14,29 +14,61 @@ static int rope_axis(int64_t j, const int64_t section[3]) {
     return 0;
 }
 
+/* cos/sin of the D/2 frequencies of token t (of T) into cs, sn. */
+static void rope_angles(const int32_t *pos, int64_t T, int64_t t, const clef_rope_desc *r, float *cs, float *sn) {
+    for (int64_t j = 0; j < r->head_dim / 2; j++) {
+        /* angle rounded to f32 exactly as fp32(pos) * inv_freq in torch */
+        float ang = (float)pos[rope_axis(j, r->section) * T + t] * r->inv_freq[j];
+        cs[j] = cosf(ang);
+        sn[j] = sinf(ang);
+    }
+}
+
+/* Rotate the rotate-half pairs (j, j + D/2) of `heads` consecutive heads at v. */
+static void rope_heads(float *v0, int64_t heads, int64_t D, const float *cs, const float *sn) {
+    const int64_t half = D / 2;
+    for (int64_t h = 0; h < heads; h++) {
+        float *v = v0 + h * D;
+        for (int64_t j = 0; j < half; j++) {
+            float x1 = v[j], x2 = v[j + half];
+            v[j] = x1 * cs[j] - x2 * sn[j];
+            v[j + half] = x2 * cs[j] + x1 * sn[j];
+        }
+    }
+}
+
 int cpu_rope(clef_backend *be, float *x, int64_t T, int64_t heads, const int32_t *pos, const clef_rope_desc *r,
              clef_err *err) {
     cpu_ctx *c = cpu_of(be);
-    const int64_t D = r->head_dim, half = D / 2;
+    const int64_t D = r->head_dim;
     if (D <= 0 || D % 2 || D > 4096)
         return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CPU rope: head_dim %lld", (long long)D);
 #pragma omp parallel for schedule(static) num_threads(c->n_threads) if (T * heads * D > 65536)
     for (int64_t t = 0; t < T; t++) {
         float cs[2048], sn[2048];
-        for (int64_t j = 0; j < half; j++) {
-            /* angle rounded to f32 exactly as fp32(pos) * inv_freq in torch */
-            float ang = (float)pos[rope_axis(j, r->section) * T + t] * r->inv_freq[j];
-            cs[j] = cosf(ang);
-            sn[j] = sinf(ang);
-        }
-        for (int64_t h = 0; h < heads; h++) {
-            float *v = x + (t * heads + h) * D;
-            for (int64_t j = 0; j < half; j++) {
-                float x1 = v[j], x2 = v[j + half];
-                v[j] = x1 * cs[j] - x2 * sn[j];
-                v[j + half] = x2 * cs[j] + x1 * sn[j];
-            }
-        }
+        rope_angles(pos, T, t, r, cs, sn);
+        rope_heads(x + t * heads * D, heads, D, cs, sn);
+    }
+    return 0;
+}
+
+int cpu_qk_norm_rope(clef_backend *be, float *q, int64_t q_stride, float *k, int64_t k_stride, int64_t T, int64_t nq,
+                     int64_t nk, const float *q_w, const float *k_w, float eps, const int32_t *pos,
+                     const clef_rope_desc *r, clef_err *err) {
+    cpu_ctx *c = cpu_of(be);
+    const int64_t D = r->head_dim;
+    if (D <= 0 || D % 2 || D > 4096 || nq < 0 || nk < 0 || q_stride < nq * D || k_stride < nk * D)
+        return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CPU q/k norm + rope: %lld + %lld heads of %lld, strides %lld, %lld",
+                         (long long)nq, (long long)nk, (long long)D, (long long)q_stride, (long long)k_stride);
+#pragma omp parallel for schedule(static) num_threads(c->n_threads) if (T * (nq + nk) * D > 65536)
+    for (int64_t t = 0; t < T; t++) {
+        float cs[2048], sn[2048];
+        float *qt = q + t * q_stride, *kt = k + t * k_stride;
+        for (int64_t h = 0; h < nq; h++) cpu_rmsnorm_row(qt + h * D, q_w, qt + h * D, D, eps);
+        for (int64_t h = 0; h < nk; h++) cpu_rmsnorm_row(kt + h * D, k_w, kt + h * D, D, eps);
+        rope_angles(pos, T, t, r, cs, sn);
+        rope_heads(qt, nq, D, cs, sn);
+        rope_heads(kt, nk, D, cs, sn);
     }
     return 0;
 }

@@ -97,6 +97,7 @@ static void cpu_weight_release(clef_backend *be, clef_weight *w) {
 
 static const clef_backend_ops cpu_ops = {
     .name = "cpu",
+    .copies_weights = 0,
     .destroy = cpu_destroy,
     .alloc = cpu_alloc,
     .free = cpu_free,
@@ -110,6 +111,8 @@ static const clef_backend_ops cpu_ops = {
     .gather = cpu_gather,
     .rmsnorm = cpu_rmsnorm,
     .rope = cpu_rope,
+    .add_rmsnorm = cpu_add_rmsnorm,
+    .qk_norm_rope = cpu_qk_norm_rope,
     .attention = cpu_attention,
     .router_topk = cpu_router_topk,
     .moe = cpu_moe,

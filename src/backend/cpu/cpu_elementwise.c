@@ -8,18 +8,33 @@
 /* Parallelise only when there is enough work to pay for the threads. */
 #define PAR_MIN 65536
 
+void cpu_rmsnorm_row(const float *xr, const float *w, float *yr, int64_t dim, float eps) {
+    double ss = 0.0;
+    for (int64_t i = 0; i < dim; i++) ss += (double)xr[i] * xr[i];
+    float var = (float)(ss / (double)dim);
+    float inv = 1.0f / sqrtf(var + eps);
+    for (int64_t i = 0; i < dim; i++) yr[i] = w[i] * (xr[i] * inv);
+}
+
 int cpu_rmsnorm(clef_backend *be, const float *x, const float *w, float *y, int64_t rows, int64_t dim, float eps,
                 clef_err *err) {
     cpu_ctx *c = cpu_of(be);
 #pragma omp parallel for schedule(static) num_threads(c->n_threads) if (rows * dim > PAR_MIN)
+    for (int64_t r = 0; r < rows; r++) cpu_rmsnorm_row(x + r * dim, w, y + r * dim, dim, eps);
+    return 0;
+}
+
+/* The add then the norm, row by row (a row's add is done before its norm
+ * reads it, as in add followed by rmsnorm over all rows). */
+int cpu_add_rmsnorm(clef_backend *be, float *h, const float *o, const float *w, float *y, int64_t rows, int64_t dim,
+                    float eps, clef_err *err) {
+    cpu_ctx *c = cpu_of(be);
+#pragma omp parallel for schedule(static) num_threads(c->n_threads) if (rows * dim > PAR_MIN)
     for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * dim;
-        float *yr = y + r * dim;
-        double ss = 0.0;
-        for (int64_t i = 0; i < dim; i++) ss += (double)xr[i] * xr[i];
-        float var = (float)(ss / (double)dim);
-        float inv = 1.0f / sqrtf(var + eps);
-        for (int64_t i = 0; i < dim; i++) yr[i] = w[i] * (xr[i] * inv);
+        float *hr = h + r * dim;
+        if (o)
+            for (int64_t i = 0; i < dim; i++) hr[i] = hr[i] + o[r * dim + i];
+        cpu_rmsnorm_row(hr, w, y + r * dim, dim, eps);
     }
     return 0;
 }

@@ -78,6 +78,15 @@ int cpu_attention(clef_backend *be, const float *q, const float *k, const float 
 
 int cpu_rmsnorm(clef_backend *be, const float *x, const float *w, float *y, int64_t rows, int64_t dim, float eps,
                 clef_err *err);
+/* One row of cpu_rmsnorm: yr[i] = w[i] * (xr[i] * rsqrt(mean(xr^2) + eps)),
+ * sum of squares in f64 in index order; yr may equal xr.  Shared by the
+ * fused ops so their rows are bitwise the plain op's. */
+void cpu_rmsnorm_row(const float *xr, const float *w, float *yr, int64_t dim, float eps);
+int cpu_add_rmsnorm(clef_backend *be, float *h, const float *o, const float *w, float *y, int64_t rows, int64_t dim,
+                    float eps, clef_err *err);
+int cpu_qk_norm_rope(clef_backend *be, float *q, int64_t q_stride, float *k, int64_t k_stride, int64_t T, int64_t nq,
+                     int64_t nk, const float *q_w, const float *k_w, float eps, const int32_t *pos,
+                     const clef_rope_desc *r, clef_err *err);
 int cpu_layernorm(clef_backend *be, const float *x, const float *w, const float *b, float *y, int64_t rows,
                   int64_t dim, float eps, clef_err *err);
 int cpu_swiglu(clef_backend *be, const float *gate, const float *up, float *out, int64_t n, clef_err *err);

@@ -1256,6 +1256,42 @@ static int cu_rope(clef_backend *be, float *x, int64_t T, int64_t heads, const i
                               err));
 }
 
+/* The add, the norm and, for the product that reads y next, y's rows as
+ * bf16 in SLOT_A16 (split by the dense products' mode) remembered as
+ * converted: that matmul (and the router's, the experts') skips its own
+ * conversion pass. */
+static int cu_add_rmsnorm(clef_backend *be, float *h, const float *o, const float *w, float *y, int64_t rows,
+                          int64_t dim, float eps, clef_err *err) {
+    cuda_ctx *c = cu_of(be);
+    op_begin(c, o ? "add + rmsnorm" : "rmsnorm", 0);
+    if (rows <= 0) return op_end(c, 0);
+    const int split = c->precise_parts & PRECISE_DENSE ? 2 : 1;
+    uint16_t *a16 = NULL;
+    if (dim % 8 == 0) { /* the products' row alignment (ck_rows_to_bf16) */
+        a16 = cu_slot(c, SLOT_A16, (size_t)rows * (size_t)dim * (size_t)split * 2, err);
+        if (!a16) return op_end(c, -1);
+    }
+    if (cu_check(ck_add_rmsnorm(h, o, w, y, rows, dim, eps, a16, split, c->st), "add + rmsnorm", err))
+        return op_end(c, -1);
+    if (a16) c->cvt_x = y, c->cvt_rows = rows, c->cvt_K = dim, c->cvt_ld = dim, c->cvt_split = split, c->cvt_valid = 1;
+    return op_end(c, 0);
+}
+
+static int cu_qk_norm_rope(clef_backend *be, float *q, int64_t q_stride, float *k, int64_t k_stride, int64_t T,
+                           int64_t nq, int64_t nk, const float *q_w, const float *k_w, float eps, const int32_t *pos,
+                           const clef_rope_desc *r, clef_err *err) {
+    cuda_ctx *c = cu_of(be);
+    const int64_t D = r->head_dim;
+    if (D <= 0 || D % 2 || D > 1024 || nq < 0 || nk < 0 || nq + nk > 65535 || q_stride < nq * D || k_stride < nk * D)
+        return clef_fail(err, 500, CLEF_E_INTERNAL, NULL,
+                         "CUDA q/k norm + rope: %lld + %lld heads of %lld, strides %lld, %lld", (long long)nq,
+                         (long long)nk, (long long)D, (long long)q_stride, (long long)k_stride);
+    op_begin(c, "q/k norm + rope", 0);
+    return op_end(c, cu_check(ck_qk_norm_rope(q, q_stride, k, k_stride, T, (int)nq, (int)nk, q_w, k_w, eps, (int)D,
+                                              pos, r->section[1], r->section[2], r->inv_freq, c->st),
+                              "q/k norm + rope", err));
+}
+
 /* Attention: offsets (and, on the tensor-core path, the 64- or 128-row query tiles,
  * heaviest first) staged in one copy; Q, K, V converted to bf16 rows. */
 static int cu_attention(clef_backend *be, const float *q, const float *k, const float *v, float *out,
@@ -2004,6 +2040,7 @@ void clef_cuda_graph_stats(clef_backend *be, long *captures, long *replays, long
 
 static const clef_backend_ops cuda_ops = {
     .name = "cuda",
+    .copies_weights = 1,
     .destroy = cu_destroy,
     .graph_run = cu_graph_run,
     .alloc = cu_alloc,
@@ -2018,6 +2055,8 @@ static const clef_backend_ops cuda_ops = {
     .gather = cu_gather,
     .rmsnorm = cu_rmsnorm,
     .rope = cu_rope,
+    .add_rmsnorm = cu_add_rmsnorm,
+    .qk_norm_rope = cu_qk_norm_rope,
     .attention = cu_attention,
     .router_topk = cu_router_topk,
     .moe = cu_moe,

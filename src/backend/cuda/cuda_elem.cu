@@ -6,6 +6,7 @@
  * fixed shape per row (warp/block trees), so results never depend on how
  * many rows run together.
  */
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -88,6 +89,129 @@ __global__ void __launch_bounds__(WIDE_THREADS) rmsnorm_wide_kernel(const float 
             yr[i] = make_float4(__fmul_rn(g.x, __fmul_rn(v[u].x, inv)), __fmul_rn(g.y, __fmul_rn(v[u].y, inv)),
                                 __fmul_rn(g.z, __fmul_rn(v[u].z, inv)), __fmul_rn(g.w, __fmul_rn(v[u].w, inv)));
         }
+    }
+}
+
+/* y's value v as the bf16 rows the products read (ck_rows_to_bf16's values):
+ * hi at d[i], and with split 2 lo = bf16(v - hi) at d[K + i]. */
+__device__ __forceinline__ void put_bf16(__nv_bfloat16 *d, int64_t K, int split, int64_t i, float v) {
+    const __nv_bfloat16 hi = __float2bfloat16_rn(v);
+    d[i] = hi;
+    if (split == 2) d[K + i] = __float2bfloat16_rn(v - __bfloat162float(hi));
+}
+
+/* h += o (o may be NULL), y = rmsnorm(h): rmsnorm_kernel's reduction shape
+ * (one warp per row), so bitwise add_kernel then rmsnorm_kernel; with a16
+ * y's row also as bf16 (put_bf16, rows dim * split apart). */
+__global__ void add_rmsnorm_kernel(float *h, const float *o, const float *__restrict__ w, float *y,
+                                   __nv_bfloat16 *a16, int split, int64_t rows, int64_t dim, float eps) {
+    const int lane = threadIdx.x & 31;
+    const int64_t r = (int64_t)blockIdx.x * ROW_WARPS + (threadIdx.x >> 5);
+    if (r >= rows) return;
+    float *hr = h + r * dim;
+    double ss = 0.0;
+    for (int64_t i = lane; i < dim; i += 32) {
+        float v = hr[i];
+        if (o) hr[i] = v = __fadd_rn(v, o[r * dim + i]);
+        ss += (double)v * v;
+    }
+    ss = warp_sum_d(ss);
+    const float var = (float)(ss / (double)dim), inv = 1.0f / sqrtf(var + eps);
+    float *yr = y + r * dim;
+    for (int64_t i = lane; i < dim; i += 32) {
+        const float v = __fmul_rn(w[i], __fmul_rn(hr[i], inv));
+        yr[i] = v;
+        if (a16) put_bf16(a16 + r * dim * split, dim, split, i, v);
+    }
+}
+
+/* The same for wide rows, as rmsnorm_wide_kernel (the row in registers,
+ * float4 accesses; h, o, y and w 16-byte aligned). */
+__global__ void __launch_bounds__(WIDE_THREADS) add_rmsnorm_wide_kernel(float *h, const float *o,
+                                                                       const float *__restrict__ w, float *y,
+                                                                       __nv_bfloat16 *a16, int split, int64_t dim,
+                                                                       float eps) {
+    __shared__ double sm[32];
+    const int64_t r = blockIdx.x, n4 = dim / 4;
+    float4 *hr = reinterpret_cast<float4 *>(h + r * dim);
+    const float4 *orow = o ? reinterpret_cast<const float4 *>(o + r * dim) : nullptr;
+    float4 v[WIDE_MAX4];
+    double ss = 0.0;
+#pragma unroll
+    for (int u = 0; u < WIDE_MAX4; u++) {
+        const int64_t i = threadIdx.x + (int64_t)u * WIDE_THREADS;
+        if (i < n4) {
+            v[u] = hr[i];
+            if (orow) {
+                const float4 b = orow[i];
+                v[u] = make_float4(__fadd_rn(v[u].x, b.x), __fadd_rn(v[u].y, b.y), __fadd_rn(v[u].z, b.z),
+                                   __fadd_rn(v[u].w, b.w));
+                hr[i] = v[u];
+            }
+            ss += (double)v[u].x * v[u].x + (double)v[u].y * v[u].y + (double)v[u].z * v[u].z +
+                  (double)v[u].w * v[u].w;
+        }
+    }
+    ss = block_sum_d(ss, sm);
+    const float var = (float)(ss / (double)dim), inv = 1.0f / sqrtf(var + eps);
+    const float4 *w4 = reinterpret_cast<const float4 *>(w);
+    float4 *yr = reinterpret_cast<float4 *>(y + r * dim);
+    __nv_bfloat16 *d = a16 ? a16 + r * dim * split : nullptr;
+#pragma unroll
+    for (int u = 0; u < WIDE_MAX4; u++) {
+        const int64_t i = threadIdx.x + (int64_t)u * WIDE_THREADS;
+        if (i < n4) {
+            const float4 g = w4[i];
+            const float4 z = make_float4(__fmul_rn(g.x, __fmul_rn(v[u].x, inv)), __fmul_rn(g.y, __fmul_rn(v[u].y, inv)),
+                                         __fmul_rn(g.z, __fmul_rn(v[u].z, inv)), __fmul_rn(g.w, __fmul_rn(v[u].w, inv)));
+            yr[i] = z;
+            if (d) {
+                put_bf16(d, dim, split, 4 * i, z.x), put_bf16(d, dim, split, 4 * i + 1, z.y);
+                put_bf16(d, dim, split, 4 * i + 2, z.z), put_bf16(d, dim, split, 4 * i + 3, z.w);
+            }
+        }
+    }
+}
+
+/* q/k per-head RMSNorm then M-RoPE for one token per block: the angles
+ * once in shared memory (as rope_kernel), then each warp takes heads in
+ * turn (queries first): rmsnorm_kernel's one-warp reduction over the head,
+ * the normed head in the warp's shared row, and the rotated pairs written
+ * back; every value is computed as rmsnorm_kernel then rope_kernel do. */
+constexpr int QKR_WARPS = 4;
+
+__global__ void __launch_bounds__(QKR_WARPS * 32) qk_norm_rope_kernel(float *q, int64_t qs, float *k, int64_t ks,
+                                                                      int64_t T, int nq, int nk,
+                                                                      const float *__restrict__ qw,
+                                                                      const float *__restrict__ kw, float eps, int D,
+                                                                      const int32_t *__restrict__ pos, int64_t s1,
+                                                                      int64_t s2, const float *__restrict__ inv_freq) {
+    extern __shared__ float qkr_sm[]; /* [D/2] cos, [D/2] sin, then QKR_WARPS rows of D */
+    const int64_t t = blockIdx.x;
+    const int half = D / 2, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    float *cs = qkr_sm, *buf = qkr_sm + D + warp * D;
+    for (int64_t j = threadIdx.x; j < half; j += blockDim.x) {
+        const int axis = (j % 3 == 1 && j < 3 * s1) ? 1 : (j % 3 == 2 && j < 3 * s2) ? 2 : 0;
+        const float ang = __fmul_rn((float)pos[axis * T + t], inv_freq[j]);
+        cs[j] = cosf(ang);
+        cs[half + j] = sinf(ang);
+    }
+    __syncthreads();
+    for (int hh = warp; hh < nq + nk; hh += QKR_WARPS) {
+        float *x = hh < nq ? q + t * qs + (int64_t)hh * D : k + t * ks + (int64_t)(hh - nq) * D;
+        const float *w = hh < nq ? qw : kw;
+        double ss = 0.0;
+        for (int64_t i = lane; i < D; i += 32) ss += (double)x[i] * x[i];
+        ss = warp_sum_d(ss);
+        const float var = (float)(ss / (double)D), inv = 1.0f / sqrtf(var + eps);
+        for (int64_t i = lane; i < D; i += 32) buf[i] = __fmul_rn(w[i], __fmul_rn(x[i], inv));
+        __syncwarp();
+        for (int64_t j = lane; j < half; j += 32) {
+            const float c = cs[j], sn = cs[half + j], x1 = buf[j], x2 = buf[j + half];
+            x[j] = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, sn));
+            x[j + half] = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, sn));
+        }
+        __syncwarp();
     }
 }
 
@@ -240,14 +364,44 @@ extern "C" {
 
 static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
+/* Whether ck_rmsnorm takes the wide kernel for these rows (the fused ops take the same shape). */
+static bool rmsnorm_wide(const float *x, const float *w, const float *y, int64_t rows, int64_t dim) {
+    return dim % 4 == 0 && dim >= 512 && dim <= 4 * WIDE_THREADS * WIDE_MAX4 && rows <= 0x7fffffffLL && aligned16(x) &&
+           aligned16(y) && aligned16(w);
+}
+
 cudaError_t ck_rmsnorm(const float *x, const float *w, float *y, int64_t rows, int64_t dim, float eps, cudaStream_t st) {
     if (rows <= 0) return cudaSuccess;
-    if (dim % 4 == 0 && dim >= 512 && dim <= 4 * WIDE_THREADS * WIDE_MAX4 && rows <= 0x7fffffffLL && aligned16(x) &&
-        aligned16(y) && aligned16(w)) {
+    if (rmsnorm_wide(x, w, y, rows, dim)) {
         rmsnorm_wide_kernel<<<(unsigned)rows, WIDE_THREADS, 0, st>>>(x, w, y, dim, eps);
         return cudaGetLastError();
     }
     rmsnorm_kernel<<<row_blocks(rows), ROW_WARPS * 32, 0, st>>>(x, w, y, rows, dim, eps);
+    return cudaGetLastError();
+}
+
+cudaError_t ck_add_rmsnorm(float *h, const float *o, const float *w, float *y, int64_t rows, int64_t dim, float eps,
+                           uint16_t *a16, int split, cudaStream_t st) {
+    if (rows <= 0) return cudaSuccess;
+    if (split != 1 && split != 2) return cudaErrorInvalidValue;
+    __nv_bfloat16 *d = reinterpret_cast<__nv_bfloat16 *>(a16);
+    if (rmsnorm_wide(h, w, y, rows, dim)) {
+        if (o && !aligned16(o)) return cudaErrorInvalidValue; /* the float4 add needs it; workspaces are aligned */
+        add_rmsnorm_wide_kernel<<<(unsigned)rows, WIDE_THREADS, 0, st>>>(h, o, w, y, d, split, dim, eps);
+        return cudaGetLastError();
+    }
+    add_rmsnorm_kernel<<<row_blocks(rows), ROW_WARPS * 32, 0, st>>>(h, o, w, y, d, split, rows, dim, eps);
+    return cudaGetLastError();
+}
+
+cudaError_t ck_qk_norm_rope(float *q, int64_t q_stride, float *k, int64_t k_stride, int64_t T, int nq, int nk,
+                            const float *q_w, const float *k_w, float eps, int D, const int32_t *pos, int64_t s1,
+                            int64_t s2, const float *inv_freq, cudaStream_t st) {
+    if (T <= 0 || nq + nk <= 0) return cudaSuccess;
+    if (D <= 0 || D % 2 || D > 1024 || T > 0x7fffffffLL) return cudaErrorInvalidValue;
+    const size_t smem = (size_t)(1 + QKR_WARPS) * (size_t)D * sizeof(float);
+    qk_norm_rope_kernel<<<(unsigned)T, QKR_WARPS * 32, smem, st>>>(q, q_stride, k, k_stride, T, nq, nk, q_w, k_w, eps,
+                                                                   D, pos, s1, s2, inv_freq);
     return cudaGetLastError();
 }
 

@@ -322,6 +322,20 @@ cudaError_t ck_attn_f32(const float *q, const float *k, const float *v, float *o
 /* ---- row ops ------------------------------------------------------------ */
 
 cudaError_t ck_rmsnorm(const float *x, const float *w, float *y, int64_t rows, int64_t dim, float eps, cudaStream_t st);
+/* The residual add fused with the next RMSNorm: h[r] += o[r] (o NULL: no
+ * add), then y = rmsnorm(h) with ck_rmsnorm's reduction shape (bitwise
+ * ck_add then ck_rmsnorm); with a16 non-NULL also y's rows as bf16 exactly
+ * as ck_rows_to_bf16(y, rows, dim, dim, a16, split).  Wide rows need o
+ * 16-byte aligned (cudaErrorInvalidValue otherwise). */
+cudaError_t ck_add_rmsnorm(float *h, const float *o, const float *w, float *y, int64_t rows, int64_t dim, float eps,
+                           uint16_t *a16, int split, cudaStream_t st);
+/* Per-head RMSNorm (q_w for the nq query heads of each row at q + t *
+ * q_stride, k_w for the nk key heads at k + t * k_stride), then M-RoPE as
+ * ck_rope, in place, one block per token: bitwise ck_rmsnorm (rows of D)
+ * then ck_rope.  D even, <= 1024. */
+cudaError_t ck_qk_norm_rope(float *q, int64_t q_stride, float *k, int64_t k_stride, int64_t T, int nq, int nk,
+                            const float *q_w, const float *k_w, float eps, int D, const int32_t *pos, int64_t s1,
+                            int64_t s2, const float *inv_freq, cudaStream_t st);
 cudaError_t ck_layernorm(const float *x, const float *w, const float *b, float *y, int64_t rows, int64_t dim,
                          float eps, cudaStream_t st);
 cudaError_t ck_swiglu(const float *g, const float *u, float *out, int64_t n, cudaStream_t st);
