@@ -712,9 +712,13 @@ static void cvt_clobber(cuda_ctx *c, const void *p, size_t bytes) {
  * precise), reusing the last conversion when it is of the same rows. */
 static const uint16_t *convert_rows(cuda_ctx *c, const float *x, int64_t rows, int64_t K, int64_t ldx, int split,
                                     clef_err *err) {
-    if (c->cvt_valid && c->cvt_x == x && c->cvt_rows == rows && c->cvt_K == K && c->cvt_ld == ldx &&
-        c->cvt_split == split)
-        return c->slot[SLOT_A16];
+    /* the converted rows, or a run of them (a chunk of the expert block's passes) */
+    if (c->cvt_valid && c->cvt_K == K && c->cvt_ld == ldx && c->cvt_split == split && ldx > 0 &&
+        (uintptr_t)x >= (uintptr_t)c->cvt_x) {
+        const uintptr_t d = (uintptr_t)x - (uintptr_t)c->cvt_x, row_bytes = (uintptr_t)ldx * sizeof(float);
+        if (d % row_bytes == 0 && (int64_t)(d / row_bytes) + rows <= c->cvt_rows)
+            return (const uint16_t *)c->slot[SLOT_A16] + (size_t)(d / row_bytes) * (size_t)K * (size_t)split;
+    }
     uint16_t *d = cu_slot(c, SLOT_A16, (size_t)rows * (size_t)K * (size_t)split * 2, err);
     if (!d) return NULL;
     if (cu_check(ck_rows_to_bf16(x, rows, K, ldx, d, split, c->st), "activation to bf16", err)) return NULL;
@@ -1347,11 +1351,10 @@ static int cu_attention(clef_backend *be, const float *q, const float *k, const 
         uint16_t *b16 = cu_slot(c, SLOT_ATT16, (qn + 2 * kn) * 2 + 64, err);
         if (!b16) return op_end(c, -1);
         uint16_t *q16 = b16, *k16 = q16 + qn, *v16 = k16 + kn;
-        rc = cu_check(ck_rows_to_bf16(q, nq, nh * D, a->q_stride, q16, split, c->st), "attention q to bf16", err);
-        if (rc == 0)
-            rc = cu_check(ck_rows_to_bf16(k, nk, nkv * D, a->k_stride, k16, split, c->st), "attention k", err);
-        if (rc == 0)
-            rc = cu_check(ck_rows_to_bf16(v, nk, nkv * D, a->v_stride, v16, split, c->st), "attention v", err);
+        const ck_rows_bf16_job cj = {.p = {{q, nq, nh * D, a->q_stride, q16},
+                                            {k, nk, nkv * D, a->k_stride, k16},
+                                            {v, nk, nkv * D, a->v_stride, v16}}};
+        rc = cu_check(ck_rows_to_bf16_multi(&cj, 3, split, c->st), "attention q, k, v to bf16", err);
         if (rc == 0)
             rc = cu_check(ck_attn_tc(q16, k16, v16, out, a->o_stride, (const int32_t *)(d + 2 * off_bytes), n_tiles, dq,
                                      dk, (int)nh, (int)nkv, (int)D, a->scale, a->causal, ksplit, variant, c->st),
@@ -1470,6 +1473,17 @@ static int moe_plan_make(cuda_ctx *c, const int32_t *idx, int64_t T, int64_t k, 
                     "moe permutation", err);
 }
 
+/* The ordered combine of a pass's expert outputs yp into y [T, H]: y never
+ * overlaps the expert input, so rows converted for the next pass (a later
+ * chunk of the same input) stay valid. */
+static int moe_combine(cuda_ctx *c, const float *yp, const int32_t *idx, const float *w, const int32_t *slot_pos,
+                       int64_t T, int64_t k, int64_t H, float *y, clef_err *err) {
+    op_begin(c, "moe: combine", 1);
+    const int rc = cu_check(ck_moe_combine(yp, idx, w, slot_pos, T, (int)k, H, y, c->st), "moe combine", err);
+    cvt_clobber(c, y, (size_t)(T * H) * sizeof(float));
+    return op_end(c, rc);
+}
+
 /* One pass of the grouped expert block over T tokens: permutation on the
  * device, the gate/up GEMM with SwiGLU fused, the down GEMM, the ordered
  * combine. */
@@ -1518,8 +1532,7 @@ static int moe_pass(cuda_ctx *c, const float *x, int64_t T, const int32_t *idx, 
     if (cu_check(wg ? ck_gemm_wgmma(&d, c->st) : ck_gemm(&d, c->st), "moe down", err)) return op_end(c, -1);
     op_end(c, 0);
 
-    op_begin(c, "moe: combine", 0);
-    return op_end(c, cu_check(ck_moe_combine(yp, idx, w, slot_pos, T, (int)k, H, y, c->st), "moe combine", err));
+    return moe_combine(c, yp, idx, w, slot_pos, T, k, H, y, err);
 }
 
 /* The device table of a layer's packed experts (uploaded once, re-checked
@@ -1647,8 +1660,7 @@ static int moe_pass_packed(cuda_ctx *c, const float *x, int64_t T, const int32_t
     if (cu_check(wg ? ck_qgemm_wgmma(&d, c->st) : ck_qgemm(&d, c->st), "moe packed down", err)) return op_end(c, -1);
     op_end(c, 0);
 
-    op_begin(c, "moe: combine", 0);
-    return op_end(c, cu_check(ck_moe_combine(yp, idx, w, slot_pos, T, (int)k, H, y, c->st), "moe combine", err));
+    return moe_combine(c, yp, idx, w, slot_pos, T, k, H, y, err);
 }
 
 /* moe_pass_packed for FP8-block experts with CLEF_CUDA_FP8_MMA=1 (W8A8,
@@ -1701,8 +1713,7 @@ static int moe_pass_fp8mma(cuda_ctx *c, const float *x, int64_t T, const int32_t
     if (cu_check(ck_fp8mma(&d, c->st), "moe fp8 down", err)) return op_end(c, -1);
     op_end(c, 0);
 
-    op_begin(c, "moe: combine", 0);
-    return op_end(c, cu_check(ck_moe_combine(yp, idx, w, pl.slot_pos, T, (int)k, H, y, c->st), "moe combine", err));
+    return moe_combine(c, yp, idx, w, pl.slot_pos, T, k, H, y, err);
 }
 
 /* Whether a layer's packed experts run as W8A8 (moe_pass_fp8mma). */

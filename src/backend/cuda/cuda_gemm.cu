@@ -39,6 +39,27 @@ __global__ void rows_to_bf16_kernel(const float *__restrict__ x, int64_t rows, i
     }
 }
 
+/* Up to three row blocks in one launch (blockIdx.z picks the block): each
+ * element as rows_to_bf16_kernel converts it. */
+__global__ void rows_to_bf16_multi_kernel(const ck_rows_bf16_job jobs, int split) {
+    /* the part by selects, not jobs.p[blockIdx.z]: a dynamic index into the parameters would copy
+     * them to local memory in every thread */
+    const unsigned z = blockIdx.z;
+    const ck_rows_bf16_part j = z == 0 ? jobs.p[0] : z == 1 ? jobs.p[1] : jobs.p[2];
+    const float *__restrict__ x = j.x;
+    bf16 *__restrict__ dst = reinterpret_cast<bf16 *>(j.dst);
+    for (int64_t r = blockIdx.y; r < j.rows; r += gridDim.y) {
+        const float *xr = x + r * j.ldx;
+        bf16 *d = dst + r * j.K * split;
+        for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < j.K; c += (int64_t)gridDim.x * blockDim.x) {
+            const float v = xr[c];
+            const bf16 hi = __float2bfloat16_rn(v);
+            d[c] = hi;
+            if (split == 2) d[j.K + c] = __float2bfloat16_rn(v - __bfloat162float(hi));
+        }
+    }
+}
+
 /* ---- the GEMM ----------------------------------------------------------- */
 
 constexpr int BN = 128;     /* output columns per block (GATEUP: 64 gate + 64 up) */
@@ -528,6 +549,22 @@ cudaError_t ck_rows_to_bf16(const float *x, int64_t rows, int64_t K, int64_t ldx
     const int64_t bx = (K + 255) / 256;
     dim3 grid((unsigned)(bx < 64 ? bx : 64), (unsigned)(rows < 65535 ? rows : 65535));
     rows_to_bf16_kernel<<<grid, 256, 0, st>>>(x, rows, K, ldx, reinterpret_cast<bf16 *>(dst), split);
+    return cudaGetLastError();
+}
+
+cudaError_t ck_rows_to_bf16_multi(const ck_rows_bf16_job *jobs, int n, int split, cudaStream_t st) {
+    if (n < 1 || n > 3) return cudaErrorInvalidValue;
+    int64_t rows = 0, K = 0;
+    ck_rows_bf16_job j = *jobs;
+    for (int i = 0; i < 3; i++) {
+        if (i >= n) j.p[i].rows = 0; /* idle z slices */
+        if (j.p[i].rows > rows) rows = j.p[i].rows;
+        if (j.p[i].K > K) K = j.p[i].K;
+    }
+    if (rows <= 0 || K <= 0) return cudaSuccess;
+    const int64_t bx = (K + 255) / 256;
+    dim3 grid((unsigned)(bx < 64 ? bx : 64), (unsigned)(rows < 65535 ? rows : 65535), (unsigned)n);
+    rows_to_bf16_multi_kernel<<<grid, 256, 0, st>>>(j, split);
     return cudaGetLastError();
 }
 

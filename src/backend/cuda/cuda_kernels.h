@@ -27,6 +27,19 @@ extern "C" {
 cudaError_t ck_rows_to_bf16(const float *x, int64_t rows, int64_t K, int64_t ldx, uint16_t *dst, int split,
                             cudaStream_t st);
 
+/* Up to three ck_rows_to_bf16 conversions (same split) in one launch: part
+ * i converts rows [0, p[i].rows) of p[i].K floats, p[i].ldx apart, into
+ * p[i].dst; bitwise the separate calls. */
+typedef struct ck_rows_bf16_part {
+    const float *x;
+    int64_t rows, K, ldx;
+    uint16_t *dst;
+} ck_rows_bf16_part;
+typedef struct ck_rows_bf16_job {
+    ck_rows_bf16_part p[3];
+} ck_rows_bf16_job;
+cudaError_t ck_rows_to_bf16_multi(const ck_rows_bf16_job *jobs, int n, int split, cudaStream_t st);
+
 /* ---- tensor-core GEMM (mma.sync m16n8k16 bf16, f32 accumulation) --------- */
 
 /* What a GEMM launch computes.
