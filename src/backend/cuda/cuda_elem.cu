@@ -173,12 +173,13 @@ __global__ void __launch_bounds__(WIDE_THREADS) add_rmsnorm_wide_kernel(float *h
     }
 }
 
-/* q/k per-head RMSNorm then M-RoPE, one warp per (token, head) pair
- * (token-major, queries first; QKR_WARPS pairs per block): the warp
- * computes its token's angles (as rope_kernel), reduces the head as
- * rmsnorm_kernel does, keeps the normed head in its shared row and writes
- * the rotated pairs back; every value is computed as rmsnorm_kernel then
- * rope_kernel compute it. */
+/* q/k per-head RMSNorm then M-RoPE, one token per block: its angles once
+ * in shared memory (as rope_kernel), then each of the QKR_WARPS warps takes
+ * heads in turn (queries first), reduces the head as rmsnorm_kernel does,
+ * keeps the normed head in its shared row and writes the rotated pairs
+ * back; every value is computed as rmsnorm_kernel then rope_kernel compute
+ * it.  (One warp per (token, head) with its own angles was faster at 300
+ * tokens but recomputed the angles per head: 2x slower at 32,000.) */
 constexpr int QKR_WARPS = 8;
 
 __global__ void __launch_bounds__(QKR_WARPS * 32) qk_norm_rope_kernel(float *q, int64_t qs, float *k, int64_t ks,
@@ -187,30 +188,32 @@ __global__ void __launch_bounds__(QKR_WARPS * 32) qk_norm_rope_kernel(float *q, 
                                                                       const float *__restrict__ kw, float eps, int D,
                                                                       const int32_t *__restrict__ pos, int64_t s1,
                                                                       int64_t s2, const float *__restrict__ inv_freq) {
-    extern __shared__ float qkr_sm[]; /* per warp: [D/2] cos, [D/2] sin, [D] the normed head */
-    const int half = D / 2, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nh = nq + nk;
-    const int64_t p = (int64_t)blockIdx.x * QKR_WARPS + warp, t = p / nh;
-    if (t >= T) return;
-    const int hh = (int)(p - t * nh);
-    float *cs = qkr_sm + (int64_t)warp * 2 * D, *buf = cs + D;
-    for (int64_t j = lane; j < half; j += 32) {
+    extern __shared__ float qkr_sm[]; /* [D/2] cos, [D/2] sin, then QKR_WARPS rows of D */
+    const int64_t t = blockIdx.x;
+    const int half = D / 2, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    float *cs = qkr_sm, *buf = qkr_sm + D + warp * D;
+    for (int64_t j = threadIdx.x; j < half; j += blockDim.x) {
         const int axis = (j % 3 == 1 && j < 3 * s1) ? 1 : (j % 3 == 2 && j < 3 * s2) ? 2 : 0;
         const float ang = __fmul_rn((float)pos[axis * T + t], inv_freq[j]);
         cs[j] = cosf(ang);
         cs[half + j] = sinf(ang);
     }
-    float *x = hh < nq ? q + t * qs + (int64_t)hh * D : k + t * ks + (int64_t)(hh - nq) * D;
-    const float *w = hh < nq ? qw : kw;
-    double ss = 0.0;
-    for (int64_t i = lane; i < D; i += 32) ss += (double)x[i] * x[i];
-    ss = warp_sum_d(ss);
-    const float var = (float)(ss / (double)D), inv = 1.0f / sqrtf(var + eps);
-    for (int64_t i = lane; i < D; i += 32) buf[i] = __fmul_rn(w[i], __fmul_rn(x[i], inv));
-    __syncwarp();
-    for (int64_t j = lane; j < half; j += 32) {
-        const float c = cs[j], sn = cs[half + j], x1 = buf[j], x2 = buf[j + half];
-        x[j] = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, sn));
-        x[j + half] = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, sn));
+    __syncthreads();
+    for (int hh = warp; hh < nq + nk; hh += QKR_WARPS) {
+        float *x = hh < nq ? q + t * qs + (int64_t)hh * D : k + t * ks + (int64_t)(hh - nq) * D;
+        const float *w = hh < nq ? qw : kw;
+        double ss = 0.0;
+        for (int64_t i = lane; i < D; i += 32) ss += (double)x[i] * x[i];
+        ss = warp_sum_d(ss);
+        const float var = (float)(ss / (double)D), inv = 1.0f / sqrtf(var + eps);
+        for (int64_t i = lane; i < D; i += 32) buf[i] = __fmul_rn(w[i], __fmul_rn(x[i], inv));
+        __syncwarp();
+        for (int64_t j = lane; j < half; j += 32) {
+            const float c = cs[j], sn = cs[half + j], x1 = buf[j], x2 = buf[j + half];
+            x[j] = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, sn));
+            x[j + half] = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, sn));
+        }
+        __syncwarp();
     }
 }
 
@@ -397,11 +400,10 @@ cudaError_t ck_qk_norm_rope(float *q, int64_t q_stride, float *k, int64_t k_stri
                             const float *q_w, const float *k_w, float eps, int D, const int32_t *pos, int64_t s1,
                             int64_t s2, const float *inv_freq, cudaStream_t st) {
     if (T <= 0 || nq + nk <= 0) return cudaSuccess;
-    const int64_t blocks = (T * (nq + nk) + QKR_WARPS - 1) / QKR_WARPS;
-    if (D <= 0 || D % 2 || D > 1024 || blocks > 0x7fffffffLL) return cudaErrorInvalidValue;
-    const size_t smem = (size_t)QKR_WARPS * 2 * (size_t)D * sizeof(float);
-    qk_norm_rope_kernel<<<(unsigned)blocks, QKR_WARPS * 32, smem, st>>>(q, q_stride, k, k_stride, T, nq, nk, q_w, k_w,
-                                                                        eps, D, pos, s1, s2, inv_freq);
+    if (D <= 0 || D % 2 || D > 1024 || T > 0x7fffffffLL) return cudaErrorInvalidValue;
+    const size_t smem = (size_t)(1 + QKR_WARPS) * (size_t)D * sizeof(float);
+    qk_norm_rope_kernel<<<(unsigned)T, QKR_WARPS * 32, smem, st>>>(q, q_stride, k, k_stride, T, nq, nk, q_w, k_w, eps,
+                                                                   D, pos, s1, s2, inv_freq);
     return cudaGetLastError();
 }
 

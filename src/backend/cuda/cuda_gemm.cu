@@ -39,19 +39,21 @@ __global__ void rows_to_bf16_kernel(const float *__restrict__ x, int64_t rows, i
     }
 }
 
-/* Up to three row blocks in one launch (blockIdx.z picks the block): each
- * element as rows_to_bf16_kernel converts it. */
-__global__ void rows_to_bf16_multi_kernel(const ck_rows_bf16_job jobs, int split) {
-    /* the part by selects, not jobs.p[blockIdx.z]: a dynamic index into the parameters would copy
-     * them to local memory in every thread */
-    const unsigned z = blockIdx.z;
+/* Up to three row blocks in one launch: blockIdx.x runs over every part's
+ * column blocks (part p owns xb[p] of them, so no block is idle), rows on
+ * y; each element as rows_to_bf16_kernel converts it.  The part's fields
+ * are picked by selects (a dynamic index into the parameters would copy
+ * them to local memory in every thread). */
+__global__ void rows_to_bf16_multi_kernel(const ck_rows_bf16_job jobs, int xb0, int xb1, int split) {
+    const int bx = (int)blockIdx.x, z = bx < xb0 ? 0 : bx < xb0 + xb1 ? 1 : 2;
     const ck_rows_bf16_part j = z == 0 ? jobs.p[0] : z == 1 ? jobs.p[1] : jobs.p[2];
+    const int x0 = z == 0 ? 0 : z == 1 ? xb0 : xb0 + xb1, nxb = z == 0 ? xb0 : z == 1 ? xb1 : (int)gridDim.x - xb0 - xb1;
     const float *__restrict__ x = j.x;
     bf16 *__restrict__ dst = reinterpret_cast<bf16 *>(j.dst);
     for (int64_t r = blockIdx.y; r < j.rows; r += gridDim.y) {
         const float *xr = x + r * j.ldx;
         bf16 *d = dst + r * j.K * split;
-        for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < j.K; c += (int64_t)gridDim.x * blockDim.x) {
+        for (int64_t c = (int64_t)(bx - x0) * blockDim.x + threadIdx.x; c < j.K; c += (int64_t)nxb * blockDim.x) {
             const float v = xr[c];
             const bf16 hi = __float2bfloat16_rn(v);
             d[c] = hi;
@@ -554,17 +556,18 @@ cudaError_t ck_rows_to_bf16(const float *x, int64_t rows, int64_t K, int64_t ldx
 
 cudaError_t ck_rows_to_bf16_multi(const ck_rows_bf16_job *jobs, int n, int split, cudaStream_t st) {
     if (n < 1 || n > 3) return cudaErrorInvalidValue;
-    int64_t rows = 0, K = 0;
-    ck_rows_bf16_job j = *jobs;
-    for (int i = 0; i < 3; i++) {
-        if (i >= n) j.p[i].rows = 0; /* idle z slices */
-        if (j.p[i].rows > rows) rows = j.p[i].rows;
-        if (j.p[i].K > K) K = j.p[i].K;
+    int64_t rows = 0;
+    int xb[3] = {0, 0, 0};
+    for (int i = 0; i < n; i++) {
+        const ck_rows_bf16_part *p = &jobs->p[i];
+        if (p->rows <= 0 || p->K <= 0) continue;
+        const int64_t b = (p->K + 255) / 256;
+        xb[i] = (int)(b < 64 ? b : 64);
+        if (p->rows > rows) rows = p->rows;
     }
-    if (rows <= 0 || K <= 0) return cudaSuccess;
-    const int64_t bx = (K + 255) / 256;
-    dim3 grid((unsigned)(bx < 64 ? bx : 64), (unsigned)(rows < 65535 ? rows : 65535), (unsigned)n);
-    rows_to_bf16_multi_kernel<<<grid, 256, 0, st>>>(j, split);
+    if (rows <= 0) return cudaSuccess;
+    dim3 grid((unsigned)(xb[0] + xb[1] + xb[2]), (unsigned)(rows < 65535 ? rows : 65535));
+    rows_to_bf16_multi_kernel<<<grid, 256, 0, st>>>(*jobs, xb[0], xb[1], split);
     return cudaGetLastError();
 }
 
