@@ -39,13 +39,7 @@ __global__ void rope_kernel(float *x, int64_t T, int64_t heads, int64_t D, const
                             int64_t s2, const float *__restrict__ inv_freq) {
     extern __shared__ float cs[]; /* [D/2] cos, [D/2] sin */
     const int64_t t = blockIdx.x, half = D / 2;
-    for (int64_t j = threadIdx.x; j < half; j += blockDim.x) {
-        /* which position axis frequency j reads (SPEC §6.3) */
-        const int axis = (j % 3 == 1 && j < 3 * s1) ? 1 : (j % 3 == 2 && j < 3 * s2) ? 2 : 0;
-        const float ang = __fmul_rn((float)pos[axis * T + t], inv_freq[j]);
-        cs[j] = cosf(ang);
-        cs[half + j] = sinf(ang);
-    }
+    for (int64_t j = threadIdx.x; j < half; j += blockDim.x) mrope_cos_sin(pos, T, t, j, s1, s2, inv_freq, cs[j], cs[half + j]);
     __syncthreads();
     float *xt = x + t * heads * D;
     for (int64_t i = threadIdx.x; i < heads * half; i += blockDim.x) {

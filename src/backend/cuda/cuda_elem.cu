@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_ptx.cuh"
 
 namespace {
 
@@ -43,54 +44,9 @@ unsigned grid_for(int64_t n, int threads) {
 
 unsigned row_blocks(int64_t rows) { return (unsigned)((rows + ROW_WARPS - 1) / ROW_WARPS); }
 
-__global__ void rmsnorm_kernel(const float *x, const float *__restrict__ w, float *y, int64_t rows, int64_t dim,
-                               float eps) {
-    const int lane = threadIdx.x & 31;
-    const int64_t r = (int64_t)blockIdx.x * ROW_WARPS + (threadIdx.x >> 5);
-    if (r >= rows) return;
-    const float *xr = x + r * dim;
-    float *yr = y + r * dim;
-    double ss = 0.0;
-    for (int64_t i = lane; i < dim; i += 32) ss += (double)xr[i] * xr[i];
-    ss = warp_sum_d(ss);
-    const float var = (float)(ss / (double)dim), inv = 1.0f / sqrtf(var + eps);
-    for (int64_t i = lane; i < dim; i += 32) yr[i] = __fmul_rn(w[i], __fmul_rn(xr[i], inv)); /* y may be x: own i */
-}
-
 /* Wide rows (dim % 4 == 0, 512 <= dim <= 8192): one block of 256 threads per
  * row, the row held in registers (read once), float4 accesses. */
 constexpr int WIDE_THREADS = 256, WIDE_MAX4 = 8; /* up to 8 float4 per thread */
-
-__global__ void __launch_bounds__(WIDE_THREADS) rmsnorm_wide_kernel(const float *x, const float *__restrict__ w,
-                                                                   float *y, int64_t dim, float eps) {
-    __shared__ double sm[32];
-    const int64_t r = blockIdx.x, n4 = dim / 4;
-    const float4 *xr = reinterpret_cast<const float4 *>(x + r * dim);
-    float4 v[WIDE_MAX4];
-    double ss = 0.0;
-#pragma unroll
-    for (int u = 0; u < WIDE_MAX4; u++) {
-        const int64_t i = threadIdx.x + (int64_t)u * WIDE_THREADS;
-        if (i < n4) {
-            v[u] = xr[i];
-            ss += (double)v[u].x * v[u].x + (double)v[u].y * v[u].y + (double)v[u].z * v[u].z +
-                  (double)v[u].w * v[u].w;
-        }
-    }
-    ss = block_sum_d(ss, sm);
-    const float var = (float)(ss / (double)dim), inv = 1.0f / sqrtf(var + eps);
-    const float4 *w4 = reinterpret_cast<const float4 *>(w);
-    float4 *yr = reinterpret_cast<float4 *>(y + r * dim);
-#pragma unroll
-    for (int u = 0; u < WIDE_MAX4; u++) {
-        const int64_t i = threadIdx.x + (int64_t)u * WIDE_THREADS;
-        if (i < n4) {
-            const float4 g = w4[i];
-            yr[i] = make_float4(__fmul_rn(g.x, __fmul_rn(v[u].x, inv)), __fmul_rn(g.y, __fmul_rn(v[u].y, inv)),
-                                __fmul_rn(g.z, __fmul_rn(v[u].z, inv)), __fmul_rn(g.w, __fmul_rn(v[u].w, inv)));
-        }
-    }
-}
 
 /* y's value v as the bf16 rows the products read (ck_rows_to_bf16's values):
  * hi at d[i], and with split 2 lo = bf16(v - hi) at d[K + i]. */
@@ -100,9 +56,12 @@ __device__ __forceinline__ void put_bf16(__nv_bfloat16 *d, int64_t K, int split,
     if (split == 2) d[K + i] = __float2bfloat16_rn(v - __bfloat162float(hi));
 }
 
-/* h += o (o may be NULL), y = rmsnorm(h): rmsnorm_kernel's reduction shape
- * (one warp per row), so bitwise add_kernel then rmsnorm_kernel; with a16
- * y's row also as bf16 (put_bf16, rows dim * split apart). */
+/* h += o (o NULL: no add, h only read), y = w * h * rsqrt(mean(h^2) + eps)
+ * with one warp per row (a fixed f64 reduction shape per row; y may be h
+ * when o is NULL: each lane reads its elements before writing them); with
+ * a16 y's row also as bf16 (put_bf16, rows dim * split apart).  The rmsnorm
+ * op is this kernel with o = NULL, so the fused op is bitwise add then
+ * rmsnorm. */
 __global__ void add_rmsnorm_kernel(float *h, const float *o, const float *__restrict__ w, float *y,
                                    __nv_bfloat16 *a16, int split, int64_t rows, int64_t dim, float eps) {
     const int lane = threadIdx.x & 31;
@@ -125,8 +84,10 @@ __global__ void add_rmsnorm_kernel(float *h, const float *o, const float *__rest
     }
 }
 
-/* The same for wide rows, as rmsnorm_wide_kernel (the row in registers,
- * float4 accesses; h, o, y and w 16-byte aligned). */
+/* The same for wide rows (dim % 4 == 0, 512 <= dim <= 8192): one block of
+ * 256 threads per row, the row held in registers (read once, before any
+ * write: y may be h when o is NULL), float4 accesses; h, o, y and w 16-byte
+ * aligned. */
 __global__ void __launch_bounds__(WIDE_THREADS) add_rmsnorm_wide_kernel(float *h, const float *o,
                                                                        const float *__restrict__ w, float *y,
                                                                        __nv_bfloat16 *a16, int split, int64_t dim,
@@ -175,9 +136,9 @@ __global__ void __launch_bounds__(WIDE_THREADS) add_rmsnorm_wide_kernel(float *h
 
 /* q/k per-head RMSNorm then M-RoPE, one token per block: its angles once
  * in shared memory (as rope_kernel), then each of the QKR_WARPS warps takes
- * heads in turn (queries first), reduces the head as rmsnorm_kernel does,
+ * heads in turn (queries first), reduces the head as add_rmsnorm_kernel does,
  * keeps the normed head in its shared row and writes the rotated pairs
- * back; every value is computed as rmsnorm_kernel then rope_kernel compute
+ * back; every value is computed as the rmsnorm op then rope_kernel compute
  * it.  (One warp per (token, head) with its own angles was faster at 300
  * tokens but recomputed the angles per head: 2x slower at 32,000.) */
 constexpr int QKR_WARPS = 8;
@@ -192,12 +153,7 @@ __global__ void __launch_bounds__(QKR_WARPS * 32) qk_norm_rope_kernel(float *q, 
     const int64_t t = blockIdx.x;
     const int half = D / 2, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     float *cs = qkr_sm, *buf = qkr_sm + D + warp * D;
-    for (int64_t j = threadIdx.x; j < half; j += blockDim.x) {
-        const int axis = (j % 3 == 1 && j < 3 * s1) ? 1 : (j % 3 == 2 && j < 3 * s2) ? 2 : 0;
-        const float ang = __fmul_rn((float)pos[axis * T + t], inv_freq[j]);
-        cs[j] = cosf(ang);
-        cs[half + j] = sinf(ang);
-    }
+    for (int64_t j = threadIdx.x; j < half; j += blockDim.x) mrope_cos_sin(pos, T, t, j, s1, s2, inv_freq, cs[j], cs[half + j]);
     __syncthreads();
     for (int hh = warp; hh < nq + nk; hh += QKR_WARPS) {
         float *x = hh < nq ? q + t * qs + (int64_t)hh * D : k + t * ks + (int64_t)(hh - nq) * D;
@@ -235,7 +191,7 @@ __global__ void layernorm_kernel(const float *x, const float *__restrict__ w, co
         yr[i] = __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(xr[i], fmean), rstd), w[i]), b[i]);
 }
 
-/* Wide rows as rmsnorm_wide_kernel: the row in registers, mean and variance
+/* Wide rows as add_rmsnorm_wide_kernel: the row in registers, mean and variance
  * in double with two passes over the registers (as the CPU: mean first). */
 __global__ void __launch_bounds__(WIDE_THREADS) layernorm_wide_kernel(const float *x, const float *__restrict__ w,
                                                                      const float *__restrict__ b, float *y,
@@ -375,10 +331,13 @@ static bool rmsnorm_wide(const float *x, const float *w, const float *y, int64_t
 cudaError_t ck_rmsnorm(const float *x, const float *w, float *y, int64_t rows, int64_t dim, float eps, cudaStream_t st) {
     if (rows <= 0) return cudaSuccess;
     if (rmsnorm_wide(x, w, y, rows, dim)) {
-        rmsnorm_wide_kernel<<<(unsigned)rows, WIDE_THREADS, 0, st>>>(x, w, y, dim, eps);
+        /* the add_rmsnorm kernels without an add only read h */
+        add_rmsnorm_wide_kernel<<<(unsigned)rows, WIDE_THREADS, 0, st>>>(const_cast<float *>(x), nullptr, w, y,
+                                                                          nullptr, 1, dim, eps);
         return cudaGetLastError();
     }
-    rmsnorm_kernel<<<row_blocks(rows), ROW_WARPS * 32, 0, st>>>(x, w, y, rows, dim, eps);
+    add_rmsnorm_kernel<<<row_blocks(rows), ROW_WARPS * 32, 0, st>>>(const_cast<float *>(x), nullptr, w, y, nullptr, 1,
+                                                                    rows, dim, eps);
     return cudaGetLastError();
 }
 

@@ -204,52 +204,9 @@ __global__ void __launch_bounds__(THREADS, 2) gemm_kernel(const ck_gemm_args a) 
     }
     cp_async_wait<0>();
 
-    const int g = lane >> 2, tig = lane & 3;
-    if (a.mode != CK_GEMM_GATEUP) {
-#pragma unroll
-        for (int mi = 0; mi < MI; mi++)
-#pragma unroll
-            for (int ni = 0; ni < NI; ni++)
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const int r = wm * WTM + mi * 16 + g + h * 8;
-                    if (r >= rows) continue;
-                    float *y = a.Y + (row0 + r) * a.ldy;
-#pragma unroll
-                    for (int q = 0; q < 2; q++) {
-                        const int64_t n = nt * BN + wn * WTN + ni * 8 + tig * 2 + q;
-                        if (n < a.N) y[n] = a.bias ? acc[mi][ni][h * 2 + q] + a.bias[n] : acc[mi][ni][h * 2 + q];
-                    }
-                }
-        return;
-    }
-    /* GATEUP: pair gate column j with up column j through shared memory. */
-    __syncthreads();
-    float *Cs = reinterpret_cast<float *>(smem_raw); /* [BM][BN + 4] */
-#pragma unroll
-    for (int mi = 0; mi < MI; mi++)
-#pragma unroll
-        for (int ni = 0; ni < NI; ni++)
-#pragma unroll
-            for (int h = 0; h < 2; h++)
-#pragma unroll
-                for (int q = 0; q < 2; q++)
-                    Cs[(wm * WTM + mi * 16 + g + h * 8) * (BN + 4) + wn * WTN + ni * 8 + tig * 2 + q] =
-                        acc[mi][ni][h * 2 + q];
-    __syncthreads();
-    bf16 *H = reinterpret_cast<bf16 *>(a.H);
-    const int64_t ldh = a.N * SPLIT;
-    for (int i = tid; i < BM * 64; i += THREADS) {
-        const int r = i >> 6, j = i & 63;
-        const int64_t col = nt * 64 + j;
-        if (r >= rows || col >= a.N) continue;
-        const float gv = Cs[r * (BN + 4) + j], uv = Cs[r * (BN + 4) + 64 + j];
-        const float hv = gv / (1.0f + expf(-gv)) * uv; /* silu(g) * u, as the CPU backend */
-        const bf16 hb = __float2bfloat16_rn(hv);
-        bf16 *hr = H + (row0 + r) * ldh;
-        hr[col] = hb;
-        if (SPLIT == 2) hr[a.N + col] = __float2bfloat16_rn(hv - __bfloat162float(hb));
-    }
+    const float *bias = a.bias; /* DENSE only (the grouped modes have none) */
+    mma_epilogue<BM, BN, WTM, WTN, THREADS>(a, acc, a.N, SPLIT, row0, rows, nt, wm, wn, lane, tid, smem_raw,
+                                            [bias](float v, int64_t n) { return bias && n >= 0 ? v + bias[n] : v; });
 }
 
 /* ---- f32 fallback GEMM and bias ----------------------------------------- */

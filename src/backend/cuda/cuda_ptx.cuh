@@ -99,6 +99,81 @@ static __device__ __forceinline__ void gemm_a_chunks(const Args &a, const __nv_b
     }
 }
 
+/* cos / sin of interleaved M-RoPE frequency j (< D/2) at token t of T
+ * (SPEC §6.3): the position axis frequency j reads (T, H or W by j % 3 and
+ * the mrope sections s1, s2), the angle fp32(pos) * inv_freq[j] rounded
+ * once; the one formula of rope_kernel and qk_norm_rope_kernel. */
+static __device__ __forceinline__ void mrope_cos_sin(const int32_t *__restrict__ pos, int64_t T, int64_t t, int64_t j,
+                                                     int64_t s1, int64_t s2, const float *__restrict__ inv_freq,
+                                                     float &c, float &s) {
+    const int axis = (j % 3 == 1 && j < 3 * s1) ? 1 : (j % 3 == 2 && j < 3 * s2) ? 2 : 0;
+    const float ang = __fmul_rn((float)pos[axis * T + t], inv_freq[j]);
+    c = cosf(ang);
+    s = sinf(ang);
+}
+
+/* The epilogue of the mma.sync GEMMs (cuda_gemm.cu's kernel, cuda_qgemm.cu's
+ * v2 and v3): the warp's MI x NI m16n8 accumulator fragments (warp tile
+ * WTM x WTN at (wm, wn) of a BM x BN block tile; lane g = lane / 4,
+ * tig = lane % 4), each value v of output column n passed through
+ * fin(v, n) (a bias, a global scale, or nothing).
+ *   DENSE / DOWN: Y[row0 + r][n] (ldy apart) for r < rows, n < N with
+ *     n = nt BN + wn WTN + ni 8 + tig 2 + q.
+ *   GATEUP (BN = 64 gate + 64 up columns): the tile through Cs [BM][BN + 4]
+ *     over `smem` (this syncs the block first: every warp must be done with
+ *     the pipeline's buffers), then H[row0 + r][nt 64 + j] = silu(gate_j) *
+ *     up_j as bf16 (rows N * split apart; split 2: [hi | lo]). */
+template <int BM, int BN, int WTM, int WTN, int THREADS, int MI, int NI, class Args, class Fin>
+static __device__ __forceinline__ void mma_epilogue(const Args &a, const float (&acc)[MI][NI][4], int64_t N, int split,
+                                                    int64_t row0, int64_t rows, int64_t nt, int wm, int wn, int lane,
+                                                    int tid, unsigned char *smem, Fin fin) {
+    const int g = lane >> 2, tig = lane & 3;
+    if (a.mode != CK_GEMM_GATEUP) {
+#pragma unroll
+        for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+            for (int ni = 0; ni < NI; ni++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int r = wm * WTM + mi * 16 + g + h * 8;
+                    if (r >= rows) continue;
+                    float *y = a.Y + (row0 + r) * a.ldy;
+#pragma unroll
+                    for (int q = 0; q < 2; q++) {
+                        const int64_t n = nt * BN + wn * WTN + ni * 8 + tig * 2 + q;
+                        if (n < N) y[n] = fin(acc[mi][ni][h * 2 + q], n);
+                    }
+                }
+        return;
+    }
+    __syncthreads();
+    float *Cs = reinterpret_cast<float *>(smem);
+#pragma unroll
+    for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+        for (int ni = 0; ni < NI; ni++)
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+#pragma unroll
+                for (int q = 0; q < 2; q++)
+                    Cs[(wm * WTM + mi * 16 + g + h * 8) * (BN + 4) + wn * WTN + ni * 8 + tig * 2 + q] =
+                        fin(acc[mi][ni][h * 2 + q], (int64_t)-1);
+    __syncthreads();
+    __nv_bfloat16 *H = reinterpret_cast<__nv_bfloat16 *>(a.H);
+    const int64_t ldh = N * split;
+    for (int i = tid; i < BM * 64; i += THREADS) {
+        const int r = i >> 6, j = i & 63;
+        const int64_t col = nt * 64 + j;
+        if (r >= rows || col >= N) continue;
+        const float gv = Cs[r * (BN + 4) + j], uv = Cs[r * (BN + 4) + 64 + j];
+        const float hv = gv / (1.0f + expf(-gv)) * uv; /* silu(g) * u, as the CPU backend */
+        const __nv_bfloat16 hb = __float2bfloat16_rn(hv);
+        __nv_bfloat16 *hr = H + (row0 + r) * ldh;
+        hr[col] = hb;
+        if (split == 2) hr[N + col] = __float2bfloat16_rn(hv - __bfloat162float(hb));
+    }
+}
+
 /* Two floats as a bf16x2 register, lo in the low half. */
 static __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);

@@ -277,7 +277,7 @@ __global__ void __launch_bounds__(QTHREADS, q2_min_blocks<QT, BM, SPLIT>()) qgem
 #pragma unroll
                 for (int q = 0; q < 4; q++) part[i][j][q] = 0.0f;
     }
-    const int g = lane >> 2, tig = lane & 3;
+    const int tig = lane & 3;
     const ck_qmat *cm = qmat_of(a, e, wn * WTN);
     int cn[NI][2];
 #pragma unroll
@@ -380,52 +380,10 @@ __global__ void __launch_bounds__(QTHREADS, q2_min_blocks<QT, BM, SPLIT>()) qgem
         gs = cm->global;
         gdiv = a.global_div;
     }
-    auto fin = [&](float v) { return QT == CK_QT_NVFP4 ? (gdiv ? v / gs : v * gs) : v; };
-
-    if (a.mode != CK_GEMM_GATEUP) {
-#pragma unroll
-        for (int mi = 0; mi < MI; mi++)
-#pragma unroll
-            for (int ni = 0; ni < NI; ni++)
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const int r = wm * WTM + mi * 16 + g + h * 8;
-                    if (r >= rows) continue;
-                    float *y = a.Y + (row0 + r) * a.ldy;
-#pragma unroll
-                    for (int q = 0; q < 2; q++) {
-                        const int64_t n = cn[ni][q];
-                        if (n < N) y[n] = fin(acc[mi][ni][h * 2 + q]);
-                    }
-                }
-        return;
-    }
-    __syncthreads(); /* every warp done with As / Wd before Cs overlays them */
-    float *Cs = reinterpret_cast<float *>(smem_raw);
-#pragma unroll
-    for (int mi = 0; mi < MI; mi++)
-#pragma unroll
-        for (int ni = 0; ni < NI; ni++)
-#pragma unroll
-            for (int h = 0; h < 2; h++)
-#pragma unroll
-                for (int q = 0; q < 2; q++)
-                    Cs[(wm * WTM + mi * 16 + g + h * 8) * (QBN + 4) + wn * WTN + ni * 8 + tig * 2 + q] =
-                        fin(acc[mi][ni][h * 2 + q]);
-    __syncthreads();
-    bf16 *H = reinterpret_cast<bf16 *>(a.H);
-    const int64_t ldh = N * a.split;
-    for (int i = tid; i < QBM * 64; i += QTHREADS) {
-        const int r = i >> 6, j = i & 63;
-        const int64_t col = nt * 64 + j;
-        if (r >= rows || col >= N) continue;
-        const float gv = Cs[r * (QBN + 4) + j], uv = Cs[r * (QBN + 4) + 64 + j];
-        const float hv = gv / (1.0f + expf(-gv)) * uv;
-        const bf16 hb = __float2bfloat16_rn(hv);
-        bf16 *hr = H + (row0 + r) * ldh;
-        hr[col] = hb;
-        if (a.split == 2) hr[N + col] = __float2bfloat16_rn(hv - __bfloat162float(hb));
-    }
+    mma_epilogue<QBM, QBN, WTM, WTN, QTHREADS>(a, acc, N, a.split, row0, rows, nt, wm, wn, lane, tid, smem_raw,
+                                               [gs, gdiv](float v, int64_t) {
+                                                   return QT == CK_QT_NVFP4 ? (gdiv ? v / gs : v * gs) : v;
+                                               });
 }
 
 template <int QT, int QBM, int SPLIT> cudaError_t launch_q2(const ck_qgemm_args *a, cudaStream_t st) {
@@ -684,52 +642,10 @@ __global__ void __launch_bounds__(QTHREADS, MINB) qgemm3_kernel(const ck_qgemm_a
     /* NVFP4: the per-tensor global of the warp's matrix (v2's epilogue) */
     const float gs = NVF ? cm->global : 1.0f;
     const int gdiv = NVF ? a.global_div : 0;
-    auto fin = [&](float v) { return NVF ? (gdiv ? v / gs : v * gs) : v; };
-
-    if (a.mode != CK_GEMM_GATEUP) {
-#pragma unroll
-        for (int mi = 0; mi < MI; mi++)
-#pragma unroll
-            for (int ni = 0; ni < NI; ni++)
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const int r = wm * WTM + mi * 16 + g + h * 8;
-                    if (r >= rows) continue;
-                    float *y = a.Y + (row0 + r) * a.ldy;
-#pragma unroll
-                    for (int q = 0; q < 2; q++) {
-                        const int64_t n = wcol + ni * 8 + tig * 2 + q;
-                        if (n < N) y[n] = fin(acc[mi][ni][h * 2 + q]);
-                    }
-                }
-        return;
-    }
-    __syncthreads(); /* every warp done with the ring before Cs overlays it */
-    float *Cs = reinterpret_cast<float *>(smem_raw);
-#pragma unroll
-    for (int mi = 0; mi < MI; mi++)
-#pragma unroll
-        for (int ni = 0; ni < NI; ni++)
-#pragma unroll
-            for (int h = 0; h < 2; h++)
-#pragma unroll
-                for (int q = 0; q < 2; q++)
-                    Cs[(wm * WTM + mi * 16 + g + h * 8) * (QBN + 4) + wn * WTN + ni * 8 + tig * 2 + q] =
-                        fin(acc[mi][ni][h * 2 + q]);
-    __syncthreads();
-    bf16 *H = reinterpret_cast<bf16 *>(a.H);
-    const int64_t ldh = N * a.split;
-    for (int i = tid; i < QBM * 64; i += QTHREADS) {
-        const int r = i >> 6, j = i & 63;
-        const int64_t col = nt * 64 + j;
-        if (r >= rows || col >= N) continue;
-        const float gv = Cs[r * (QBN + 4) + j], uv = Cs[r * (QBN + 4) + 64 + j];
-        const float hv = gv / (1.0f + expf(-gv)) * uv;
-        const bf16 hb = __float2bfloat16_rn(hv);
-        bf16 *hr = H + (row0 + r) * ldh;
-        hr[col] = hb;
-        if (a.split == 2) hr[N + col] = __float2bfloat16_rn(hv - __bfloat162float(hb));
-    }
+    mma_epilogue<QBM, QBN, WTM, WTN, QTHREADS>(a, acc, N, a.split, row0, rows, nt, wm, wn, lane, tid, smem_raw,
+                                               [gs, gdiv](float v, int64_t) {
+                                                   return NVF ? (gdiv ? v / gs : v * gs) : v;
+                                               });
 }
 
 template <int QT, int QBM, int SPLIT, int MINB> cudaError_t launch_q3(const ck_qgemm_args *a, cudaStream_t st) {
