@@ -110,10 +110,10 @@
  * bitwise the same results.
  *
  * CUDA graphs: CLEF_CUDA_GRAPHS=1 (default) records the thinker's
- * text-only forward (embedding, every layer, final norm: ~1,100 launches)
+ * text-only forward (embedding, every layer, final norm: ~850 launches)
  * as a CUDA graph the second time the same batch layout (token count and
  * record boundaries) comes with the same buffers, and replays it from the
- * third: one launch instead of ~1,100, the same kernels and arguments, so
+ * third: one launch instead of ~850, the same kernels and arguments, so
  * bitwise the same results (test_cuda_golden).  Up to 16 layouts are kept
  * (least recently used dropped); a forward with media, per-layer hidden
  * states or profiling on runs plainly; 0 turns graphs off.
