@@ -1288,8 +1288,9 @@ static int cu_qk_norm_rope(clef_backend *be, float *q, int64_t q_stride, float *
     const int64_t D = r->head_dim;
     if (D <= 0 || D % 2 || D > 1024 || nq < 0 || nk < 0 || nq + nk > 65535 || q_stride < nq * D || k_stride < nk * D)
         return clef_fail(err, 500, CLEF_E_INTERNAL, NULL,
-                         "CUDA q/k norm + rope: %lld + %lld heads of %lld, strides %lld, %lld", (long long)nq,
-                         (long long)nk, (long long)D, (long long)q_stride, (long long)k_stride);
+                         "CUDA q/k norm + rope: %lld + %lld heads of %lld, strides %lld, %lld (heads of an even size "
+                         "up to 1024, strides covering them)",
+                         (long long)nq, (long long)nk, (long long)D, (long long)q_stride, (long long)k_stride);
     op_begin(c, "q/k norm + rope", 0);
     return op_end(c, cu_check(ck_qk_norm_rope(q, q_stride, k, k_stride, T, (int)nq, (int)nk, q_w, k_w, eps, (int)D,
                                               pos, r->section[1], r->section[2], r->inv_freq, c->st),
