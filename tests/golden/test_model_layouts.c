@@ -17,9 +17,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "backend/backend.h"
+#include "backend/cpu/cpu.h"
 #include "io/checkpoint.h"
 #include "io/st_write.h"
 #include "model/model.h"
+#include "model/model_internal.h"
 #include "testutil.h"
 #include "util/buf.h"
 
@@ -376,10 +379,113 @@ static void test_dense_layers(void **state) {
     free(dir_moe), free(dir_dense);
 }
 
+/* The CPU backend with copies_weights set: weight_init copies the bytes (as
+ * a device backend does), so the model binds each layer's q, k and v as one
+ * [q | k | v] weight and the thinker takes the fused, strided path that
+ * otherwise only runs on CUDA. */
+static void *copied[4096];
+static size_t n_copied;
+static const clef_backend_ops *cpu_real;
+static int copying_weight_init(clef_backend *be, clef_weight *w, clef_dtype dt, int64_t rows, int64_t cols,
+                               const void *host, clef_err *err) {
+    const size_t bytes = (size_t)(rows * cols) * clef_dtype_size(dt);
+    void *p = malloc(bytes ? bytes : 1);
+    memcpy(p, host, bytes);
+    assert_true(n_copied < sizeof copied / sizeof *copied);
+    copied[n_copied++] = p;
+    return cpu_real->weight_init(be, w, dt, rows, cols, p, err);
+}
+
+/* The fused q/k/v product (one weight, strided q, k, v column blocks, the
+ * MLP residual add deferred into the next norm) gives bitwise the hidden
+ * states of three products, on the text path (no per-layer states) and on
+ * the path that adds each MLP output at once (per-layer states). */
+static void test_fused_qkv(void **state) {
+    clef_checkpoint ck;
+    clef_err err;
+    clef_err_clear(&err);
+    clef_model *m0 = open_model(FIX_DIR, &ck);
+    const clef_text_config *c = &ck.config.text;
+    clef_backend *cpu = clef_backend_cpu_create(0, &err);
+    assert_non_null(cpu);
+    cpu_real = cpu->ops;
+    clef_backend_ops ops = *cpu->ops;
+    ops.copies_weights = 1;
+    ops.weight_init = copying_weight_init;
+    clef_backend be = {.ops = &ops, .ctx = cpu->ctx};
+    clef_model *m1 = clef_model_create_on(&ck, &be, 0, &err);
+    if (!m1) fail_msg("model: %s", err.message);
+    for (int64_t l = 0; l < c->num_hidden_layers; l++) assert_true(m1->layers[l].fused_qkv);
+
+    size_t n_cases;
+    json_value **cases = load_cases(&n_cases);
+    const json_value *idv = json_get(cases[0], "input_ids");
+    const size_t n = idv->n, H = (size_t)c->hidden_size, NL = (size_t)c->num_hidden_layers;
+    int32_t *ids = malloc(n * sizeof *ids);
+    for (size_t i = 0; i < n; i++) ids[i] = (int32_t)tu_int_at(idv, i);
+    float *h0 = malloc(n * H * sizeof *h0), *h1 = malloc(n * H * sizeof *h1);
+    float *l0 = malloc((NL + 1) * n * H * sizeof *l0), *l1 = malloc((NL + 1) * n * H * sizeof *l1);
+    for (int with_layers = 0; with_layers < 2; with_layers++) {
+        if (clef_thinker_forward(m0, ids, n, h0, with_layers ? l0 : NULL, &err) != 0 ||
+            clef_thinker_forward(m1, ids, n, h1, with_layers ? l1 : NULL, &err) != 0)
+            fail_msg("forward: %s", err.message);
+        assert_memory_equal(h0, h1, n * H * sizeof *h0);
+        if (with_layers) assert_memory_equal(l0, l1, (NL + 1) * n * H * sizeof *l0);
+    }
+    printf("  fused q/k/v on %zu layers: %zu hidden values bitwise the three products\n", NL, n * H);
+
+    /* layers mixing both: layer 1's q_proj as F32 (the same values) is not fused, the others are */
+    char *dir = make_dir();
+    wlist w = {0};
+    for (size_t i = 0; i < ck.n_tensors; i++) {
+        const st_tensor *t = ck.catalog[i];
+        if (strncmp(t->name, "thinker.", 8) != 0) continue;
+        if (strcmp(t->name, "thinker.model.layers.1.self_attn.q_proj.weight") == 0 && t->dtype == CLEF_DT_BF16) {
+            const size_t ne = (size_t)(t->shape[0] * t->shape[1]);
+            float *f = wl_own(&w, ne * sizeof *f);
+            clef_to_f32(t->dtype, t->data, f, ne);
+            wl_add(&w, t->name, CLEF_DT_F32, t->ndim, t->shape, f);
+        } else {
+            wl_copy(&w, t);
+        }
+    }
+    char *mp = path_in(dir, "model.safetensors");
+    wl_save(&w, mp);
+    free(mp);
+    link_fixture(dir, "config.json");
+    link_fixture(dir, "joint_head_config.json");
+    link_fixture(dir, "joint_head.safetensors");
+    clef_checkpoint ck2;
+    clef_model *m2 = open_model(dir, &ck2), *m3 = clef_model_create_on(&ck2, &be, 0, &err);
+    if (!m3) fail_msg("model: %s", err.message);
+    for (int64_t l = 0; l < c->num_hidden_layers; l++) assert_int_equal(m3->layers[l].fused_qkv, l != 1);
+    for (int with_layers = 0; with_layers < 2; with_layers++) {
+        if (clef_thinker_forward(m2, ids, n, h0, with_layers ? l0 : NULL, &err) != 0 ||
+            clef_thinker_forward(m3, ids, n, h1, with_layers ? l1 : NULL, &err) != 0)
+            fail_msg("forward: %s", err.message);
+        assert_memory_equal(h0, h1, n * H * sizeof *h0);
+        if (with_layers) assert_memory_equal(l0, l1, (NL + 1) * n * H * sizeof *l0);
+    }
+    printf("  fused q/k/v on layers 0 and 2, three products on layer 1: bitwise\n");
+    clef_model_free(m3);
+    clef_model_free(m2);
+    clef_checkpoint_close(&ck2);
+    remove_dir(dir);
+    free(dir);
+    free(ids), free(h0), free(h1), free(l0), free(l1);
+    free_cases(cases, n_cases);
+    clef_model_free(m1);
+    clef_model_free(m0);
+    cpu->ops->destroy(cpu);
+    for (size_t i = 0; i < n_copied; i++) free(copied[i]);
+    clef_checkpoint_close(&ck);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fused_experts),
         cmocka_unit_test(test_dense_layers),
+        cmocka_unit_test(test_fused_qkv),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
