@@ -175,8 +175,11 @@ typedef struct clef_backend_ops {
      * rope->head_dim floats: each query head y = q_w * norm(x), each key
      * head with k_w, then `rope` with positions pos [3][T].  Bitwise the
      * ops rmsnorm (rows = T * heads, dim = head_dim) and rope on contiguous
-     * rows; the strides let q and k be column blocks of one fused [T, q | k
-     * | v] projection.  q and k heads must not overlap. */
+     * rows (CPU: always; CUDA: for heads under 512 floats, the model's 128,
+     * where its rmsnorm reduces a row in one warp too; wider heads, up to
+     * CUDA's limit of 1,024, agree to f32 rounding); the strides let q and
+     * k be column blocks of one fused [T, q | k | v] projection.  q and k
+     * heads must not overlap. */
     int (*qk_norm_rope)(clef_backend *be, float *q, int64_t q_stride, float *k, int64_t k_stride, int64_t T,
                         int64_t nq, int64_t nk, const float *q_w, const float *k_w, float eps, const int32_t *pos,
                         const clef_rope_desc *rope, clef_err *err);

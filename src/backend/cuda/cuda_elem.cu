@@ -138,8 +138,10 @@ __global__ void __launch_bounds__(WIDE_THREADS) add_rmsnorm_wide_kernel(float *h
  * in shared memory (as rope_kernel), then each of the QKR_WARPS warps takes
  * heads in turn (queries first), reduces the head as add_rmsnorm_kernel does,
  * keeps the normed head in its shared row and writes the rotated pairs
- * back; every value is computed as the rmsnorm op then rope_kernel compute
- * it.  (One warp per (token, head) with its own angles was faster at 300
+ * back; for heads under 512 floats every value is computed as the rmsnorm
+ * op (its one-warp kernel) then rope_kernel compute it (wider heads: the
+ * rmsnorm op's block-wide sum, another order).  (One warp per (token, head)
+ * with its own angles was faster at 300
  * tokens but recomputed the angles per head: 2x slower at 32,000.) */
 constexpr int QKR_WARPS = 8;
 

@@ -345,7 +345,9 @@ cudaError_t ck_add_rmsnorm(float *h, const float *o, const float *w, float *y, i
 /* Per-head RMSNorm (q_w for the nq query heads of each row at q + t *
  * q_stride, k_w for the nk key heads at k + t * k_stride), then M-RoPE as
  * ck_rope, in place, one block per token: bitwise ck_rmsnorm (rows of D)
- * then ck_rope.  D even, <= 1024. */
+ * then ck_rope for D < 512 (where ck_rmsnorm also reduces a row in one
+ * warp; from 512 it takes its block-wide kernel, and the sums agree to f32
+ * rounding).  D even, <= 1024. */
 cudaError_t ck_qk_norm_rope(float *q, int64_t q_stride, float *k, int64_t k_stride, int64_t T, int nq, int nk,
                             const float *q_w, const float *k_w, float eps, int D, const int32_t *pos, int64_t s1,
                             int64_t s2, const float *inv_freq, cudaStream_t st);
