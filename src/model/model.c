@@ -44,6 +44,14 @@ static int init_weight(clef_model *m, clef_weight *w, clef_dtype dt, int64_t row
     return 0;
 }
 
+/* A weight resolved by clef_qweight_bind (plain or packed) made a backend
+ * weight, remembered for weight_release. */
+static int init_packed(clef_model *m, clef_weight *w, const clef_qweight *q, clef_err *err) {
+    if (m->be->ops->weight_init_packed(m->be, w, q, err) != 0) return -1;
+    track_weight(m, w);
+    return 0;
+}
+
 /* Matrix `name` ("<module>.weight") of shape [rows, cols] as a backend
  * weight: clef_qweight_bind resolves the module to its plain or packed
  * (quantized) tensors, so model code never sees the checkpoint's format. */
@@ -55,9 +63,7 @@ static int bind_mat(clef_model *m, const char *name, int64_t rows, int64_t cols,
     snprintf(module, sizeof module, "%.*s", (int)(n - 7), name);
     clef_qweight q;
     if (clef_qweight_bind(m->ck, &m->quant, module, rows, cols, &q, err) != 0) return -1;
-    if (m->be->ops->weight_init_packed(m->be, w, &q, err) != 0) return -1;
-    track_weight(m, w);
-    return 0;
+    return init_packed(m, w, &q, err);
 }
 
 /* Backend memory owned by the model until clef_model_free. */
@@ -173,18 +179,17 @@ static int bind_qkv(clef_model *m, int64_t l, thinker_layer *L, clef_err *err) {
         fuse &= q[i].quant.type == CLEF_QT_NONE && q[i].dtype == q[0].dtype;
     }
     if (!fuse) {
-        for (int i = 0; i < 3; i++) {
-            if (m->be->ops->weight_init_packed(m->be, sep[i], &q[i], err) != 0) return -1;
-            track_weight(m, sep[i]);
-        }
+        for (int i = 0; i < 3; i++)
+            if (init_packed(m, sep[i], &q[i], err) != 0) return -1;
         return 0;
     }
-    const size_t es = clef_dtype_size(q[0].dtype);
-    const size_t bytes[3] = {(size_t)(rows[0] * H) * es, (size_t)(rows[1] * H) * es, (size_t)(rows[2] * H) * es};
-    char *cat = clef_xmalloc(bytes[0] + bytes[1] + bytes[2]);
-    memcpy(cat, q[0].data, bytes[0]);
-    memcpy(cat + bytes[0], q[1].data, bytes[1]);
-    memcpy(cat + bytes[0] + bytes[1], q[2].data, bytes[2]);
+    const size_t row_bytes = (size_t)H * clef_dtype_size(q[0].dtype);
+    char *cat = clef_xmalloc((size_t)(rows[0] + rows[1] + rows[2]) * row_bytes);
+    int64_t r0 = 0;
+    for (int i = 0; i < 3; i++) {
+        memcpy(cat + (size_t)r0 * row_bytes, q[i].data, (size_t)rows[i] * row_bytes);
+        r0 += rows[i];
+    }
     const int rc = init_weight(m, &L->qkv_proj, q[0].dtype, rows[0] + rows[1] + rows[2], H, cat, err);
     free(cat); /* the backend copied it */
     L->fused_qkv = rc == 0;
