@@ -708,6 +708,11 @@ static void cvt_clobber(cuda_ctx *c, const void *p, size_t bytes) {
         c->cvt_valid = 0;
 }
 
+/* SLOT_A16 now holds x [rows, K] (rows ldx apart) as bf16 rows, `split` halves each. */
+static void cvt_remember(cuda_ctx *c, const float *x, int64_t rows, int64_t K, int64_t ldx, int split) {
+    c->cvt_x = x, c->cvt_rows = rows, c->cvt_K = K, c->cvt_ld = ldx, c->cvt_split = split, c->cvt_valid = 1;
+}
+
 /* x [rows, K] (rows ldx apart) as bf16 rows in SLOT_A16 ([hi | lo] when
  * precise), reusing the last conversion when it is of the same rows. */
 static const uint16_t *convert_rows(cuda_ctx *c, const float *x, int64_t rows, int64_t K, int64_t ldx, int split,
@@ -722,7 +727,7 @@ static const uint16_t *convert_rows(cuda_ctx *c, const float *x, int64_t rows, i
     uint16_t *d = cu_slot(c, SLOT_A16, (size_t)rows * (size_t)K * (size_t)split * 2, err);
     if (!d) return NULL;
     if (cu_check(ck_rows_to_bf16(x, rows, K, ldx, d, split, c->st), "activation to bf16", err)) return NULL;
-    c->cvt_x = x, c->cvt_rows = rows, c->cvt_K = K, c->cvt_ld = ldx, c->cvt_split = split, c->cvt_valid = 1;
+    cvt_remember(c, x, rows, K, ldx, split);
     return d;
 }
 
@@ -1277,7 +1282,7 @@ static int cu_add_rmsnorm(clef_backend *be, float *h, const float *o, const floa
     }
     if (cu_check(ck_add_rmsnorm(h, o, w, y, rows, dim, eps, a16, split, c->st), "add + rmsnorm", err))
         return op_end(c, -1);
-    if (a16) c->cvt_x = y, c->cvt_rows = rows, c->cvt_K = dim, c->cvt_ld = dim, c->cvt_split = split, c->cvt_valid = 1;
+    if (a16) cvt_remember(c, y, rows, dim, dim, split);
     return op_end(c, 0);
 }
 
