@@ -182,6 +182,16 @@ char *tu_fixture(const char *rel) {
     return p;
 }
 
+int tu_open_fixture(const char *rel, clef_checkpoint *ck) {
+    clef_err err;
+    clef_err_clear(&err);
+    char *dir = tu_fixture(rel);
+    const int rc = clef_checkpoint_open(dir, ck, &err);
+    free(dir);
+    if (rc != 0) fprintf(stderr, "checkpoint %s: %s\n", rel, err.message);
+    return rc != 0 ? -1 : 0;
+}
+
 int64_t tu_int_at(const json_value *arr, size_t i) {
     assert_non_null(arr);
     assert_int_equal(arr->type, JSON_ARRAY);

@@ -12,6 +12,7 @@
 #include "backend/cuda/cuda.h"
 #include "decision/record.h"
 #include "engine/engine.h"
+#include "io/checkpoint.h"
 #include "json/json.h"
 #include "media/media.h"
 #include "util/buf.h"
@@ -86,6 +87,10 @@ void tu_media_from_golden(const json_value *c, clef_media *m, int preprocess);
 /* Path under the fixtures directory (static buffer per call site is not
  * needed: returns a heap string the caller frees). */
 char *tu_fixture(const char *rel);
+/* Open the checkpoint at fixtures path `rel` into *ck; on failure print
+ * "checkpoint <rel>: <reason>" to stderr and return -1 (for cmocka group
+ * setups, which report by returning -1), else 0. */
+int tu_open_fixture(const char *rel, clef_checkpoint *ck);
 
 /* Element `i` of a JSON array of integers as int64 (fails the test otherwise). */
 int64_t tu_int_at(const json_value *arr, size_t i);

@@ -38,12 +38,7 @@ static int setup(void **state) {
     fixture *f = calloc(1, sizeof *f);
     clef_err err;
     clef_err_clear(&err);
-    char *dir = tu_fixture("tiny-clef-omni");
-    if (clef_checkpoint_open(dir, &f->ck, &err) != 0) {
-        fprintf(stderr, "checkpoint: %s\n", err.message);
-        return -1;
-    }
-    free(dir);
+    if (tu_open_fixture("tiny-clef-omni", &f->ck) != 0) return -1;
     for (int i = 0; i < 2; i++) {
         clef_cuda_options o = {.device = 0, .precise = i, .gemm = -1, .profile = 0};
         clef_backend *be = clef_cuda_backend_create_ex(&o, &err);

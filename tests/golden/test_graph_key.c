@@ -54,10 +54,8 @@ static int setup(void **state) {
     fixture *f = calloc(1, sizeof *f);
     clef_err err;
     clef_err_clear(&err);
-    char *dir = tu_fixture("tiny-clef-omni");
-    int rc = clef_checkpoint_open(dir, &f->ck, &err);
-    free(dir);
-    if (rc != 0 || !(f->cpu = clef_backend_cpu_create(1, &err))) {
+    if (tu_open_fixture("tiny-clef-omni", &f->ck) != 0) return -1;
+    if (!(f->cpu = clef_backend_cpu_create(1, &err))) {
         fprintf(stderr, "setup: %s\n", err.message);
         return -1;
     }

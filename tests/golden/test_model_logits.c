@@ -29,12 +29,7 @@ static int setup(void **state) {
     fixture *f = calloc(1, sizeof *f);
     clef_err err;
     clef_err_clear(&err);
-    char *dir = tu_fixture("tiny-clef-omni");
-    if (clef_checkpoint_open(dir, &f->ck, &err) != 0) {
-        fprintf(stderr, "checkpoint: %s\n", err.message);
-        return -1;
-    }
-    free(dir);
+    if (tu_open_fixture("tiny-clef-omni", &f->ck) != 0) return -1;
     f->m = clef_model_create(&f->ck, 0, &err);
     if (!f->m) {
         fprintf(stderr, "model: %s\n", err.message);
