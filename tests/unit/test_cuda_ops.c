@@ -847,7 +847,7 @@ static void test_moe(void **state) {
         release_experts(g, wg, E);
     }
     /* The default (CLEF_CUDA_WGMMA=2 where built for sm_90a on a compute capability 9.0 device) runs
-     * the mma.sync expert kernel below 6144 expert rows and the wgmma one above (the batch of TB
+     * the TMA (or mma.sync) expert kernel below 8192 expert rows and the wgmma one above (the batch of TB
      * above: its bitwise check against T = 300 already crosses kernels).  Here the wgmma kernel at
      * every size (CLEF_CUDA_WGMMA=1, 64-row tiles at T = 300) must give bitwise the mma.sync results:
      * mixing them by batch size relies on it. */
@@ -887,13 +887,80 @@ static void test_moe(void **state) {
     free(x), free(logits), free(idx), free(rw), free(ref), free(prec_y), free(fast_y);
 }
 
+/* The warp-specialised TMA expert kernel (default for passes below the wgmma threshold on sm_90a /
+ * compute capability 9.0) against the mma.sync kernel (CLEF_CUDA_TMA=0): bitwise the same sums, on
+ * shapes whose tiles are cut at both ends (hidden 136 = two 64-wide K stages + 8; inter 72 = one
+ * full and one 8-column gate/up tile, a K tail in the down product; down's 136 rows = 128 + 8), with
+ * 32-row tiles (precise, few rows per expert), 64-row tiles (fast; precise with more rows), a token
+ * alone and the CPU within the mode's tolerance. */
+static void test_moe_tma(void **state) {
+    TU_NEED_GPU(state);
+    fx *f = *state;
+    clef_err err;
+    const int64_t E = 8, H = 136, NI = 72, k = 2, TMAX = 300;
+    uint16_t *wh[3][16];
+    clef_weight wc[3][16];
+    for (int j = 0; j < 3; j++)
+        for (int e = 0; e < E; e++) {
+            const int64_t r = j == 2 ? H : NI, cc = j == 2 ? NI : H;
+            wh[j][e] = rand_bf16((size_t)(r * cc), 1.0f / sqrtf((float)cc));
+            tu_ok(f->cpu->ops->weight_init(f->cpu, &wc[j][e], CLEF_DT_BF16, r, cc, wh[j][e], &err), &err);
+        }
+    clef_moe_weights mc = {.n_experts = E, .hidden = H, .inter = NI, .gate = wc[0], .up = wc[1], .down = wc[2]};
+    float *x = rand_vec((size_t)(TMAX * H), 1.0f), *logits = rand_vec((size_t)(TMAX * E), 2.0f);
+    int32_t *idx = malloc((size_t)(TMAX * k) * 4);
+    float *rw = malloc((size_t)(TMAX * k) * 4), *ref = malloc((size_t)(TMAX * H) * 4);
+    tu_ok(f->cpu->ops->router_topk(f->cpu, logits, TMAX, E, k, 1, idx, rw, &err), &err);
+    tu_ok(f->cpu->ops->moe(f->cpu, x, TMAX, idx, rw, k, &mc, ref, &err), &err);
+    for (int pr = 0; pr < 2; pr++) {
+        const clef_cuda_options o = {.device = 0, .precise = pr, .gemm = 2, .profile = 0};
+        const char *const env_off[] = {"CLEF_CUDA_TMA", "0", NULL}, *const env_on[] = {NULL};
+        clef_backend *gb[2] = {tu_cuda_backend_env(&o, env_off, &err), NULL};
+        tu_ok(gb[0] ? 0 : -1, &err);
+        gb[1] = tu_cuda_backend_env(&o, env_on, &err);
+        tu_ok(gb[1] ? 0 : -1, &err);
+        char buf[512];
+        clef_cuda_describe(gb[1], buf, sizeof buf);
+        const int has_tma = strstr(buf, "TMA expert kernel") != NULL;
+        const int64_t Ts[3] = {1, 100, TMAX}; /* T k = 2, 200 (32-row tiles when precise), 600 rows */
+        for (int ti = 0; ti < 3; ti++) {
+            const int64_t T = Ts[ti];
+            float *got[2];
+            for (int b = 0; b < 2; b++) {
+                clef_backend *g = gb[b];
+                clef_weight wg[3][16];
+                const clef_moe_weights mg = upload_experts(g, wc, wh, E, H, NI, wg);
+                float *dx = tu_dput(g, x, (size_t)(T * H) * 4), *dw = tu_dput(g, rw, (size_t)(T * k) * 4);
+                int32_t *di = tu_dput(g, idx, (size_t)(T * k) * 4);
+                float *dy = tu_dnan(g, (size_t)(T * H));
+                tu_ok(g->ops->moe(g, dx, T, di, dw, k, &mg, dy, &err), &err);
+                got[b] = tu_dget(g, dy, (size_t)(T * H));
+                g->ops->free(g, dx), g->ops->free(g, dw), g->ops->free(g, di), g->ops->free(g, dy);
+                release_experts(g, wg, E);
+            }
+            char what[96];
+            snprintf(what, sizeof what, "moe 8 experts 136/72 T=%lld", (long long)T);
+            check(what, pr ? "prec-tma" : "fast-tma", got[1], ref, (size_t)(T * H), pr ? TOL_PRECISE : TOL_BF16);
+            const int same = memcmp(got[0], got[1], (size_t)(T * H) * 4) == 0;
+            printf("  %-34s %-9s %s vs CLEF_CUDA_TMA=0: %s\n", what, pr ? "prec-tma" : "fast-tma",
+                   has_tma ? "TMA kernel" : "(no TMA kernel on this build/device)", same ? "bitwise equal" : "DIFFER");
+            if (!same) fail_msg("moe: the TMA expert kernel differs from the mma.sync one (%s, T=%lld)", what, (long long)T);
+            free(got[0]), free(got[1]);
+        }
+        gb[0]->ops->destroy(gb[0]), gb[1]->ops->destroy(gb[1]);
+    }
+    for (int j = 0; j < 3; j++)
+        for (int e = 0; e < E; e++) free(wh[j][e]);
+    free(x), free(logits), free(idx), free(rw), free(ref);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul),      cmocka_unit_test(test_matmul_model_shapes),
         cmocka_unit_test(test_matmul_f32_weight),
         cmocka_unit_test(test_gather_norms_elementwise), cmocka_unit_test(test_head_rows),
         cmocka_unit_test(test_rope), cmocka_unit_test(test_fused_row_ops),        cmocka_unit_test(test_attention),
-        cmocka_unit_test(test_router),      cmocka_unit_test(test_moe),
+        cmocka_unit_test(test_router),      cmocka_unit_test(test_moe),   cmocka_unit_test(test_moe_tma),
         cmocka_unit_test(test_attention_bench),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -54,6 +54,12 @@ typedef struct moe_ptrs {
     int64_t E;
     const void **host; /* [3E] the device pointers as last uploaded (checked on every use) */
     void *dev;
+    /* ck_gemm_tma's tensor maps of the same weights [gate E | up E | down E] (c->tma), encoded and
+     * uploaded with the pointers; maps_ok = 0: some weight has no map (its layout does not allow one):
+     * the layer keeps the mma.sync kernel */
+    ck_tmap *maps_host;
+    void *maps_dev;
+    int maps_ok;
 } moe_ptrs;
 
 /* Device table of one MoE layer's packed expert weights (ck_qmat [gate E |
@@ -138,6 +144,10 @@ typedef struct cuda_ctx {
      * NVFP4 and INT4 (FP8 blocks stay on mma.sync: 18.6 vs 22.4 ms per layer at 32,000 tokens on the
      * H200, while NVFP4 17.0 vs 18.5 and INT4 15.1 vs 18.4 gain), 2 = every format */
     int qwgmma;
+    /* BF16 expert passes below the wgmma threshold on the warp-specialised TMA kernel (ck_gemm_tma, same
+     * sums): CLEF_CUDA_TMA, default 1; cleared where the build lacks sm_90a or the device is not compute
+     * capability 9.0 */
+    int tma;
     /* FP8-block experts as W8A8 on the FP8 tensor cores (cuda_fp8mma.cu): CLEF_CUDA_FP8_MMA, default 0;
      * cleared where the build lacks sm_90a or the device is not compute capability 9.0 */
     int fp8_mma;
@@ -1385,9 +1395,10 @@ static int cu_router_topk(clef_backend *be, const float *logits, int64_t T, int6
     return op_end(c, cu_check(ck_router_topk(logits, T, E, k, norm, idx, w, c->st), "router", err));
 }
 
-/* Device pointer arrays of a layer's experts, uploaded once and re-checked
- * against the layer's weights on every use (cheap: host memory only). */
-static const void *const *moe_pointers(cuda_ctx *c, const clef_moe_weights *ex, clef_err *err) {
+/* Device pointer arrays of a layer's experts (and, with c->tma, their tensor
+ * maps), uploaded once and re-checked against the layer's weights on every
+ * use (cheap: host memory only). */
+static const moe_ptrs *moe_pointers(cuda_ctx *c, const clef_moe_weights *ex, clef_err *err) {
     const int64_t E = ex->n_experts;
     moe_ptrs *m = NULL;
     for (size_t i = 0; i < c->n_moe && !m; i++)
@@ -1398,7 +1409,7 @@ static const void *const *moe_pointers(cuda_ctx *c, const clef_moe_weights *ex, 
         for (int64_t e = 0; e < E && same; e++)
             same = m->host[e] == ex->gate[e].data && m->host[E + e] == ex->up[e].data &&
                    m->host[2 * E + e] == ex->down[e].data;
-        if (same) return m->dev;
+        if (same) return m;
     } else {
         if (c->n_moe == c->cap_moe) {
             size_t cap = c->cap_moe ? 2 * c->cap_moe : 64;
@@ -1413,9 +1424,17 @@ static const void *const *moe_pointers(cuda_ctx *c, const clef_moe_weights *ex, 
         m = &c->moe[c->n_moe];
         memset(m, 0, sizeof *m);
         m->host = calloc((size_t)(3 * E), sizeof *m->host);
-        if (!m->host || cu_check(cudaMalloc(&m->dev, (size_t)(3 * E) * sizeof(void *)), "expert table", err)) {
+        if (c->tma) m->maps_host = aligned_alloc(64, (size_t)(3 * E) * sizeof(ck_tmap));
+        if (!m->host || (c->tma && !m->maps_host)) {
             free(m->host);
-            if (!err->status) clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CUDA backend: out of host memory");
+            free(m->maps_host);
+            return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CUDA backend: out of host memory"), NULL;
+        }
+        if (cu_check(cudaMalloc(&m->dev, (size_t)(3 * E) * sizeof(void *)), "expert table", err) ||
+            (c->tma && cu_check(cudaMalloc(&m->maps_dev, (size_t)(3 * E) * sizeof(ck_tmap)), "expert table", err))) {
+            if (m->dev) cudaFree(m->dev);
+            free(m->host);
+            free(m->maps_host);
             return NULL;
         }
         m->gate = ex->gate, m->up = ex->up, m->down = ex->down, m->E = E;
@@ -1435,11 +1454,23 @@ static const void *const *moe_pointers(cuda_ctx *c, const clef_moe_weights *ex, 
         m->host[E + e] = ex->up[e].data;
         m->host[2 * E + e] = ex->down[e].data;
     }
-    /* host array owned by the table: the copy is staged before the call returns */
+    /* host arrays owned by the table: the copies are staged before the calls return */
     if (cu_check(cudaMemcpyAsync(m->dev, m->host, (size_t)(3 * E) * sizeof(void *), cudaMemcpyHostToDevice, c->st),
                  "expert table", err))
         return NULL;
-    return m->dev;
+    if (c->tma) { /* gate / up boxes of 64 rows (the 64 gate + 64 up columns of a tile), down of 128 */
+        m->maps_ok = 1;
+        for (int64_t i = 0; i < 3 * E && m->maps_ok; i++) {
+            const clef_weight *w = i < E ? &ex->gate[i] : i < 2 * E ? &ex->up[i - E] : &ex->down[i - 2 * E];
+            m->maps_ok = ck_tmap_bf16(&m->maps_host[i], m->host[i], w->rows, w->cols, i < 2 * E ? 64 : 128) ==
+                         cudaSuccess;
+        }
+        if (m->maps_ok && cu_check(cudaMemcpyAsync(m->maps_dev, m->maps_host, (size_t)(3 * E) * sizeof(ck_tmap),
+                                                   cudaMemcpyHostToDevice, c->st),
+                                   "expert table", err))
+            return NULL;
+    }
+    return m;
 }
 
 /* Tokens per pass of the expert block: bounds the permuted expert outputs
@@ -1494,7 +1525,8 @@ static int moe_combine(cuda_ctx *c, const float *yp, const int32_t *idx, const f
  * device, the gate/up GEMM with SwiGLU fused, the down GEMM, the ordered
  * combine. */
 static int moe_pass(cuda_ctx *c, const float *x, int64_t T, const int32_t *idx, const float *w, int64_t k,
-                    const clef_moe_weights *ex, const void *const *ptrs, float *y, clef_err *err) {
+                    const clef_moe_weights *ex, const moe_ptrs *tab, float *y, clef_err *err) {
+    const void *const *ptrs = (const void *const *)tab->dev;
     const int64_t E = ex->n_experts, H = ex->hidden, NI = ex->inter, TK = T * k;
     op_begin(c, "moe: permutation", 1);
     const int split = c->precise_parts & PRECISE_EXPERTS ? 2 : 1;
@@ -1507,6 +1539,9 @@ static int moe_pass(cuda_ctx *c, const float *x, int64_t T, const int32_t *idx, 
                     : split == 2 && (c->tune & 1) && TK <= 32 * E ? 2
                                                                    : 0,
               BM = ck_gemm_bm(big);
+    /* the warp-specialised TMA kernel for the 32- and 64-row tiles (bitwise the mma.sync kernel's sums) */
+    const int tma = !wg && c->tma && tab->maps_ok && big != 1;
+    const char *maps = (const char *)tab->maps_dev;
     moe_plan pl;
     if (moe_plan_make(c, idx, T, k, E, BM, &pl, err)) return op_end(c, -1);
     op_end(c, 0);
@@ -1525,8 +1560,10 @@ static int moe_pass(cuda_ctx *c, const float *x, int64_t T, const int32_t *idx, 
     ck_gemm_args g = {.mode = CK_GEMM_GATEUP, .A = a16, .lda = H * split, .K = H, .split = split, .N = NI,
                       .W0 = (const uint16_t *const *)ptrs, .W1 = (const uint16_t *const *)(ptrs + E),
                       .tile_expert = t_exp, .tile_row0 = t_row, .expert_end = end, .n_tiles = n_tiles,
-                      .max_tiles = max_tiles, .row_src = row_tok, .H = hbuf, .big = big};
-    if (cu_check(wg ? ck_gemm_wgmma(&g, c->st) : ck_gemm(&g, c->st), "moe gate/up", err)) return op_end(c, -1);
+                      .max_tiles = max_tiles, .row_src = row_tok, .H = hbuf, .big = big, .wmaps = maps,
+                      .n_experts = E};
+    if (cu_check(wg ? ck_gemm_wgmma(&g, c->st) : tma ? ck_gemm_tma(&g, c->st) : ck_gemm(&g, c->st), "moe gate/up", err))
+        return op_end(c, -1);
     op_end(c, 0);
 
     op_begin(c, "moe: down GEMM", 1);
@@ -1534,8 +1571,10 @@ static int moe_pass(cuda_ctx *c, const float *x, int64_t T, const int32_t *idx, 
     if (!yp) return op_end(c, -1);
     ck_gemm_args d = {.mode = CK_GEMM_DOWN, .A = hbuf, .lda = NI * split, .K = NI, .split = split, .N = H,
                       .W0 = (const uint16_t *const *)(ptrs + 2 * E), .tile_expert = t_exp, .tile_row0 = t_row,
-                      .expert_end = end, .n_tiles = n_tiles, .max_tiles = max_tiles, .Y = yp, .ldy = H, .big = big};
-    if (cu_check(wg ? ck_gemm_wgmma(&d, c->st) : ck_gemm(&d, c->st), "moe down", err)) return op_end(c, -1);
+                      .expert_end = end, .n_tiles = n_tiles, .max_tiles = max_tiles, .Y = yp, .ldy = H, .big = big,
+                      .wmaps = maps ? maps + 2 * E * sizeof(ck_tmap) : NULL, .n_experts = E};
+    if (cu_check(wg ? ck_gemm_wgmma(&d, c->st) : tma ? ck_gemm_tma(&d, c->st) : ck_gemm(&d, c->st), "moe down", err))
+        return op_end(c, -1);
     op_end(c, 0);
 
     return moe_combine(c, yp, idx, w, slot_pos, T, k, H, y, err);
@@ -1760,12 +1799,12 @@ static int cu_moe(clef_backend *be, const float *x, int64_t T, const int32_t *id
                          (long long)k, (long long)E, (long long)H, (long long)NI);
     if (ex->gate[0].quant.type != CLEF_QT_NONE) return cu_moe_packed(c, x, T, idx, w, k, ex, y, err);
     op_begin(c, "moe: expert table", 1);
-    const void *const *ptrs = moe_pointers(c, ex, err);
+    const moe_ptrs *tab = moe_pointers(c, ex, err);
     op_end(c, 0);
-    if (!ptrs) return -1;
+    if (!tab) return -1;
     for (int64_t t0 = 0; t0 < T; t0 += MOE_CHUNK_TOKENS) {
         const int64_t n = T - t0 < MOE_CHUNK_TOKENS ? T - t0 : MOE_CHUNK_TOKENS;
-        if (moe_pass(c, x + t0 * H, n, idx + t0 * k, w + t0 * k, k, ex, ptrs, y + t0 * H, err) != 0) return -1;
+        if (moe_pass(c, x + t0 * H, n, idx + t0 * k, w + t0 * k, k, ex, tab, y + t0 * H, err) != 0) return -1;
     }
     return 0;
 }
@@ -1902,6 +1941,8 @@ static void cu_destroy(clef_backend *be) {
         for (size_t i = 0; i < c->n_moe; i++) {
             cudaFree(c->moe[i].dev);
             free(c->moe[i].host);
+            if (c->moe[i].maps_dev) cudaFree(c->moe[i].maps_dev);
+            free(c->moe[i].maps_host);
         }
         free(c->moe);
         for (size_t i = 0; i < c->n_qmoe; i++) {
@@ -2135,6 +2176,7 @@ static int ctx_init(cuda_ctx *c, clef_err *err) {
         return -1;
     if (c->wgmma && !(ck_wgmma_built() && prop.major == 9 && prop.minor == 0)) c->wgmma = 0;
     if (c->fp8_mma && !(ck_wgmma_built() && prop.major == 9 && prop.minor == 0)) c->fp8_mma = 0;
+    if (c->tma && !(ck_gemm_tma_built() && prop.major == 9 && prop.minor == 0)) c->tma = 0;
     /* 64 MiB, allocated once: split-K algorithms whose reduction goes through the workspace
      * (COMPUTE_TYPE / OUTPUT_TYPE partials, split x rows x N floats) are called on as many rows as
      * fit (lt_plan.max_rows); the others need at most a few counters. */
@@ -2182,6 +2224,7 @@ clef_backend *clef_cuda_backend_create_ex(const clef_cuda_options *opt, clef_err
     c->wgmma = env.wgmma;
     c->qwgmma = env.qwgmma;
     c->fp8_mma = env.fp8_mma;
+    c->tma = env.tma;
     c->int4_v2 = env.int4 == 2;
     c->int4_2blk = env.int4 == 4;
     c->nvfp4_v2 = env.nvfp4 == 2;
@@ -2215,12 +2258,12 @@ void clef_cuda_describe(clef_backend *be, char *buf, size_t cap) {
     if (c->wgmma == 1) snprintf(wg, sizeof wg, ", wgmma experts");
     else if (c->wgmma == 2)
         snprintf(wg, sizeof wg, ", wgmma experts from %d rows (packed %d)", c->wgmma_rows, c->qwgmma_rows);
-    snprintf(buf, cap, "%s%s%s%s%s%s%s%s%s%s%s", c->desc, c->precise ? ", precise" : !c->precise_parts ? ", fast (bf16)" : "",
+    snprintf(buf, cap, "%s%s%s%s%s%s%s%s%s%s%s%s", c->desc, c->precise ? ", precise" : !c->precise_parts ? ", fast (bf16)" : "",
              !c->precise && (c->precise_parts & PRECISE_DENSE) ? ", precise dense" : "",
              !c->precise && (c->precise_parts & PRECISE_EXPERTS) ? ", precise experts" : "",
              !c->precise && (c->precise_parts & PRECISE_ATTN) ? ", precise attention" : "",
              c->gemm_custom ? ", custom dense GEMM" : ", cuBLASLt dense GEMM", wg,
-             c->wgmma && !c->qwgmma ? " (packed: mma.sync)" : "",
+             c->wgmma && !c->qwgmma ? " (packed: mma.sync)" : "", c->tma ? ", TMA expert kernel below" : "",
              c->fp8_mma ? ", fp8-block experts W8A8 (fp8 wgmma)" : "",
              c->attn_variant == 1   ? ", attention v1"
              : c->attn_variant == 2 ? ", attention v2"

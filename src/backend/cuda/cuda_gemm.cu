@@ -10,6 +10,8 @@
  * tile shape, the grid or the rows around it, so results are bitwise
  * independent of batch composition (backend.h determinism rule).
  */
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <math.h>
@@ -17,6 +19,7 @@
 
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_ptx.cuh"
+#include "backend/cuda/cuda_wgmma.cuh"
 
 typedef __nv_bfloat16 bf16;
 
@@ -81,6 +84,45 @@ template <int BM, int SPLIT> constexpr int gemm_smem_bytes() {
     return gemm_stages<BM, SPLIT>() * (SPLIT * BM + BN) * PITCH * 2 > BM * (BN + 4) * 4
                ? gemm_stages<BM, SPLIT>() * (SPLIT * BM + BN) * PITCH * 2
                : BM * (BN + 4) * 4;
+}
+
+/* The MMAs of one BK-wide pipeline stage for warp (wm, wn) of a BM-row tile:
+ * per 16-wide K chunk ks, the warp's A fragments from `as` (rows PITCH
+ * apart; with SPLIT = 2 the lo tile follows BM rows later) and its weight
+ * fragments from waddr(row, chunk) (the shared address of 16-byte chunk
+ * `chunk` (0..7) of weight row `row` (0..BN-1) of the stage, whatever the
+ * layout), each weight fragment multiplied with the hi and then the lo
+ * fragment into the same accumulators.  The one MMA order of gemm_kernel and
+ * gemm_tma_kernel: their sums are bitwise the same. */
+template <int BM, int SPLIT, int WTM, int WTN, int MI, int NI, class WAddr>
+__device__ __forceinline__ void mma_stage(float (&acc)[MI][NI][4], const bf16 *as, int wm, int wn, int lane,
+                                          WAddr waddr) {
+#pragma unroll
+    for (int ks = 0; ks < BK / 16; ks++) {
+        uint32_t af[MI][4], bfr[NI][2];
+#pragma unroll
+        for (int mi = 0; mi < MI; mi++)
+            ldsm_x4(af[mi][0], af[mi][1], af[mi][2], af[mi][3],
+                    as + (wm * WTM + mi * 16 + (lane & 15)) * PITCH + ks * 16 + (lane >> 4) * 8);
+#pragma unroll
+        for (int nj = 0; nj < NI / 2; nj++)
+            ldsm_x4(bfr[2 * nj][0], bfr[2 * nj][1], bfr[2 * nj + 1][0], bfr[2 * nj + 1][1],
+                    waddr(wn * WTN + nj * 16 + (lane & 7) + ((lane >> 4) << 3), ks * 2 + ((lane >> 3) & 1)));
+#pragma unroll
+        for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+            for (int ni = 0; ni < NI; ni++) mma16816(acc[mi][ni], af[mi], bfr[ni][0], bfr[ni][1]);
+        if (SPLIT == 2) { /* the lo tile with the same weight fragments */
+#pragma unroll
+            for (int mi = 0; mi < MI; mi++)
+                ldsm_x4(af[mi][0], af[mi][1], af[mi][2], af[mi][3],
+                        as + BM * PITCH + (wm * WTM + mi * 16 + (lane & 15)) * PITCH + ks * 16 + (lane >> 4) * 8);
+#pragma unroll
+            for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+                for (int ni = 0; ni < NI; ni++) mma16816(acc[mi][ni], af[mi], bfr[ni][0], bfr[ni][1]);
+        }
+    }
 }
 
 /* SPLIT = 2: every stage holds the hi and the lo activation tile of the same
@@ -174,33 +216,8 @@ __global__ void __launch_bounds__(THREADS, 2) gemm_kernel(const ck_gemm_args a) 
         if (kt + STAGES - 1 < ktiles) load_stage(kt + STAGES - 1, (kt + STAGES - 1) % STAGES);
         cp_async_commit();
         const bf16 *as = As + (kt % STAGES) * SPLIT * BM * PITCH, *ws = Ws + (kt % STAGES) * BN * PITCH;
-#pragma unroll
-        for (int ks = 0; ks < BK / 16; ks++) {
-            uint32_t af[MI][4], bfr[NI][2];
-#pragma unroll
-            for (int mi = 0; mi < MI; mi++)
-                ldsm_x4(af[mi][0], af[mi][1], af[mi][2], af[mi][3],
-                        as + (wm * WTM + mi * 16 + (lane & 15)) * PITCH + ks * 16 + (lane >> 4) * 8);
-#pragma unroll
-            for (int nj = 0; nj < NI / 2; nj++)
-                ldsm_x4(bfr[2 * nj][0], bfr[2 * nj][1], bfr[2 * nj + 1][0], bfr[2 * nj + 1][1],
-                        ws + (wn * WTN + nj * 16 + (lane & 7) + ((lane >> 4) << 3)) * PITCH + ks * 16 +
-                            ((lane >> 3) & 1) * 8);
-#pragma unroll
-            for (int mi = 0; mi < MI; mi++)
-#pragma unroll
-                for (int ni = 0; ni < NI; ni++) mma16816(acc[mi][ni], af[mi], bfr[ni][0], bfr[ni][1]);
-            if (SPLIT == 2) { /* the lo tile with the same weight fragments */
-#pragma unroll
-                for (int mi = 0; mi < MI; mi++)
-                    ldsm_x4(af[mi][0], af[mi][1], af[mi][2], af[mi][3],
-                            as + BM * PITCH + (wm * WTM + mi * 16 + (lane & 15)) * PITCH + ks * 16 + (lane >> 4) * 8);
-#pragma unroll
-                for (int mi = 0; mi < MI; mi++)
-#pragma unroll
-                    for (int ni = 0; ni < NI; ni++) mma16816(acc[mi][ni], af[mi], bfr[ni][0], bfr[ni][1]);
-            }
-        }
+        mma_stage<BM, SPLIT, WTM, WTN>(acc, as, wm, wn, lane,
+                                       [ws](int row, int chunk) { return (const void *)(ws + row * PITCH + chunk * 8); });
     }
     cp_async_wait<0>();
 
@@ -208,6 +225,134 @@ __global__ void __launch_bounds__(THREADS, 2) gemm_kernel(const ck_gemm_args a) 
     mma_epilogue<BM, BN, WTM, WTN, THREADS>(a, acc, a.N, SPLIT, row0, rows, nt, wm, wn, lane, tid, smem_raw,
                                             [bias](float v, int64_t n) { return bias && n >= 0 ? v + bias[n] : v; });
 }
+
+
+/* ---- the warp-specialised grouped GEMM for small passes (Hopper: TMA) ---- */
+#ifdef CLEF_CUDA_WGMMA
+/* gemm_kernel's tiles and MMAs (BM = 32 or 64 rows x BN = 128 columns, the
+ * same 8 MMA warps, mma_stage) fed by one more warp: per K stage it issues
+ * one 2-D tensor copy of the 128 x 64 weight tile (two 64-row boxes for
+ * GATEUP: gate, then up; 128-byte swizzle, out-of-range rows and columns
+ * zero-filled by the copy engine) and the cp.async copies of the stage's
+ * activation rows, and refills a stage as soon as the 8 MMA warps have
+ * released it (full / empty mbarriers).  No block-wide barrier in the K
+ * loop: the weights stream at ~3.9 TB/s on the H200 where gemm_kernel's
+ * load-by-every-warp pipeline reaches ~3.4 (bench/stream_probe.cu).  Sums
+ * bitwise gemm_kernel's (same fragments, same mma_stage order). */
+constexpr int TMA_THREADS = THREADS + 32; /* + the loading warp */
+constexpr int TMA_W_BYTES = BN * BK * 2;  /* the stage's weight tile: 16 KiB */
+constexpr int TMA_SMEM = 110 * 1024;      /* two blocks per SM */
+
+template <int BM, int SPLIT> __host__ __device__ constexpr int tma_stage_bytes() {
+    return (TMA_W_BYTES + SPLIT * BM * PITCH * 2 + 1023) / 1024 * 1024; /* tiles stay 1024-byte aligned */
+}
+template <int BM, int SPLIT> __host__ __device__ constexpr int tma_stages() {
+    return (TMA_SMEM - 1024) / tma_stage_bytes<BM, SPLIT>() < 6 ? (TMA_SMEM - 1024) / tma_stage_bytes<BM, SPLIT>() : 6;
+}
+template <int BM, int SPLIT> constexpr int tma_smem_bytes() {
+    return tma_stages<BM, SPLIT>() * tma_stage_bytes<BM, SPLIT>() + 1024; /* + the alignment slack */
+}
+
+template <int BM, int SPLIT>
+__global__ void __launch_bounds__(TMA_THREADS, 2) gemm_tma_kernel(const ck_gemm_args a) {
+#ifdef CLEF_WGMMA_DEVICE
+    constexpr int STAGES = tma_stages<BM, SPLIT>(), SB = tma_stage_bytes<BM, SPLIT>();
+    constexpr int WTM = BM / WARPS_M, WTN = BN / WARPS_N, MI = WTM / 16, NI = WTN / 8;
+    static_assert(STAGES >= 2 && BM * (BN + 4) * 4 <= STAGES * SB, "pipeline and epilogue fit");
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    __shared__ __align__(8) uint64_t full[STAGES], empty[STAGES];
+    __shared__ const bf16 *arow[BM];
+    unsigned char *sm = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int64_t n_tiles_n = a.mode == CK_GEMM_GATEUP ? (a.N + 63) / 64 : (a.N + BN - 1) / BN;
+    const int64_t mt = blockIdx.x / n_tiles_n, nt = blockIdx.x % n_tiles_n;
+    int64_t row0, rows;
+    int e;
+    if (!gemm_tile_rows(a, BM, mt, row0, rows, e)) return;
+    const bf16 *A = reinterpret_cast<const bf16 *>(a.A);
+    const int64_t K = a.K;
+    const int ktiles = (int)((K + BK - 1) / BK);
+    if (tid < BM) { /* the tile's A rows (GATEUP gathers through row_src); NULL past its rows: zero fill */
+        int64_t p = row0 + tid;
+        if (tid < rows && a.mode == CK_GEMM_GATEUP) p = a.row_src[p];
+        arow[tid] = tid < rows ? A + p * a.lda : nullptr;
+    }
+    if (tid == 0)
+        for (int s = 0; s < STAGES; s++) {
+            mbar_init(&full[s], 1 + 32); /* the copy's expect_tx arrival + one cp.async arrival per lane */
+            mbar_init(&empty[s], WARPS_M * WARPS_N);
+        }
+    fence_proxy_async();
+    __syncthreads();
+
+    if (warp == WARPS_M * WARPS_N) { /* the loading warp */
+        const char *maps = reinterpret_cast<const char *>(a.wmaps);
+        const void *m0 = maps + (size_t)e * sizeof(ck_tmap), *m1 = maps + (size_t)(a.n_experts + e) * sizeof(ck_tmap);
+        const int y0 = (int)(a.mode == CK_GEMM_GATEUP ? nt * 64 : nt * BN);
+        /* this lane's activation chunks, fixed over K: column col of rows lane / 8 + 4 j (j < RPL), hi
+         * (and lo) half; their row pointers in registers (few instructions per copy: the loading warp
+         * shares its scheduler with MMA warps) */
+        constexpr int RPL = BM / 4;
+        const int col = (lane & 7) * 8;
+        const bf16 *rp[RPL];
+        unsigned vmask = 0;
+#pragma unroll
+        for (int j = 0; j < RPL; j++) {
+            const bf16 *p = arow[(lane >> 3) + 4 * j];
+            rp[j] = p ? p + col : A;
+            vmask |= p ? 1u << j : 0u;
+        }
+        for (int kt = 0; kt < ktiles; kt++) {
+            const int s = kt % STAGES;
+            if (kt >= STAGES) mbar_wait(&empty[s], (uint32_t)((kt / STAGES - 1) & 1));
+            unsigned char *st = sm + s * SB;
+            if (lane == 0) {
+                mbar_arrive_expect_tx(&full[s], TMA_W_BYTES);
+                if (a.mode == CK_GEMM_GATEUP) {
+                    tma_load_2d(st, m0, kt * BK, y0, &full[s]);
+                    tma_load_2d(st + TMA_W_BYTES / 2, m1, kt * BK, y0, &full[s]);
+                } else {
+                    tma_load_2d(st, m0, kt * BK, y0, &full[s]);
+                }
+            }
+            bf16 *as = reinterpret_cast<bf16 *>(st + TMA_W_BYTES);
+            const int64_t k0 = (int64_t)kt * BK;
+            const bool kin = k0 + col < K;
+#pragma unroll
+            for (int j = 0; j < RPL; j++) {
+                const bool ok = kin && ((vmask >> j) & 1u);
+#pragma unroll
+                for (int h = 0; h < SPLIT; h++)
+                    cp_async16(as + (h * BM + (lane >> 3) + 4 * j) * PITCH + col, ok ? rp[j] + h * K + k0 : A, ok);
+            }
+            mbar_cp_async_arrive(&full[s]);
+        }
+        cp_async_wait<0>(); /* leave with no copy of this thread in flight */
+        return;
+    }
+
+    const int wm = warp / WARPS_N, wn = warp % WARPS_N;
+    float acc[MI][NI][4];
+#pragma unroll
+    for (int i = 0; i < MI; i++)
+#pragma unroll
+        for (int j = 0; j < NI; j++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) acc[i][j][q] = 0.0f;
+    for (int kt = 0; kt < ktiles; kt++) {
+        const int s = kt % STAGES;
+        mbar_wait(&full[s], (uint32_t)((kt / STAGES) & 1));
+        const unsigned char *st = sm + s * SB;
+        mma_stage<BM, SPLIT, WTM, WTN>(acc, reinterpret_cast<const bf16 *>(st + TMA_W_BYTES), wm, wn, lane,
+                                       [st](int row, int chunk) { return (const void *)(st + sw128(row, chunk)); });
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&empty[s]);
+    }
+    mma_epilogue<BM, BN, WTM, WTN, THREADS>(a, acc, a.N, SPLIT, row0, rows, nt, wm, wn, lane, tid, sm,
+                                            [](float v, int64_t) { return v; }, true);
+#endif
+}
+#endif /* CLEF_CUDA_WGMMA */
 
 /* ---- f32 fallback GEMM and bias ----------------------------------------- */
 
@@ -478,17 +623,13 @@ unsigned grid_for(int64_t n, int threads) {
     return (unsigned)b;
 }
 
+cudaError_t smem_limit_once(const void *fn, int smem, unsigned *done);
+
 template <int BM, int SPLIT> cudaError_t launch_gemm(const ck_gemm_args *a, cudaStream_t st) {
     constexpr int smem = gemm_smem_bytes<BM, SPLIT>();
-    static unsigned done = 0; /* devices whose limit is raised (same value from any thread: a benign race) */
-    int dev = 0;
-    cudaError_t e = cudaGetDevice(&dev);
+    static unsigned done = 0; /* devices whose limit is raised */
+    cudaError_t e = smem_limit_once((const void *)gemm_kernel<BM, SPLIT>, smem, &done);
     if (e != cudaSuccess) return e;
-    if (dev >= 32 || !((done >> dev) & 1u)) {
-        e = cudaFuncSetAttribute(gemm_kernel<BM, SPLIT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-        if (e != cudaSuccess) return e;
-        if (dev < 32) done |= 1u << dev;
-    }
     const int64_t nt = a->mode == CK_GEMM_GATEUP ? (a->N + 63) / 64 : (a->N + BN - 1) / BN;
     const int64_t mt = a->mode == CK_GEMM_DENSE ? (a->M + BM - 1) / BM : a->max_tiles;
     const int64_t blocks = mt * nt;
@@ -497,6 +638,33 @@ template <int BM, int SPLIT> cudaError_t launch_gemm(const ck_gemm_args *a, cuda
     gemm_kernel<BM, SPLIT><<<(unsigned)blocks, THREADS, smem, st>>>(*a);
     return cudaGetLastError();
 }
+
+/* Raises fn's dynamic shared memory limit to smem once per device (bit
+ * dev of *done; the same value from any thread: a benign race). */
+cudaError_t smem_limit_once(const void *fn, int smem, unsigned *done) {
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess) return e;
+    if (dev < 32 && ((*done >> dev) & 1u)) return cudaSuccess;
+    e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e == cudaSuccess && dev < 32) *done |= 1u << dev;
+    return e;
+}
+
+#ifdef CLEF_CUDA_WGMMA
+template <int BM, int SPLIT> cudaError_t launch_gemm_tma(const ck_gemm_args *a, cudaStream_t st) {
+    constexpr int smem = tma_smem_bytes<BM, SPLIT>();
+    static unsigned done = 0;
+    cudaError_t e = smem_limit_once((const void *)gemm_tma_kernel<BM, SPLIT>, smem, &done);
+    if (e != cudaSuccess) return e;
+    const int64_t nt = a->mode == CK_GEMM_GATEUP ? (a->N + 63) / 64 : (a->N + BN - 1) / BN;
+    const int64_t blocks = a->max_tiles * nt;
+    if (blocks <= 0) return cudaSuccess;
+    if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+    gemm_tma_kernel<BM, SPLIT><<<(unsigned)blocks, TMA_THREADS, smem, st>>>(*a);
+    return cudaGetLastError();
+}
+#endif
 
 } /* namespace */
 
@@ -536,6 +704,56 @@ cudaError_t ck_gemm(const ck_gemm_args *a, cudaStream_t st) {
         return a->big == 2 ? launch_gemm<32, 2>(a, st) : a->big ? launch_gemm<128, 2>(a, st) : launch_gemm<64, 2>(a, st);
     if (a->split != 1) return cudaErrorInvalidValue;
     return a->big == 2 ? launch_gemm<32, 1>(a, st) : a->big ? launch_gemm<128, 1>(a, st) : launch_gemm<64, 1>(a, st);
+}
+
+int ck_gemm_tma_built(void) {
+#ifdef CLEF_CUDA_WGMMA
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+cudaError_t ck_tmap_bf16(ck_tmap *m, const void *base, int64_t rows, int64_t cols, int box_rows) {
+#ifndef CLEF_CUDA_WGMMA
+    (void)m, (void)base, (void)rows, (void)cols, (void)box_rows;
+    return cudaErrorNotSupported;
+#else
+    static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr; /* the same value from any thread */
+    if (!encode) {
+        cudaDriverEntryPointQueryResult q;
+        void *fn = nullptr;
+        cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q);
+        if (e != cudaSuccess) return e;
+        if (q != cudaDriverEntryPointSuccess || !fn) return cudaErrorNotSupported;
+        encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
+    }
+    if (rows < 1 || cols < 8 || cols % 8 || ((uintptr_t)base & 15) || rows > 0x7fffffffLL || cols > 0x7fffffffLL ||
+        box_rows < 1 || box_rows > 256)
+        return cudaErrorInvalidValue;
+    static_assert(sizeof(ck_tmap) == sizeof(CUtensorMap), "ck_tmap holds a CUtensorMap");
+    const cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)cols * 2};
+    const cuuint32_t box[2] = {(cuuint32_t)BK, (cuuint32_t)box_rows}, step[2] = {1, 1};
+    const CUresult r = encode(reinterpret_cast<CUtensorMap *>(m), CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2,
+                              const_cast<void *>(base), dims, strides, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                              CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+#endif
+}
+
+cudaError_t ck_gemm_tma(const ck_gemm_args *a, cudaStream_t st) {
+#ifndef CLEF_CUDA_WGMMA
+    (void)a, (void)st;
+    return cudaErrorNotSupported;
+#else
+    if ((a->mode != CK_GEMM_GATEUP && a->mode != CK_GEMM_DOWN) || !a->wmaps || a->n_experts < 1 || a->K < 8 ||
+        a->K % 8 || a->lda % 8 || ((uintptr_t)a->A & 15) || (a->big != 0 && a->big != 2))
+        return cudaErrorInvalidValue;
+    if (a->split == 2) return a->big == 2 ? launch_gemm_tma<32, 2>(a, st) : launch_gemm_tma<64, 2>(a, st);
+    if (a->split != 1) return cudaErrorInvalidValue;
+    return a->big == 2 ? launch_gemm_tma<32, 1>(a, st) : launch_gemm_tma<64, 1>(a, st);
+#endif
 }
 
 cudaError_t ck_gemm_f32(const float *x, int64_t M, int64_t K, const float *W, int64_t N, const float *bias, float *Y,

@@ -80,7 +80,41 @@ typedef struct ck_gemm_args {
     uint16_t *H;        /* GATEUP: [rows, N * split] bf16 */
     int big;            /* tile shape: 0 = 64x128 (few rows), 1 = 128x128 (many rows), 2 = 32x128 (a few
                            rows per expert; 4 pipeline stages also when split); same results */
+    /* ck_gemm_tma only: device array of ck_tmap (ck_tmap_bf16, box_rows 64 for GATEUP, 128 for DOWN),
+     * GATEUP [gate E | up E], DOWN [down E], of the same weights as W0 / W1; n_experts = E */
+    const void *wmaps;
+    int64_t n_experts;
 } ck_gemm_args;
+
+/* An opaque CUDA tensor map (CUtensorMap: 128 bytes, 64-byte aligned). */
+typedef struct ck_tmap {
+#ifdef __cplusplus
+    alignas(64)
+#else
+    _Alignas(64)
+#endif
+        unsigned char opaque[128];
+} ck_tmap;
+
+/* Encodes into *m the 2-D tensor map of a bf16 weight [rows, cols] at device
+ * address base (row-major, cols % 8 == 0, 16-byte aligned) for boxes of
+ * box_rows rows x 64 columns with the 128-byte swizzle (gemm_tma_kernel's
+ * weight tiles); host code, through the driver's cuTensorMapEncodeTiled.
+ * cudaErrorNotSupported where the build lacks sm_90a or the driver the
+ * function, cudaErrorInvalidValue on other shapes. */
+cudaError_t ck_tmap_bf16(ck_tmap *m, const void *base, int64_t rows, int64_t cols, int box_rows);
+
+/* 1 when this build holds ck_gemm_tma's kernel (sm_90a), else 0. */
+int ck_gemm_tma_built(void);
+
+/* The grouped modes of ck_gemm (GATEUP, DOWN) with big = 2 (32-row tiles) or
+ * 0 (64-row tiles) on the warp-specialised kernel (cuda_gemm.cu,
+ * gemm_tma_kernel: the weights through the tensor-copy engine, a loading
+ * warp beside the 8 MMA warps): same arguments plus wmaps / n_experts,
+ * bitwise ck_gemm's results.  Needs K % 8 == 0, lda % 8 == 0, a 16-byte
+ * aligned A and a compute capability 9.0 device; cudaErrorNotSupported
+ * where the build lacks sm_90a, cudaErrorInvalidValue on other arguments. */
+cudaError_t ck_gemm_tma(const ck_gemm_args *a, cudaStream_t st);
 
 /* Rows per M tile of a tile shape (ck_moe_plan must use the same). */
 int ck_gemm_bm(int big);

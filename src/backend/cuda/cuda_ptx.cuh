@@ -122,11 +122,19 @@ static __device__ __forceinline__ void mrope_cos_sin(const int32_t *__restrict__
  *   GATEUP (BN = 64 gate + 64 up columns): the tile through Cs [BM][BN + 4]
  *     over `smem` (this syncs the block first: every warp must be done with
  *     the pipeline's buffers), then H[row0 + r][nt 64 + j] = silu(gate_j) *
- *     up_j as bf16 (rows N * split apart; split 2: [hi | lo]). */
+ *     up_j as bf16 (rows N * split apart; split 2: [hi | lo]).
+ * named: the block's THREADS MMA threads sync on named barrier 1 instead of
+ * the whole block (a warp-specialised kernel whose loading warp has left). */
 template <int BM, int BN, int WTM, int WTN, int THREADS, int MI, int NI, class Args, class Fin>
 static __device__ __forceinline__ void mma_epilogue(const Args &a, const float (&acc)[MI][NI][4], int64_t N, int split,
                                                     int64_t row0, int64_t rows, int64_t nt, int wm, int wn, int lane,
-                                                    int tid, unsigned char *smem, Fin fin) {
+                                                    int tid, unsigned char *smem, Fin fin, bool named = false) {
+    auto sync = [named] {
+        if (named)
+            asm volatile("bar.sync 1, %0;\n" ::"n"(THREADS) : "memory");
+        else
+            __syncthreads();
+    };
     const int g = lane >> 2, tig = lane & 3;
     if (a.mode != CK_GEMM_GATEUP) {
 #pragma unroll
@@ -146,7 +154,7 @@ static __device__ __forceinline__ void mma_epilogue(const Args &a, const float (
                 }
         return;
     }
-    __syncthreads();
+    sync();
     float *Cs = reinterpret_cast<float *>(smem);
 #pragma unroll
     for (int mi = 0; mi < MI; mi++)
@@ -158,7 +166,7 @@ static __device__ __forceinline__ void mma_epilogue(const Args &a, const float (
                 for (int q = 0; q < 2; q++)
                     Cs[(wm * WTM + mi * 16 + g + h * 8) * (BN + 4) + wn * WTN + ni * 8 + tig * 2 + q] =
                         fin(acc[mi][ni][h * 2 + q], (int64_t)-1);
-    __syncthreads();
+    sync();
     __nv_bfloat16 *H = reinterpret_cast<__nv_bfloat16 *>(a.H);
     const int64_t ldh = N * split;
     for (int i = tid; i < BM * 64; i += THREADS) {

@@ -1,8 +1,9 @@
 /* cuda_wgmma.cuh — Hopper warpgroup-MMA helpers shared by the wgmma kernels
  * (cuda_wgmma.cu: bf16 and packed experts; cuda_fp8mma.cu: W8A8 FP8
  * experts): the 128-byte-swizzled shared-memory layout and its descriptor,
- * the wgmma fence / commit / wait instructions, the async-proxy fence, and
- * the 64-accumulator operand list of the m64n128 instructions.  Device code
+ * the wgmma fence / commit / wait instructions, the async-proxy fence, the
+ * mbarrier and 2-D tensor-copy (TMA) instructions, and the 64-accumulator
+ * operand list of the m64n128 instructions.  Device code
  * only; the instruction wrappers exist where CLEF_WGMMA_DEVICE is defined
  * (sm_90a device passes and the host pass). */
 #ifndef CLEF_BACKEND_CUDA_WGMMA_CUH
@@ -58,6 +59,41 @@ template <int N> static __device__ __forceinline__ void wg_wait() {
 /* cp.async writes (generic proxy) visible to the wgmma reads (async proxy). */
 static __device__ __forceinline__ void fence_proxy_async() {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+/* mbarriers in shared memory (the TMA pipelines of cuda_gemm.cu's gemm_tma_kernel). */
+static __device__ __forceinline__ void mbar_init(uint64_t *b, int count) {
+    asm volatile("mbarrier.init.shared.b64 [%0], %1;\n" ::"r"((uint32_t)__cvta_generic_to_shared(b)), "r"(count));
+}
+/* Wait until the phase of parity `parity` of b has completed. */
+static __device__ __forceinline__ void mbar_wait(uint64_t *b, uint32_t parity) {
+    /* the loop inside one asm block (labels are local to its braces): a waiting warp issues two
+     * instructions per try, leaving the issue slots to the warps that work */
+    asm volatile("{\n.reg .pred p;\nWAIT:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@!p bra WAIT;\n}\n" ::"r"(
+                     (uint32_t)__cvta_generic_to_shared(b)),
+                 "r"(parity)
+                 : "memory");
+}
+static __device__ __forceinline__ void mbar_arrive(uint64_t *b) {
+    asm volatile("mbarrier.arrive.shared.b64 _, [%0];\n" ::"r"((uint32_t)__cvta_generic_to_shared(b)) : "memory");
+}
+/* One arrival that also expects `bytes` more of asynchronous transfer in the phase. */
+static __device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t *b, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared.b64 _, [%0], %1;\n" ::"r"((uint32_t)__cvta_generic_to_shared(b)),
+                 "r"(bytes)
+                 : "memory");
+}
+/* An arrival on b once this thread's earlier cp.async copies have landed (counted in b's init count). */
+static __device__ __forceinline__ void mbar_cp_async_arrive(uint64_t *b) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];\n" ::"r"((uint32_t)__cvta_generic_to_shared(b))
+                 : "memory");
+}
+/* The box at (x = column, y = row) of the 2-D tensor map `map` (a CUtensorMap in global memory) into
+ * shared memory at dst (1024-byte aligned for a 128B-swizzled map), completing its bytes on b. */
+static __device__ __forceinline__ void tma_load_2d(void *dst, const void *map, int x, int y, uint64_t *b) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+                     (uint32_t)__cvta_generic_to_shared(dst)),
+                 "l"(map), "r"(x), "r"(y), "r"((uint32_t)__cvta_generic_to_shared(b))
+                 : "memory");
 }
 /* Keeps the compiler from moving accumulator accesses across wgmma fences. */
 template <int NR> static __device__ __forceinline__ void acc_fence(float (&d)[NR]) {
