@@ -58,7 +58,7 @@ static void test_defaults(void **state) {
     assert_int_equal(e.attn, 0);
     assert_int_equal(e.graphs, 1);
     assert_int_equal(e.tma, 1);
-    assert_int_equal(e.wgmma_rows, 0); /* per numerics mode */
+    assert_int_equal(e.wgmma_rows, 8192);
     assert_int_equal(e.qwgmma_rows, 8192);
     assert_int_equal(e.fp8_mma, 0);
     /* an empty value is the default too */
@@ -163,10 +163,8 @@ static void test_kernel_switches(void **state) {
     expect_error("CLEF_CUDA_PROFILE", "on", "CUDA settings: CLEF_CUDA_PROFILE must be an integer from 0 to 1 (got 'on')");
     assert_int_equal(read_with("CLEF_CUDA_QWGMMA_ROWS", "2048", &e, &err), 0);
     assert_int_equal(e.qwgmma_rows, 2048);
-    expect_error("CLEF_CUDA_WGMMA_ROWS", "-1",
-                 "CUDA settings: CLEF_CUDA_WGMMA_ROWS must be an integer from 0 to 1073741824 (got '-1')");
-    assert_int_equal(read_with("CLEF_CUDA_WGMMA_ROWS", "0", &e, &err), 0); /* 0 = the per-mode default */
-    assert_int_equal(e.wgmma_rows, 0);
+    expect_error("CLEF_CUDA_WGMMA_ROWS", "0",
+                 "CUDA settings: CLEF_CUDA_WGMMA_ROWS must be an integer from 1 to 1073741824 (got '0')");
     expect_error("CLEF_CUDA_TMA", "2", "CUDA settings: CLEF_CUDA_TMA must be an integer from 0 to 1 (got '2')");
     expect_error("CLEF_CUDA_GRAPHS", "yes", "CUDA settings: CLEF_CUDA_GRAPHS must be an integer from 0 to 1 (got 'yes')");
     expect_error("CLEF_CUDA_ATTN", "v3", "CUDA settings: CLEF_CUDA_ATTN must be v1, v2 or v2w (got 'v3')");

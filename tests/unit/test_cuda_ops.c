@@ -847,7 +847,7 @@ static void test_moe(void **state) {
         release_experts(g, wg, E);
     }
     /* The default (CLEF_CUDA_WGMMA=2 where built for sm_90a on a compute capability 9.0 device) runs
-     * the TMA (or mma.sync) expert kernel below 6144 / 8192 expert rows and the wgmma one above (the batch of TB
+     * the TMA (or mma.sync) expert kernel below 8192 expert rows and the wgmma one above (the batch of TB
      * above: its bitwise check against T = 300 already crosses kernels).  Here the wgmma kernel at
      * every size (CLEF_CUDA_WGMMA=1, 64-row tiles at T = 300) must give bitwise the mma.sync results:
      * mixing them by batch size relies on it. */
@@ -889,16 +889,15 @@ static void test_moe(void **state) {
 
 /* The warp-specialised TMA expert kernel (default for passes below the wgmma threshold on sm_90a /
  * compute capability 9.0) against the mma.sync kernel (CLEF_CUDA_TMA=0): bitwise the same sums, on
- * shapes whose tiles are cut at both ends (hidden 264 = four 64-wide K stages + 8; inter 72 = one
- * full and one 8-column gate/up tile, a K tail in the down product; down's 264 rows = 128 + 128 + 8:
- * its blocks take two column tiles each, the last block one), with 32-row tiles (precise, few rows
- * per expert), 64-row tiles (fast; precise with more rows), a token alone and the CPU within the
- * mode's tolerance. */
+ * shapes whose tiles are cut at both ends (hidden 136 = two 64-wide K stages + 8; inter 72 = one
+ * full and one 8-column gate/up tile, a K tail in the down product; down's 136 rows = 128 + 8), with
+ * 32-row tiles (precise, few rows per expert), 64-row tiles (fast; precise with more rows), a token
+ * alone and the CPU within the mode's tolerance. */
 static void test_moe_tma(void **state) {
     TU_NEED_GPU(state);
     fx *f = *state;
     clef_err err;
-    const int64_t E = 8, H = 264, NI = 72, k = 2, TMAX = 300;
+    const int64_t E = 8, H = 136, NI = 72, k = 2, TMAX = 300;
     uint16_t *wh[3][16];
     clef_weight wc[3][16];
     for (int j = 0; j < 3; j++)
@@ -940,7 +939,7 @@ static void test_moe_tma(void **state) {
                 release_experts(g, wg, E);
             }
             char what[96];
-            snprintf(what, sizeof what, "moe 8 experts 264/72 T=%lld", (long long)T);
+            snprintf(what, sizeof what, "moe 8 experts 136/72 T=%lld", (long long)T);
             check(what, pr ? "prec-tma" : "fast-tma", got[1], ref, (size_t)(T * H), pr ? TOL_PRECISE : TOL_BF16);
             const int same = memcmp(got[0], got[1], (size_t)(T * H) * 4) == 0;
             printf("  %-34s %-9s %s vs CLEF_CUDA_TMA=0: %s\n", what, pr ? "prec-tma" : "fast-tma",

@@ -2177,10 +2177,6 @@ static int ctx_init(cuda_ctx *c, clef_err *err) {
     if (c->wgmma && !(ck_wgmma_built() && prop.major == 9 && prop.minor == 0)) c->wgmma = 0;
     if (c->fp8_mma && !(ck_wgmma_built() && prop.major == 9 && prop.minor == 0)) c->fp8_mma = 0;
     if (c->tma && !(ck_gemm_tma_built() && prop.major == 9 && prop.minor == 0)) c->tma = 0;
-    /* CLEF_CUDA_WGMMA_ROWS unset: the crossovers measured on the H200 (1,000 tokens x top-8 = 8,000 rows,
-     * per layer: precise experts wgmma 666 us vs TMA 687; bf16 expert inputs TMA far ahead: the fast
-     * mode's 1,000-token decision 39.8 -> 34.9 ms) */
-    if (!c->wgmma_rows) c->wgmma_rows = c->tma && !(c->precise_parts & PRECISE_EXPERTS) ? 8192 : 6144;
     /* 64 MiB, allocated once: split-K algorithms whose reduction goes through the workspace
      * (COMPUTE_TYPE / OUTPUT_TYPE partials, split x rows x N floats) are called on as many rows as
      * fit (lt_plan.max_rows); the others need at most a few counters. */

@@ -242,12 +242,6 @@ __global__ void __launch_bounds__(THREADS, 2) gemm_kernel(const ck_gemm_args a) 
 constexpr int TMA_THREADS = THREADS + 32; /* + the loading warp */
 constexpr int TMA_W_BYTES = BN * BK * 2;  /* the stage's weight tile: 16 KiB */
 constexpr int TMA_SMEM = 110 * 1024;      /* two blocks per SM */
-/* DOWN: column tiles per block, streamed back to back by the loading warp (the down product's K is
- * short, 12 stages at the model's 768, so a block's start - the tile lookups, the first copies'
- * latency - is a large share of its life; its epilogue stores from registers, so the next tile's
- * stages load meanwhile).  GATEUP keeps one (its epilogue reuses the stage buffers). */
-constexpr int TMA_DOWN_TILES = 2;
-__host__ __device__ constexpr int tma_tiles_per_block(int mode) { return mode == CK_GEMM_DOWN ? TMA_DOWN_TILES : 1; }
 
 template <int BM, int SPLIT> __host__ __device__ constexpr int tma_stage_bytes() {
     return (TMA_W_BYTES + SPLIT * BM * PITCH * 2 + 1023) / 1024 * 1024; /* tiles stay 1024-byte aligned */
@@ -271,16 +265,13 @@ __global__ void __launch_bounds__(TMA_THREADS, 2) gemm_tma_kernel(const ck_gemm_
     unsigned char *sm = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int64_t n_tiles_n = a.mode == CK_GEMM_GATEUP ? (a.N + 63) / 64 : (a.N + BN - 1) / BN;
-    const int per = tma_tiles_per_block(a.mode);
-    const int64_t n_groups = (n_tiles_n + per - 1) / per;
-    const int64_t mt = blockIdx.x / n_groups, nt0 = (blockIdx.x % n_groups) * per;
-    const int ntl = (int)(n_tiles_n - nt0 < per ? n_tiles_n - nt0 : per); /* column tiles of this block */
+    const int64_t mt = blockIdx.x / n_tiles_n, nt = blockIdx.x % n_tiles_n;
     int64_t row0, rows;
     int e;
     if (!gemm_tile_rows(a, BM, mt, row0, rows, e)) return;
     const bf16 *A = reinterpret_cast<const bf16 *>(a.A);
     const int64_t K = a.K;
-    const int ktiles = (int)((K + BK - 1) / BK), steps = ntl * ktiles; /* stage g: tile g / ktiles, K step g % ktiles */
+    const int ktiles = (int)((K + BK - 1) / BK);
     if (tid < BM) { /* the tile's A rows (GATEUP gathers through row_src); NULL past its rows: zero fill */
         int64_t p = row0 + tid;
         if (tid < rows && a.mode == CK_GEMM_GATEUP) p = a.row_src[p];
@@ -297,6 +288,7 @@ __global__ void __launch_bounds__(TMA_THREADS, 2) gemm_tma_kernel(const ck_gemm_
     if (warp == WARPS_M * WARPS_N) { /* the loading warp */
         const char *maps = reinterpret_cast<const char *>(a.wmaps);
         const void *m0 = maps + (size_t)e * sizeof(ck_tmap), *m1 = maps + (size_t)(a.n_experts + e) * sizeof(ck_tmap);
+        const int y0 = (int)(a.mode == CK_GEMM_GATEUP ? nt * 64 : nt * BN);
         /* this lane's activation chunks, fixed over K: column col of rows lane / 8 + 4 j (j < RPL), hi
          * (and lo) half; their row pointers in registers (few instructions per copy: the loading warp
          * shares its scheduler with MMA warps) */
@@ -310,10 +302,9 @@ __global__ void __launch_bounds__(TMA_THREADS, 2) gemm_tma_kernel(const ck_gemm_
             rp[j] = p ? p + col : A;
             vmask |= p ? 1u << j : 0u;
         }
-        for (int g = 0; g < steps; g++) {
-            const int s = g % STAGES, p = g / ktiles, kt = g - p * ktiles;
-            const int y0 = (int)(a.mode == CK_GEMM_GATEUP ? (nt0 + p) * 64 : (nt0 + p) * BN);
-            if (g >= STAGES) mbar_wait(&empty[s], (uint32_t)((g / STAGES - 1) & 1));
+        for (int kt = 0; kt < ktiles; kt++) {
+            const int s = kt % STAGES;
+            if (kt >= STAGES) mbar_wait(&empty[s], (uint32_t)((kt / STAGES - 1) & 1));
             unsigned char *st = sm + s * SB;
             if (lane == 0) {
                 mbar_arrive_expect_tx(&full[s], TMA_W_BYTES);
@@ -341,26 +332,24 @@ __global__ void __launch_bounds__(TMA_THREADS, 2) gemm_tma_kernel(const ck_gemm_
     }
 
     const int wm = warp / WARPS_N, wn = warp % WARPS_N;
-    for (int p = 0; p < ntl; p++) {
-        float acc[MI][NI][4];
+    float acc[MI][NI][4];
 #pragma unroll
-        for (int i = 0; i < MI; i++)
+    for (int i = 0; i < MI; i++)
 #pragma unroll
-            for (int j = 0; j < NI; j++)
+        for (int j = 0; j < NI; j++)
 #pragma unroll
-                for (int q = 0; q < 4; q++) acc[i][j][q] = 0.0f;
-        for (int kt = 0; kt < ktiles; kt++) {
-            const int g = p * ktiles + kt, s = g % STAGES;
-            mbar_wait(&full[s], (uint32_t)((g / STAGES) & 1));
-            const unsigned char *st = sm + s * SB;
-            mma_stage<BM, SPLIT, WTM, WTN>(acc, reinterpret_cast<const bf16 *>(st + TMA_W_BYTES), wm, wn, lane,
-                                           [st](int row, int chunk) { return (const void *)(st + sw128(row, chunk)); });
-            __syncwarp();
-            if (lane == 0) mbar_arrive(&empty[s]);
-        }
-        mma_epilogue<BM, BN, WTM, WTN, THREADS>(a, acc, a.N, SPLIT, row0, rows, nt0 + p, wm, wn, lane, tid, sm,
-                                                [](float v, int64_t) { return v; }, true);
+            for (int q = 0; q < 4; q++) acc[i][j][q] = 0.0f;
+    for (int kt = 0; kt < ktiles; kt++) {
+        const int s = kt % STAGES;
+        mbar_wait(&full[s], (uint32_t)((kt / STAGES) & 1));
+        const unsigned char *st = sm + s * SB;
+        mma_stage<BM, SPLIT, WTM, WTN>(acc, reinterpret_cast<const bf16 *>(st + TMA_W_BYTES), wm, wn, lane,
+                                       [st](int row, int chunk) { return (const void *)(st + sw128(row, chunk)); });
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&empty[s]);
     }
+    mma_epilogue<BM, BN, WTM, WTN, THREADS>(a, acc, a.N, SPLIT, row0, rows, nt, wm, wn, lane, tid, sm,
+                                            [](float v, int64_t) { return v; }, true);
 #endif
 }
 #endif /* CLEF_CUDA_WGMMA */
@@ -669,8 +658,7 @@ template <int BM, int SPLIT> cudaError_t launch_gemm_tma(const ck_gemm_args *a, 
     cudaError_t e = smem_limit_once((const void *)gemm_tma_kernel<BM, SPLIT>, smem, &done);
     if (e != cudaSuccess) return e;
     const int64_t nt = a->mode == CK_GEMM_GATEUP ? (a->N + 63) / 64 : (a->N + BN - 1) / BN;
-    const int per = tma_tiles_per_block(a->mode);
-    const int64_t blocks = a->max_tiles * ((nt + per - 1) / per);
+    const int64_t blocks = a->max_tiles * nt;
     if (blocks <= 0) return cudaSuccess;
     if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
     gemm_tma_kernel<BM, SPLIT><<<(unsigned)blocks, TMA_THREADS, smem, st>>>(*a);
