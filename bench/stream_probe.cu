@@ -16,7 +16,8 @@
  * On the H200 (2026-11-30): pure streaming ~4.5 TB/s in every layout; gemm now 237 us, ws TMA
  * 207 us (docs/BENCHMARKS.md).  Weights are zeros: timing only.
  *
- * build: nvcc -O3 -std=c++17 -arch=sm_90a -o stream_probe bench/stream_probe.cu
+ * build: the CMake target stream_probe (CUDA builds for sm_90a), or
+ *        nvcc -O3 -std=c++17 -arch=sm_90a -o stream_probe bench/stream_probe.cu
  * usage: stream_probe  (GB/s per variant, the best of 20 runs; PROBE_ALL=1 adds the layout and
  *        copy-engine variants) */
 #include <cuda.h>
@@ -401,7 +402,7 @@ template <int STAGES> static void run_ws(const uint16_t *W, const uint16_t *A, f
 static CUtensorMap make_map(const uint16_t *W, cuuint64_t rows = (cuuint64_t)E * N, cuuint32_t brows = TN) {
     PFN_cuTensorMapEncodeTiled_v12000 enc = nullptr;
     cudaDriverEntryPointQueryResult q;
-    CK(cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", (void **)&enc, cudaEnableDefault, &q));
+    CK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", (void **)&enc, 12000, cudaEnableDefault, &q));
     if (!enc) { fprintf(stderr, "no cuTensorMapEncodeTiled\n"); exit(1); }
     CUtensorMap m;
     cuuint64_t dims[2] = {(cuuint64_t)K, rows}, strides[1] = {(cuuint64_t)K * 2};
