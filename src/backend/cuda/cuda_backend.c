@@ -1458,7 +1458,11 @@ static const moe_ptrs *moe_pointers(cuda_ctx *c, const clef_moe_weights *ex, cle
     if (cu_check(cudaMemcpyAsync(m->dev, m->host, (size_t)(3 * E) * sizeof(void *), cudaMemcpyHostToDevice, c->st),
                  "expert table", err))
         return NULL;
-    if (c->tma) { /* gate / up boxes of 64 rows (the 64 gate + 64 up columns of a tile), down of 128 */
+    /* gate / up boxes of 64 rows (the 64 gate + 64 up columns of a tile), down of 128.  Changed
+     * pointers re-encode the maps into the same device buffer between kernel launches (no device-side
+     * tensormap fence); test_moe_tma uploads its experts afresh for every run and stays bitwise the
+     * mma.sync kernel, and serving never changes a layer's pointers. */
+    if (c->tma) {
         m->maps_ok = 1;
         for (int64_t i = 0; i < 3 * E && m->maps_ok; i++) {
             const clef_weight *w = i < E ? &ex->gate[i] : i < 2 * E ? &ex->up[i - E] : &ex->down[i - 2 * E];

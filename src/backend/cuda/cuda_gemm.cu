@@ -327,7 +327,9 @@ __global__ void __launch_bounds__(TMA_THREADS, 2) gemm_tma_kernel(const ck_gemm_
             }
             mbar_cp_async_arrive(&full[s]);
         }
-        cp_async_wait<0>(); /* leave with no copy of this thread in flight */
+        /* no commit group is open, so this waits for nothing: the consumers' full barriers, not this
+         * warp, account for its copies (it may leave with copies in flight; the block lives on) */
+        cp_async_wait<0>();
         return;
     }
 
