@@ -753,6 +753,20 @@ static void release_experts(clef_backend *g, clef_weight wg[3][16], int64_t E) {
         for (int64_t e = 0; e < E; e++) g->ops->weight_release(g, &wg[j][e]);
 }
 
+/* E <= 16 random bf16 experts (gate, up [NI, H]; down [H, NI]; entries ~ 1/sqrt(fan-in)) into wh
+ * (heap, caller frees) and bound on the CPU backend in wc: the CPU reference's expert weights. */
+static clef_moe_weights cpu_experts(fx *f, int64_t E, int64_t H, int64_t NI, uint16_t *wh[3][16],
+                                    clef_weight wc[3][16]) {
+    clef_err err;
+    for (int j = 0; j < 3; j++)
+        for (int64_t e = 0; e < E; e++) {
+            const int64_t r = j == 2 ? H : NI, cc = j == 2 ? NI : H;
+            wh[j][e] = rand_bf16((size_t)(r * cc), 1.0f / sqrtf((float)cc));
+            tu_ok(f->cpu->ops->weight_init(f->cpu, &wc[j][e], CLEF_DT_BF16, r, cc, wh[j][e], &err), &err);
+        }
+    return (clef_moe_weights){.n_experts = E, .hidden = H, .inter = NI, .gate = wc[0], .up = wc[1], .down = wc[2]};
+}
+
 static void test_moe(void **state) {
     TU_NEED_GPU(state);
     fx *f = *state;
@@ -761,13 +775,7 @@ static void test_moe(void **state) {
     const int64_t E = 16, H = 256, NI = 128, k = 4, T = 300, TB = 8300;
     uint16_t *wh[3][16];
     clef_weight wc[3][16];
-    for (int j = 0; j < 3; j++)
-        for (int e = 0; e < E; e++) {
-            const int64_t r = j == 2 ? H : NI, cc = j == 2 ? NI : H;
-            wh[j][e] = rand_bf16((size_t)(r * cc), 1.0f / sqrtf((float)cc));
-            tu_ok(f->cpu->ops->weight_init(f->cpu, &wc[j][e], CLEF_DT_BF16, r, cc, wh[j][e], &err), &err);
-        }
-    clef_moe_weights mc = {.n_experts = E, .hidden = H, .inter = NI, .gate = wc[0], .up = wc[1], .down = wc[2]};
+    clef_moe_weights mc = cpu_experts(f, E, H, NI, wh, wc);
     float *x = rand_vec((size_t)(TB * H), 1.0f), *logits = rand_vec((size_t)(TB * E), 2.0f);
     int32_t *idx = malloc((size_t)(TB * k) * 4);
     float *rw = malloc((size_t)(TB * k) * 4);
@@ -900,13 +908,7 @@ static void test_moe_tma(void **state) {
     const int64_t E = 8, H = 136, NI = 72, k = 2, TMAX = 300;
     uint16_t *wh[3][16];
     clef_weight wc[3][16];
-    for (int j = 0; j < 3; j++)
-        for (int e = 0; e < E; e++) {
-            const int64_t r = j == 2 ? H : NI, cc = j == 2 ? NI : H;
-            wh[j][e] = rand_bf16((size_t)(r * cc), 1.0f / sqrtf((float)cc));
-            tu_ok(f->cpu->ops->weight_init(f->cpu, &wc[j][e], CLEF_DT_BF16, r, cc, wh[j][e], &err), &err);
-        }
-    clef_moe_weights mc = {.n_experts = E, .hidden = H, .inter = NI, .gate = wc[0], .up = wc[1], .down = wc[2]};
+    clef_moe_weights mc = cpu_experts(f, E, H, NI, wh, wc);
     float *x = rand_vec((size_t)(TMAX * H), 1.0f), *logits = rand_vec((size_t)(TMAX * E), 2.0f);
     int32_t *idx = malloc((size_t)(TMAX * k) * 4);
     float *rw = malloc((size_t)(TMAX * k) * 4), *ref = malloc((size_t)(TMAX * H) * 4);

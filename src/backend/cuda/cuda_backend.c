@@ -2180,7 +2180,7 @@ static int ctx_init(cuda_ctx *c, clef_err *err) {
         return -1;
     if (c->wgmma && !(ck_wgmma_built() && prop.major == 9 && prop.minor == 0)) c->wgmma = 0;
     if (c->fp8_mma && !(ck_wgmma_built() && prop.major == 9 && prop.minor == 0)) c->fp8_mma = 0;
-    if (c->tma && !(ck_gemm_tma_built() && prop.major == 9 && prop.minor == 0)) c->tma = 0;
+    if (c->tma && !(ck_wgmma_built() && prop.major == 9 && prop.minor == 0)) c->tma = 0;
     /* 64 MiB, allocated once: split-K algorithms whose reduction goes through the workspace
      * (COMPUTE_TYPE / OUTPUT_TYPE partials, split x rows x N floats) are called on as many rows as
      * fit (lt_plan.max_rows); the others need at most a few counters. */

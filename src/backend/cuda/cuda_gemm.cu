@@ -708,14 +708,6 @@ cudaError_t ck_gemm(const ck_gemm_args *a, cudaStream_t st) {
     return a->big == 2 ? launch_gemm<32, 1>(a, st) : a->big ? launch_gemm<128, 1>(a, st) : launch_gemm<64, 1>(a, st);
 }
 
-int ck_gemm_tma_built(void) {
-#ifdef CLEF_CUDA_WGMMA
-    return 1;
-#else
-    return 0;
-#endif
-}
-
 cudaError_t ck_tmap_bf16(ck_tmap *m, const void *base, int64_t rows, int64_t cols, int box_rows) {
 #ifndef CLEF_CUDA_WGMMA
     (void)m, (void)base, (void)rows, (void)cols, (void)box_rows;

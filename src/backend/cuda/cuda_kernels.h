@@ -104,16 +104,14 @@ typedef struct ck_tmap {
  * function, cudaErrorInvalidValue on other shapes. */
 cudaError_t ck_tmap_bf16(ck_tmap *m, const void *base, int64_t rows, int64_t cols, int box_rows);
 
-/* 1 when this build holds ck_gemm_tma's kernel (sm_90a), else 0. */
-int ck_gemm_tma_built(void);
-
 /* The grouped modes of ck_gemm (GATEUP, DOWN) with big = 2 (32-row tiles) or
  * 0 (64-row tiles) on the warp-specialised kernel (cuda_gemm.cu,
  * gemm_tma_kernel: the weights through the tensor-copy engine, a loading
  * warp beside the 8 MMA warps): same arguments plus wmaps / n_experts,
  * bitwise ck_gemm's results.  Needs K % 8 == 0, lda % 8 == 0, a 16-byte
  * aligned A and a compute capability 9.0 device; cudaErrorNotSupported
- * where the build lacks sm_90a, cudaErrorInvalidValue on other arguments. */
+ * where the build lacks sm_90a (ck_wgmma_built() == 0: the same build
+ * condition), cudaErrorInvalidValue on other arguments. */
 cudaError_t ck_gemm_tma(const ck_gemm_args *a, cudaStream_t st);
 
 /* Rows per M tile of a tile shape (ck_moe_plan must use the same). */
