@@ -753,6 +753,23 @@ static void release_experts(clef_backend *g, clef_weight wg[3][16], int64_t E) {
         for (int64_t e = 0; e < E; e++) g->ops->weight_release(g, &wg[j][e]);
 }
 
+/* The moe op on backend g over T tokens (x [T, H], routing idx / rw [T, k]) with the experts wc / wh
+ * uploaded for this one call: the heap array y [T, H] (caller frees). */
+static float *moe_once(clef_backend *g, clef_weight wc[3][16], uint16_t *wh[3][16], int64_t E, int64_t H, int64_t NI,
+                       const float *x, const int32_t *idx, const float *rw, int64_t T, int64_t k) {
+    clef_err err;
+    clef_weight wg[3][16];
+    const clef_moe_weights mg = upload_experts(g, wc, wh, E, H, NI, wg);
+    float *dx = tu_dput(g, x, (size_t)(T * H) * 4), *dw = tu_dput(g, rw, (size_t)(T * k) * 4);
+    int32_t *di = tu_dput(g, idx, (size_t)(T * k) * 4);
+    float *dy = tu_dnan(g, (size_t)(T * H));
+    tu_ok(g->ops->moe(g, dx, T, di, dw, k, &mg, dy, &err), &err);
+    float *y = tu_dget(g, dy, (size_t)(T * H));
+    g->ops->free(g, dx), g->ops->free(g, dw), g->ops->free(g, di), g->ops->free(g, dy);
+    release_experts(g, wg, E);
+    return y;
+}
+
 /* E <= 16 random bf16 experts (gate, up [NI, H]; down [H, NI]; entries ~ 1/sqrt(fan-in)) into wh
  * (heap, caller frees) and bound on the CPU backend in wc: the CPU reference's expert weights. */
 static clef_moe_weights cpu_experts(fx *f, int64_t E, int64_t H, int64_t NI, uint16_t *wh[3][16],
@@ -864,13 +881,7 @@ static void test_moe(void **state) {
         const char *const env[] = {"CLEF_CUDA_WGMMA", "1", NULL};
         clef_backend *g = tu_cuda_backend_env(&o, env, &err);
         tu_ok(g ? 0 : -1, &err);
-        clef_weight wg[3][16];
-        const clef_moe_weights mg = upload_experts(g, wc, wh, E, H, NI, wg);
-        float *dx = tu_dput(g, x, (size_t)(T * H) * 4), *dw = tu_dput(g, rw, (size_t)(T * k) * 4);
-        int32_t *di = tu_dput(g, idx, (size_t)(T * k) * 4);
-        float *dy = tu_dnan(g, (size_t)(T * H));
-        tu_ok(g->ops->moe(g, dx, T, di, dw, k, &mg, dy, &err), &err);
-        float *y = tu_dget(g, dy, (size_t)(T * H));
+        float *y = moe_once(g, wc, wh, E, H, NI, x, idx, rw, T, k);
         const char *nm = pr ? "prec-wg" : "fast-wg";
         check("moe 16 experts top-4 T=300", nm, y, ref, (size_t)(T * H), pr ? TOL_PRECISE : TOL_BF16);
         const float *dflt = pr ? prec_y : fast_y;
@@ -886,8 +897,6 @@ static void test_moe(void **state) {
                has_wg ? "wgmma kernel" : "(no wgmma on this build/device)", same ? "bitwise equal" : "DIFFER", md);
         if (!same) fail_msg("moe: the wgmma expert kernel differs from the mma.sync one (%s)", nm);
         free(y);
-        g->ops->free(g, dx), g->ops->free(g, dw), g->ops->free(g, di), g->ops->free(g, dy);
-        release_experts(g, wg, E);
         g->ops->destroy(g);
     }
     for (int j = 0; j < 3; j++)
@@ -928,18 +937,7 @@ static void test_moe_tma(void **state) {
         for (int ti = 0; ti < 3; ti++) {
             const int64_t T = Ts[ti];
             float *got[2];
-            for (int b = 0; b < 2; b++) {
-                clef_backend *g = gb[b];
-                clef_weight wg[3][16];
-                const clef_moe_weights mg = upload_experts(g, wc, wh, E, H, NI, wg);
-                float *dx = tu_dput(g, x, (size_t)(T * H) * 4), *dw = tu_dput(g, rw, (size_t)(T * k) * 4);
-                int32_t *di = tu_dput(g, idx, (size_t)(T * k) * 4);
-                float *dy = tu_dnan(g, (size_t)(T * H));
-                tu_ok(g->ops->moe(g, dx, T, di, dw, k, &mg, dy, &err), &err);
-                got[b] = tu_dget(g, dy, (size_t)(T * H));
-                g->ops->free(g, dx), g->ops->free(g, dw), g->ops->free(g, di), g->ops->free(g, dy);
-                release_experts(g, wg, E);
-            }
+            for (int b = 0; b < 2; b++) got[b] = moe_once(gb[b], wc, wh, E, H, NI, x, idx, rw, T, k);
             char what[96];
             snprintf(what, sizeof what, "moe 8 experts 136/72 T=%lld", (long long)T);
             check(what, pr ? "prec-tma" : "fast-tma", got[1], ref, (size_t)(T * H), pr ? TOL_PRECISE : TOL_BF16);
