@@ -954,13 +954,94 @@ static void test_moe_tma(void **state) {
     free(x), free(logits), free(idx), free(rw), free(ref);
 }
 
+/* The TMA expert kernel at the model's widths, where every pipeline stage is refilled many times
+ * (test_moe_tma's shapes refill at most once): hidden 2048 / inter 768 (gate/up 32 K stages, down
+ * 12 stages over 16 column tiles) and hidden 1920 / inter 704 (30 and 11 stages: not multiples of
+ * the 3 to 5 stages in flight; 15 down column tiles), 32- and 64-row tiles, fast and precise.  The
+ * mma.sync kernel's sums (CLEF_CUDA_TMA=0) once, then the TMA kernel's ten times on the same
+ * device inputs: every run bitwise equal to them (a stale stage read would show as a difference
+ * that comes and goes). */
+static void test_moe_tma_wide(void **state) {
+    TU_NEED_GPU(state);
+    fx *f = *state;
+    clef_err err;
+    const int64_t E = 8, k = 2, TMAX = 300, shapes[2][2] = {{2048, 768}, {1920, 704}};
+    const int REPS = 10;
+    for (int si = 0; si < 2; si++) {
+        const int64_t H = shapes[si][0], NI = shapes[si][1];
+        uint16_t *wh[3][16];
+        for (int j = 0; j < 3; j++)
+            for (int e = 0; e < E; e++) {
+                const int64_t r = j == 2 ? H : NI, cc = j == 2 ? NI : H;
+                wh[j][e] = rand_bf16((size_t)(r * cc), 1.0f / sqrtf((float)cc));
+            }
+        float *x = rand_vec((size_t)(TMAX * H), 1.0f), *logits = rand_vec((size_t)(TMAX * E), 2.0f);
+        int32_t *idx = malloc((size_t)(TMAX * k) * 4);
+        float *rw = malloc((size_t)(TMAX * k) * 4);
+        tu_ok(f->cpu->ops->router_topk(f->cpu, logits, TMAX, E, k, 1, idx, rw, &err), &err);
+        for (int pr = 0; pr < 2; pr++) {
+            const clef_cuda_options o = {.device = 0, .precise = pr, .gemm = 2, .profile = 0};
+            const char *const env_off[] = {"CLEF_CUDA_TMA", "0", NULL}, *const env_on[] = {NULL};
+            clef_backend *gb[2] = {tu_cuda_backend_env(&o, env_off, &err), NULL};
+            tu_ok(gb[0] ? 0 : -1, &err);
+            gb[1] = tu_cuda_backend_env(&o, env_on, &err);
+            tu_ok(gb[1] ? 0 : -1, &err);
+            char buf[512];
+            clef_cuda_describe(gb[1], buf, sizeof buf);
+            const int has_tma = strstr(buf, "TMA expert kernel") != NULL;
+            const int64_t Ts[2] = {60, TMAX}; /* 120 expert rows (32-row tiles when precise), 600 (64-row) */
+            for (int ti = 0; ti < 2; ti++) {
+                const int64_t T = Ts[ti];
+                float *ref = NULL;
+                int bad = 0;
+                for (int b = 0; b < 2; b++) {
+                    clef_backend *g = gb[b];
+                    clef_weight wg[3][16];
+                    for (int j = 0; j < 3; j++)
+                        for (int64_t e = 0; e < E; e++)
+                            tu_ok(g->ops->weight_init(g, &wg[j][e], CLEF_DT_BF16, j == 2 ? H : NI, j == 2 ? NI : H,
+                                                      wh[j][e], &err),
+                                  &err);
+                    const clef_moe_weights mg = {.n_experts = E, .hidden = H, .inter = NI, .gate = wg[0], .up = wg[1],
+                                                 .down = wg[2]};
+                    float *dx = tu_dput(g, x, (size_t)(T * H) * 4), *dw = tu_dput(g, rw, (size_t)(T * k) * 4);
+                    int32_t *di = tu_dput(g, idx, (size_t)(T * k) * 4);
+                    float *dy = tu_dnan(g, (size_t)(T * H));
+                    for (int rep = 0; rep < (b ? REPS : 1); rep++) {
+                        tu_ok(g->ops->moe(g, dx, T, di, dw, k, &mg, dy, &err), &err);
+                        float *y = tu_dget(g, dy, (size_t)(T * H));
+                        if (!b) ref = y;
+                        else {
+                            bad += memcmp(y, ref, (size_t)(T * H) * 4) != 0;
+                            free(y);
+                        }
+                    }
+                    g->ops->free(g, dx), g->ops->free(g, dw), g->ops->free(g, di), g->ops->free(g, dy);
+                    release_experts(g, wg, E);
+                }
+                printf("  moe 8 experts %lld/%lld T=%-4lld %-8s %s vs CLEF_CUDA_TMA=0, %d runs: %d differ\n",
+                       (long long)H, (long long)NI, (long long)T, pr ? "precise" : "fast",
+                       has_tma ? "TMA kernel" : "(no TMA kernel on this build/device)", REPS, bad);
+                if (bad)
+                    fail_msg("moe %lld/%lld T=%lld: %d of %d TMA kernel runs differ from the mma.sync sums", (long long)H,
+                             (long long)NI, (long long)T, bad, REPS);
+                free(ref);
+            }
+            gb[0]->ops->destroy(gb[0]), gb[1]->ops->destroy(gb[1]);
+        }
+        for (int j = 0; j < 3; j++)
+            for (int e = 0; e < E; e++) free(wh[j][e]);
+        free(x), free(logits), free(idx), free(rw);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul),      cmocka_unit_test(test_matmul_model_shapes),
         cmocka_unit_test(test_matmul_f32_weight),
         cmocka_unit_test(test_gather_norms_elementwise), cmocka_unit_test(test_head_rows),
         cmocka_unit_test(test_rope), cmocka_unit_test(test_fused_row_ops),        cmocka_unit_test(test_attention),
-        cmocka_unit_test(test_router),      cmocka_unit_test(test_moe),   cmocka_unit_test(test_moe_tma),
+        cmocka_unit_test(test_router),      cmocka_unit_test(test_moe),   cmocka_unit_test(test_moe_tma), cmocka_unit_test(test_moe_tma_wide),
         cmocka_unit_test(test_attention_bench),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
