@@ -27,6 +27,8 @@
 #   qgemm_bench   per-layer expert GEMM times (test_cuda_quant, CLEF_QGEMM_BENCH=1) for each CLEF_CUDA_WGMMA
 #                 value in WGMMA_MODES (default "1 0")
 #   modes         `small` parity vs the CPU for each CLEF_CUDA_PRECISE part list in PARITY_MODES
+#   expert_gemm   bench/expert_gemm per "tokens split tile" in EXPERT_GEMM_RUNS: the BF16 expert GEMM
+#                 kernels (mma.sync, TMA, wgmma) alone on one layer, times and bitwise agreement
 # usage: scripts/gpu_check.sh [stage ...]        (default: cpuref env tests bench transformers parity)
 # Logs go to $OUT (default /tmp/gpu_check): <stage>.log and summary.txt.  UNPACK (default
 # /tmp/clefgpu) is where the pack is unpacked: two instances on two GPUs need two.
@@ -220,6 +222,17 @@ EOF
             note "qgemm bench, CLEF_CUDA_WGMMA=$m:"
             grep -E "ms|per layer|T *=" "$OUT/qgemm_bench_wgmma$m.log" | grep -v -E "^\[|rel L2" | head -60 >> "$SUM"
         done
+        ;;
+    expert_gemm) # the BF16 expert GEMM kernels alone on one layer (bench/expert_gemm.cu; pack it with
+        # EXTRA_TARGETS=expert_gemm), compared bitwise: "tokens split tile" in EXPERT_GEMM_RUNS
+        if [ ! -x "$BIN/expert_gemm" ]; then note "stage expert_gemm: not in the pack"; continue; fi
+        : > "$OUT/expert_gemm.log"
+        for r in ${EXPERT_GEMM_RUNS:-"300 2 32" "300 1 64" "1000 2 64" "1000 1 64" "4000 2 128"}; do
+            set -- $r
+            run_stage "expert_gemm_$1_$2_$3" 60 "$BIN/expert_gemm" --tokens "$1" --split "$2" --tile "$3"
+            cat "$OUT/expert_gemm_$1_$2_$3.log" >> "$OUT/expert_gemm.log" && rm -f "$OUT/expert_gemm_$1_$2_$3.log"
+        done
+        grep -E "expert_gemm|gate\+up" "$OUT/expert_gemm.log" >> "$SUM"
         ;;
     *) echo "unknown stage $st" >&2 ;;
     esac
