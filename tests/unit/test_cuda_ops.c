@@ -904,6 +904,22 @@ static void test_moe(void **state) {
     free(x), free(logits), free(idx), free(rw), free(ref), free(prec_y), free(fast_y);
 }
 
+/* Two CUDA backends in numerics mode `precise` (0 fast, 1 precise): gb[0] with CLEF_CUDA_TMA=0
+ * (the mma.sync expert kernel), gb[1] with the default; returns whether gb[1] runs the TMA kernel
+ * (sm_90a build, compute capability 9.0).  The caller destroys both. */
+static int tma_backend_pair(int precise, clef_backend *gb[2]) {
+    clef_err err;
+    const clef_cuda_options o = {.device = 0, .precise = precise, .gemm = 2, .profile = 0};
+    const char *const env_off[] = {"CLEF_CUDA_TMA", "0", NULL}, *const env_on[] = {NULL};
+    gb[0] = tu_cuda_backend_env(&o, env_off, &err);
+    tu_ok(gb[0] ? 0 : -1, &err);
+    gb[1] = tu_cuda_backend_env(&o, env_on, &err);
+    tu_ok(gb[1] ? 0 : -1, &err);
+    char buf[512];
+    clef_cuda_describe(gb[1], buf, sizeof buf);
+    return strstr(buf, "TMA expert kernel") != NULL;
+}
+
 /* The warp-specialised TMA expert kernel (default for passes below the wgmma threshold on sm_90a /
  * compute capability 9.0) against the mma.sync kernel (CLEF_CUDA_TMA=0): bitwise the same sums, on
  * shapes whose tiles are cut at both ends (hidden 136 = two 64-wide K stages + 8; inter 72 = one
@@ -924,15 +940,8 @@ static void test_moe_tma(void **state) {
     tu_ok(f->cpu->ops->router_topk(f->cpu, logits, TMAX, E, k, 1, idx, rw, &err), &err);
     tu_ok(f->cpu->ops->moe(f->cpu, x, TMAX, idx, rw, k, &mc, ref, &err), &err);
     for (int pr = 0; pr < 2; pr++) {
-        const clef_cuda_options o = {.device = 0, .precise = pr, .gemm = 2, .profile = 0};
-        const char *const env_off[] = {"CLEF_CUDA_TMA", "0", NULL}, *const env_on[] = {NULL};
-        clef_backend *gb[2] = {tu_cuda_backend_env(&o, env_off, &err), NULL};
-        tu_ok(gb[0] ? 0 : -1, &err);
-        gb[1] = tu_cuda_backend_env(&o, env_on, &err);
-        tu_ok(gb[1] ? 0 : -1, &err);
-        char buf[512];
-        clef_cuda_describe(gb[1], buf, sizeof buf);
-        const int has_tma = strstr(buf, "TMA expert kernel") != NULL;
+        clef_backend *gb[2];
+        const int has_tma = tma_backend_pair(pr, gb);
         const int64_t Ts[3] = {1, 100, TMAX}; /* T k = 2, 200 (32-row tiles when precise), 600 rows */
         for (int ti = 0; ti < 3; ti++) {
             const int64_t T = Ts[ti];
@@ -980,15 +989,8 @@ static void test_moe_tma_wide(void **state) {
         float *rw = malloc((size_t)(TMAX * k) * 4);
         tu_ok(f->cpu->ops->router_topk(f->cpu, logits, TMAX, E, k, 1, idx, rw, &err), &err);
         for (int pr = 0; pr < 2; pr++) {
-            const clef_cuda_options o = {.device = 0, .precise = pr, .gemm = 2, .profile = 0};
-            const char *const env_off[] = {"CLEF_CUDA_TMA", "0", NULL}, *const env_on[] = {NULL};
-            clef_backend *gb[2] = {tu_cuda_backend_env(&o, env_off, &err), NULL};
-            tu_ok(gb[0] ? 0 : -1, &err);
-            gb[1] = tu_cuda_backend_env(&o, env_on, &err);
-            tu_ok(gb[1] ? 0 : -1, &err);
-            char buf[512];
-            clef_cuda_describe(gb[1], buf, sizeof buf);
-            const int has_tma = strstr(buf, "TMA expert kernel") != NULL;
+            clef_backend *gb[2];
+            const int has_tma = tma_backend_pair(pr, gb);
             const int64_t Ts[2] = {60, TMAX}; /* 120 expert rows (32-row tiles when precise), 600 (64-row) */
             for (int ti = 0; ti < 2; ti++) {
                 const int64_t T = Ts[ti];
