@@ -632,17 +632,6 @@ __global__ void __launch_bounds__(F32_WARPS * 32) attn_f32_kernel(
     for (int d = lane; d < D; d += 32) out[row * o_stride + (int64_t)h * D + d] = acc[d] * inv;
 }
 
-/* Raise a kernel's dynamic shared memory limit once per device. */
-template <typename F> cudaError_t allow_smem(F *fn, int bytes, unsigned *done_mask) {
-    int dev = 0;
-    cudaError_t e = cudaGetDevice(&dev);
-    if (e != cudaSuccess) return e;
-    if (dev < 32 && (*done_mask >> dev) & 1u) return cudaSuccess;
-    e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-    if (e == cudaSuccess && dev < 32) *done_mask |= 1u << dev;
-    return e;
-}
-
 template <int D, int DP, bool CAUSAL, int SPLIT, int NBUF>
 cudaError_t launch_tc(const bf16 *q, const bf16 *k, const bf16 *v, float *out, int64_t o_stride, const int32_t *tiles,
                       int64_t n_tiles, const int64_t *q_off, const int64_t *kv_off, int nh, int nkv, float scale_log2,

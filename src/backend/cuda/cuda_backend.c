@@ -58,7 +58,7 @@ typedef struct moe_ptrs {
      * uploaded with the pointers; maps_ok = 0: some weight has no map (its layout does not allow one):
      * the layer keeps the mma.sync kernel */
     ck_tmap *maps_host;
-    void *maps_dev;
+    ck_tmap *maps_dev;
     int maps_ok;
 } moe_ptrs;
 
@@ -1431,7 +1431,7 @@ static const moe_ptrs *moe_pointers(cuda_ctx *c, const clef_moe_weights *ex, cle
             return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CUDA backend: out of host memory"), NULL;
         }
         if (cu_check(cudaMalloc(&m->dev, (size_t)(3 * E) * sizeof(void *)), "expert table", err) ||
-            (c->tma && cu_check(cudaMalloc(&m->maps_dev, (size_t)(3 * E) * sizeof(ck_tmap)), "expert table", err))) {
+            (c->tma && cu_check(cudaMalloc((void **)&m->maps_dev, (size_t)(3 * E) * sizeof(ck_tmap)), "expert table", err))) {
             if (m->dev) cudaFree(m->dev);
             free(m->host);
             free(m->maps_host);
@@ -1545,7 +1545,6 @@ static int moe_pass(cuda_ctx *c, const float *x, int64_t T, const int32_t *idx, 
               BM = ck_gemm_bm(big);
     /* the warp-specialised TMA kernel for the 32- and 64-row tiles (bitwise the mma.sync kernel's sums) */
     const int tma = !wg && c->tma && tab->maps_ok && big != 1;
-    const char *maps = (const char *)tab->maps_dev;
     moe_plan pl;
     if (moe_plan_make(c, idx, T, k, E, BM, &pl, err)) return op_end(c, -1);
     op_end(c, 0);
@@ -1564,7 +1563,7 @@ static int moe_pass(cuda_ctx *c, const float *x, int64_t T, const int32_t *idx, 
     ck_gemm_args g = {.mode = CK_GEMM_GATEUP, .A = a16, .lda = H * split, .K = H, .split = split, .N = NI,
                       .W0 = (const uint16_t *const *)ptrs, .W1 = (const uint16_t *const *)(ptrs + E),
                       .tile_expert = t_exp, .tile_row0 = t_row, .expert_end = end, .n_tiles = n_tiles,
-                      .max_tiles = max_tiles, .row_src = row_tok, .H = hbuf, .big = big, .wmaps = maps,
+                      .max_tiles = max_tiles, .row_src = row_tok, .H = hbuf, .big = big, .wmaps = tab->maps_dev,
                       .n_experts = E};
     if (cu_check(wg ? ck_gemm_wgmma(&g, c->st) : tma ? ck_gemm_tma(&g, c->st) : ck_gemm(&g, c->st), "moe gate/up", err))
         return op_end(c, -1);
@@ -1576,7 +1575,7 @@ static int moe_pass(cuda_ctx *c, const float *x, int64_t T, const int32_t *idx, 
     ck_gemm_args d = {.mode = CK_GEMM_DOWN, .A = hbuf, .lda = NI * split, .K = NI, .split = split, .N = H,
                       .W0 = (const uint16_t *const *)(ptrs + 2 * E), .tile_expert = t_exp, .tile_row0 = t_row,
                       .expert_end = end, .n_tiles = n_tiles, .max_tiles = max_tiles, .Y = yp, .ldy = H, .big = big,
-                      .wmaps = maps ? maps + 2 * E * sizeof(ck_tmap) : NULL, .n_experts = E};
+                      .wmaps = tab->maps_dev ? tab->maps_dev + 2 * E : NULL, .n_experts = E};
     if (cu_check(wg ? ck_gemm_wgmma(&d, c->st) : tma ? ck_gemm_tma(&d, c->st) : ck_gemm(&d, c->st), "moe down", err))
         return op_end(c, -1);
     op_end(c, 0);

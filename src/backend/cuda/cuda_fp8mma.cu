@@ -268,16 +268,10 @@ cudaError_t ck_fp8mma(const ck_fp8mma_args *a, cudaStream_t st) {
         return cudaErrorInvalidValue;
     if (((uintptr_t)a->A & 15) || (a->mode == CK_GEMM_DOWN && (a->ldy % 2 || ((uintptr_t)a->Y & 7))))
         return cudaErrorInvalidValue;
-    static unsigned done = 0; /* devices whose shared-memory limit is raised (benign race: same value) */
-    int dev = 0;
-    cudaError_t e = cudaGetDevice(&dev);
+    static unsigned done = 0; /* devices whose shared-memory limit is raised */
+    cudaError_t e = allow_smem(fp8mma_kernel, SMEM, &done);
     if (e != cudaSuccess) return e;
-    if (dev >= 32 || !((done >> dev) & 1u)) {
-        e = cudaFuncSetAttribute(fp8mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
-        if (e != cudaSuccess) return e;
-        if (dev < 32) done |= 1u << dev;
-    }
-    const int64_t nt = a->mode == CK_GEMM_GATEUP ? (a->N + HALF - 1) / HALF : (a->N + BN - 1) / BN;
+    const int64_t nt = gemm_col_tiles(a->mode, a->N, BN);
     const int64_t blocks = a->max_tiles * nt;
     if (blocks <= 0) return cudaSuccess;
     if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;

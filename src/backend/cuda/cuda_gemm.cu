@@ -141,7 +141,7 @@ __global__ void __launch_bounds__(THREADS, 2) gemm_kernel(const ck_gemm_args a) 
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm = warp / WARPS_N, wn = warp % WARPS_N;
-    const int64_t n_tiles_n = a.mode == CK_GEMM_GATEUP ? (a.N + 63) / 64 : (a.N + BN - 1) / BN;
+    const int64_t n_tiles_n = gemm_col_tiles(a.mode, a.N, BN);
     const int64_t mt = blockIdx.x / n_tiles_n, nt = blockIdx.x % n_tiles_n;
 
     /* This block's rows: [row0, row0 + rows) of A / the output, and its weights. */
@@ -264,7 +264,7 @@ __global__ void __launch_bounds__(TMA_THREADS, 2) gemm_tma_kernel(const ck_gemm_
     __shared__ const bf16 *arow[BM];
     unsigned char *sm = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int64_t n_tiles_n = a.mode == CK_GEMM_GATEUP ? (a.N + 63) / 64 : (a.N + BN - 1) / BN;
+    const int64_t n_tiles_n = gemm_col_tiles(a.mode, a.N, BN);
     const int64_t mt = blockIdx.x / n_tiles_n, nt = blockIdx.x % n_tiles_n;
     int64_t row0, rows;
     int e;
@@ -286,8 +286,7 @@ __global__ void __launch_bounds__(TMA_THREADS, 2) gemm_tma_kernel(const ck_gemm_
     __syncthreads();
 
     if (warp == WARPS_M * WARPS_N) { /* the loading warp */
-        const char *maps = reinterpret_cast<const char *>(a.wmaps);
-        const void *m0 = maps + (size_t)e * sizeof(ck_tmap), *m1 = maps + (size_t)(a.n_experts + e) * sizeof(ck_tmap);
+        const void *m0 = &a.wmaps[e], *m1 = &a.wmaps[a.n_experts + e];
         const int y0 = (int)(a.mode == CK_GEMM_GATEUP ? nt * 64 : nt * BN);
         /* this lane's activation chunks, fixed over K: column col of rows lane / 8 + 4 j (j < RPL), hi
          * (and lo) half; their row pointers in registers (few instructions per copy: the loading warp
@@ -625,14 +624,12 @@ unsigned grid_for(int64_t n, int threads) {
     return (unsigned)b;
 }
 
-cudaError_t smem_limit_once(const void *fn, int smem, unsigned *done);
-
 template <int BM, int SPLIT> cudaError_t launch_gemm(const ck_gemm_args *a, cudaStream_t st) {
     constexpr int smem = gemm_smem_bytes<BM, SPLIT>();
     static unsigned done = 0; /* devices whose limit is raised */
-    cudaError_t e = smem_limit_once((const void *)gemm_kernel<BM, SPLIT>, smem, &done);
+    cudaError_t e = allow_smem(gemm_kernel<BM, SPLIT>, smem, &done);
     if (e != cudaSuccess) return e;
-    const int64_t nt = a->mode == CK_GEMM_GATEUP ? (a->N + 63) / 64 : (a->N + BN - 1) / BN;
+    const int64_t nt = gemm_col_tiles(a->mode, a->N, BN);
     const int64_t mt = a->mode == CK_GEMM_DENSE ? (a->M + BM - 1) / BM : a->max_tiles;
     const int64_t blocks = mt * nt;
     if (blocks <= 0) return cudaSuccess;
@@ -641,25 +638,13 @@ template <int BM, int SPLIT> cudaError_t launch_gemm(const ck_gemm_args *a, cuda
     return cudaGetLastError();
 }
 
-/* Raises fn's dynamic shared memory limit to smem once per device (bit
- * dev of *done; the same value from any thread: a benign race). */
-cudaError_t smem_limit_once(const void *fn, int smem, unsigned *done) {
-    int dev = 0;
-    cudaError_t e = cudaGetDevice(&dev);
-    if (e != cudaSuccess) return e;
-    if (dev < 32 && ((*done >> dev) & 1u)) return cudaSuccess;
-    e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (e == cudaSuccess && dev < 32) *done |= 1u << dev;
-    return e;
-}
-
 #ifdef CLEF_CUDA_WGMMA
 template <int BM, int SPLIT> cudaError_t launch_gemm_tma(const ck_gemm_args *a, cudaStream_t st) {
     constexpr int smem = tma_smem_bytes<BM, SPLIT>();
     static unsigned done = 0;
-    cudaError_t e = smem_limit_once((const void *)gemm_tma_kernel<BM, SPLIT>, smem, &done);
+    cudaError_t e = allow_smem(gemm_tma_kernel<BM, SPLIT>, smem, &done);
     if (e != cudaSuccess) return e;
-    const int64_t nt = a->mode == CK_GEMM_GATEUP ? (a->N + 63) / 64 : (a->N + BN - 1) / BN;
+    const int64_t nt = gemm_col_tiles(a->mode, a->N, BN);
     const int64_t blocks = a->max_tiles * nt;
     if (blocks <= 0) return cudaSuccess;
     if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;

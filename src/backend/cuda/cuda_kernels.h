@@ -56,6 +56,16 @@ cudaError_t ck_rows_to_bf16_multi(const ck_rows_bf16_job *jobs, int n, int split
  * packed around it. */
 typedef enum ck_gemm_mode { CK_GEMM_DENSE = 0, CK_GEMM_GATEUP = 1, CK_GEMM_DOWN = 2 } ck_gemm_mode;
 
+/* An opaque CUDA tensor map (CUtensorMap: 128 bytes, 64-byte aligned). */
+typedef struct ck_tmap {
+#ifdef __cplusplus
+    alignas(64)
+#else
+    _Alignas(64)
+#endif
+        unsigned char opaque[128];
+} ck_tmap;
+
 typedef struct ck_gemm_args {
     ck_gemm_mode mode;
     const uint16_t *A;  /* bf16 activations, rows of lda = K * split elements */
@@ -82,19 +92,9 @@ typedef struct ck_gemm_args {
                            rows per expert; 4 pipeline stages also when split); same results */
     /* ck_gemm_tma only: device array of ck_tmap (ck_tmap_bf16, box_rows 64 for GATEUP, 128 for DOWN),
      * GATEUP [gate E | up E], DOWN [down E], of the same weights as W0 / W1; n_experts = E */
-    const void *wmaps;
+    const ck_tmap *wmaps;
     int64_t n_experts;
 } ck_gemm_args;
-
-/* An opaque CUDA tensor map (CUtensorMap: 128 bytes, 64-byte aligned). */
-typedef struct ck_tmap {
-#ifdef __cplusplus
-    alignas(64)
-#else
-    _Alignas(64)
-#endif
-        unsigned char opaque[128];
-} ck_tmap;
 
 /* Encodes into *m the 2-D tensor map of a bf16 weight [rows, cols] at device
  * address base (row-major, cols % 8 == 0, 16-byte aligned) for boxes of

@@ -1,7 +1,8 @@
 /* cuda_ptx.cuh — inline PTX helpers shared by the tensor-core kernels
  * (cuda_gemm.cu, cuda_attn.cu): async global->shared copies, ldmatrix loads,
- * the m16n8k16 bf16 MMA with f32 accumulators, and bf16x2 packing.
- * Device code only; include from .cu files. */
+ * the m16n8k16 bf16 MMA with f32 accumulators, and bf16x2 packing; with the
+ * launch helpers they share (column tiles, the shared-memory limit).
+ * Include from .cu files. */
 #ifndef CLEF_BACKEND_CUDA_PTX_CUH
 #define CLEF_BACKEND_CUDA_PTX_CUH
 
@@ -53,6 +54,27 @@ static __device__ __forceinline__ void mma16816(float *d, const uint32_t *a, uin
         "{%0,%1,%2,%3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* Column tiles of a GEMM over N output columns in blocks of bn columns:
+ * GATEUP blocks hold bn / 2 gate and bn / 2 up columns of the intermediate
+ * (N = its width), the other modes bn columns.  Host and device. */
+static __host__ __device__ __forceinline__ int64_t gemm_col_tiles(int mode, int64_t N, int bn) {
+    const int64_t w = mode == CK_GEMM_GATEUP ? bn / 2 : bn;
+    return (N + w - 1) / w;
+}
+
+/* Host: raise kernel fn's dynamic shared memory limit to `bytes` once per
+ * device (bit `dev` of *done_mask; a benign race: every thread writes the
+ * same value).  cudaFuncSetAttribute's error, else cudaSuccess. */
+template <typename F> static cudaError_t allow_smem(F *fn, int bytes, unsigned *done_mask) {
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess) return e;
+    if (dev < 32 && (*done_mask >> dev) & 1u) return cudaSuccess;
+    e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (e == cudaSuccess && dev < 32) *done_mask |= 1u << dev;
+    return e;
 }
 
 /* The output rows of tile mt of a GEMM launch (Args: ck_gemm_args or

@@ -149,7 +149,7 @@ __global__ void __launch_bounds__(QTHREADS, q2_min_blocks<QT, BM, SPLIT>()) qgem
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm = warp / QWARPS_N, wn = warp % QWARPS_N;
-    const int64_t n_tiles_n = a.mode == CK_GEMM_GATEUP ? (a.N + 63) / 64 : (a.N + QBN - 1) / QBN;
+    const int64_t n_tiles_n = gemm_col_tiles(a.mode, a.N, QBN);
     const int64_t mt = blockIdx.x / n_tiles_n, nt = blockIdx.x % n_tiles_n;
 
     int64_t row0, rows;
@@ -390,7 +390,7 @@ template <int QT, int QBM, int SPLIT> cudaError_t launch_q2(const ck_qgemm_args 
     constexpr int smem = q2_smem<QT, QBM, SPLIT>();
     cudaError_t e = cudaFuncSetAttribute(qgemm2_kernel<QT, QBM, SPLIT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return e;
-    const int64_t nt = a->mode == CK_GEMM_GATEUP ? (a->N + 63) / 64 : (a->N + QBN - 1) / QBN;
+    const int64_t nt = gemm_col_tiles(a->mode, a->N, QBN);
     const int64_t mt = a->mode == CK_GEMM_DENSE ? (a->M + QBM - 1) / QBM : a->max_tiles;
     const int64_t blocks = mt * nt;
     if (blocks <= 0) return cudaSuccess;
@@ -460,7 +460,7 @@ __global__ void __launch_bounds__(QTHREADS, MINB) qgemm3_kernel(const ck_qgemm_a
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm = warp / QWARPS_N, wn = warp % QWARPS_N;
-    const int64_t n_tiles_n = a.mode == CK_GEMM_GATEUP ? (a.N + 63) / 64 : (a.N + QBN - 1) / QBN;
+    const int64_t n_tiles_n = gemm_col_tiles(a.mode, a.N, QBN);
     const int64_t mt = blockIdx.x / n_tiles_n, nt = blockIdx.x % n_tiles_n;
 
     int64_t row0, rows;
@@ -653,7 +653,7 @@ template <int QT, int QBM, int SPLIT, int MINB> cudaError_t launch_q3(const ck_q
     cudaError_t e =
         cudaFuncSetAttribute(qgemm3_kernel<QT, QBM, SPLIT, MINB>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return e;
-    const int64_t nt = a->mode == CK_GEMM_GATEUP ? (a->N + 63) / 64 : (a->N + QBN - 1) / QBN;
+    const int64_t nt = gemm_col_tiles(a->mode, a->N, QBN);
     const int64_t mt = a->mode == CK_GEMM_DENSE ? (a->M + QBM - 1) / QBM : a->max_tiles;
     const int64_t blocks = mt * nt;
     if (blocks <= 0) return cudaSuccess;

@@ -188,7 +188,7 @@ __global__ void __launch_bounds__(BM * 2, 1) wgmma_gemm_kernel(const typename wg
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
     const int g = lane >> 2, t = lane & 3;
-    const int64_t n_tiles_n = a.mode == CK_GEMM_GATEUP ? (a.N + HALF - 1) / HALF : (a.N + BN - 1) / BN;
+    const int64_t n_tiles_n = gemm_col_tiles(a.mode, a.N, BN);
     const int64_t mt = blockIdx.x / n_tiles_n, nt = blockIdx.x % n_tiles_n;
     if (mt >= *a.n_tiles) return;
     const int e = a.tile_expert[mt];
@@ -577,17 +577,11 @@ __global__ void __launch_bounds__(BM * 2, 1) wgmma_gemm_kernel(const typename wg
 
 template <int QT, int BM, int SPLIT> cudaError_t launch_wgmma(const typename wg_args<QT>::type *a, cudaStream_t st) {
     constexpr int smem = wg_smem_bytes<QT, BM, SPLIT>();
-    static unsigned done = 0; /* devices whose limit is raised (same value from any thread: a benign race) */
-    int dev = 0;
-    cudaError_t e = cudaGetDevice(&dev);
+    static unsigned done = 0; /* devices whose limit is raised */
+    cudaError_t e = allow_smem(wgmma_gemm_kernel<QT, BM, SPLIT>, smem, &done);
     if (e != cudaSuccess) return e;
-    if (dev >= 32 || !((done >> dev) & 1u)) {
-        e = cudaFuncSetAttribute(wgmma_gemm_kernel<QT, BM, SPLIT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-        if (e != cudaSuccess) return e;
-        if (dev < 32) done |= 1u << dev;
-    }
     constexpr int BN = wg_bn<QT, BM>();
-    const int64_t nt = a->mode == CK_GEMM_GATEUP ? (a->N + BN / 2 - 1) / (BN / 2) : (a->N + BN - 1) / BN;
+    const int64_t nt = gemm_col_tiles(a->mode, a->N, BN);
     const int64_t blocks = a->max_tiles * nt;
     if (blocks <= 0) return cudaSuccess;
     if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
