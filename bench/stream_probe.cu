@@ -372,31 +372,31 @@ template <class F> static void timeit(const char *name, F launch) {
     printf("%-34s %8.1f us  %7.0f GB/s\n", name, best * 1e3, bytes / (best * 1e-3) / 1e9);
 }
 
-template <int BK, int STAGES, int LAYOUT> static void run_cp(const uint16_t *W, float *sink, const char *name) {
-    const int smem = STAGES * TN * BK * 2;
-    CK(cudaFuncSetAttribute(probe_cpasync<BK, STAGES, LAYOUT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    timeit(name, [&] { probe_cpasync<BK, STAGES, LAYOUT><<<E * N / TN, 256, smem>>>(W, sink); });
+/* One probe kernel over the grid of (expert, 128-row tile) blocks with `smem` bytes of dynamic
+ * shared memory, timed under `name`. */
+template <class... P, class... Args>
+static void run(const char *name, void (*kernel)(P...), int threads, int smem, Args... args) {
+    CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    timeit(name, [&] { kernel<<<E * N / TN, threads, smem>>>(args...); });
     CK(cudaGetLastError());
+}
+template <int BK, int STAGES, int LAYOUT> static void run_cp(const uint16_t *W, float *sink, const char *name) {
+    run(name, probe_cpasync<BK, STAGES, LAYOUT>, 256, STAGES * TN * BK * 2, W, sink);
 }
 template <int BK, int STAGES> static void run_bulk(const uint16_t *W, float *sink, const char *name) {
-    const int smem = STAGES * TN * BK * 2;
-    CK(cudaFuncSetAttribute(probe_bulk<BK, STAGES>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    timeit(name, [&] { probe_bulk<BK, STAGES><<<E * N / TN, 128, smem>>>(W, sink); });
-    CK(cudaGetLastError());
+    run(name, probe_bulk<BK, STAGES>, 128, STAGES * TN * BK * 2, W, sink);
 }
-
-
-template <int STAGES, int LA = 1, int MM = 1> static void run_now(const uint16_t *W, const uint16_t *A, float *sink, const char *name) {
-    const int smem = STAGES * STAGE_EL * 2;
-    CK(cudaFuncSetAttribute(probe_gemm_now<STAGES, LA, MM>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    timeit(name, [&] { probe_gemm_now<STAGES, LA, MM><<<E * N / TN, 256, smem>>>(W, A, sink); });
-    CK(cudaGetLastError());
+template <int STAGES, int LA = 1, int MM = 1>
+static void run_now(const uint16_t *W, const uint16_t *A, float *sink, const char *name) {
+    run(name, probe_gemm_now<STAGES, LA, MM>, 256, STAGES * STAGE_EL * 2, W, A, sink);
 }
 template <int STAGES> static void run_ws(const uint16_t *W, const uint16_t *A, float *sink, const char *name) {
-    const int smem = STAGES * STAGE_EL * 2;
-    CK(cudaFuncSetAttribute(probe_gemm_ws<STAGES>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    timeit(name, [&] { probe_gemm_ws<STAGES><<<E * N / TN, 288, smem>>>(W, A, sink); });
-    CK(cudaGetLastError());
+    run(name, probe_gemm_ws<STAGES>, 288, STAGES * STAGE_EL * 2, W, A, sink);
+}
+template <int STAGES, int GMAP = 0, int AM = 0>
+static void run_tma(const CUtensorMap &m, const uint16_t *A, float *sink, const char *name,
+                    const CUtensorMap *g = nullptr) {
+    run(name, probe_gemm_tma<STAGES, GMAP, AM>, 288, STAGES * WS_STAGE_BYTES + 1024, m, A, sink, g);
 }
 
 static CUtensorMap make_map(const uint16_t *W, cuuint64_t rows = (cuuint64_t)E * N, cuuint32_t brows = TN) {
@@ -413,14 +413,6 @@ static CUtensorMap make_map(const uint16_t *W, cuuint64_t rows = (cuuint64_t)E *
     if (r != CUDA_SUCCESS) { fprintf(stderr, "encode %d\n", (int)r); exit(1); }
     return m;
 }
-template <int STAGES, int GMAP = 0, int AM = 0> static void run_tma(const CUtensorMap &m, const uint16_t *A, float *sink, const char *name,
-                                           const CUtensorMap *g = nullptr) {
-    const int smem = STAGES * WS_STAGE_BYTES + 1024;
-    CK(cudaFuncSetAttribute(probe_gemm_tma<STAGES, GMAP, AM>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    timeit(name, [&] { probe_gemm_tma<STAGES, GMAP, AM><<<E * N / TN, 288, smem>>>(m, A, sink, g); });
-    CK(cudaGetLastError());
-}
-
 int main(void) {
     uint16_t *W;
     float *sink;
