@@ -1046,5 +1046,8 @@ int main(void) {
         cmocka_unit_test(test_router),      cmocka_unit_test(test_moe),   cmocka_unit_test(test_moe_tma), cmocka_unit_test(test_moe_tma_wide),
         cmocka_unit_test(test_attention_bench),
     };
+    /* CLEF_TEST_FILTER=test_moe_tma* runs only the matching tests (e.g. under compute-sanitizer) */
+    const char *filter = getenv("CLEF_TEST_FILTER");
+    if (filter && *filter) cmocka_set_test_filter(filter);
     return cmocka_run_group_tests(tests, setup, teardown);
 }
