@@ -963,78 +963,93 @@ static void test_moe_tma(void **state) {
     free(x), free(logits), free(idx), free(rw), free(ref);
 }
 
+/* CLEF_CUDA_TMA=0 (mma.sync) vs the TMA expert kernel on E experts of H / NI with top-k routing, for
+ * each token count in Ts: the mma.sync sums once, then the TMA kernel's `reps` times on the same
+ * device inputs, fast (pr 0) and precise (pr 1): every run must be bitwise equal to them (a stale or
+ * overwritten stage shows as a difference that comes and goes). */
+static void tma_repeats(fx *f, int64_t E, int64_t k, int64_t H, int64_t NI, const int64_t *Ts, int nT, int reps) {
+    clef_err err;
+    int64_t TMAX = 0;
+    for (int i = 0; i < nT; i++) TMAX = Ts[i] > TMAX ? Ts[i] : TMAX;
+    uint16_t **wh[3];
+    clef_weight *wg[3];
+    for (int j = 0; j < 3; j++) {
+        wh[j] = malloc((size_t)E * sizeof *wh[j]);
+        wg[j] = malloc((size_t)E * sizeof *wg[j]);
+        assert_non_null(wh[j]), assert_non_null(wg[j]);
+        for (int64_t e = 0; e < E; e++) {
+            const int64_t r = j == 2 ? H : NI, cc = j == 2 ? NI : H;
+            wh[j][e] = rand_bf16((size_t)(r * cc), 1.0f / sqrtf((float)cc));
+        }
+    }
+    float *x = rand_vec((size_t)(TMAX * H), 1.0f), *logits = rand_vec((size_t)(TMAX * E), 2.0f);
+    int32_t *idx = malloc((size_t)(TMAX * k) * 4);
+    float *rw = malloc((size_t)(TMAX * k) * 4);
+    tu_ok(f->cpu->ops->router_topk(f->cpu, logits, TMAX, E, k, 1, idx, rw, &err), &err);
+    for (int pr = 0; pr < 2; pr++) {
+        clef_backend *gb[2];
+        const int has_tma = tma_backend_pair(pr, gb);
+        for (int ti = 0; ti < nT; ti++) {
+            const int64_t T = Ts[ti];
+            float *ref = NULL;
+            int bad = 0;
+            for (int b = 0; b < 2; b++) {
+                clef_backend *g = gb[b];
+                for (int j = 0; j < 3; j++)
+                    for (int64_t e = 0; e < E; e++)
+                        tu_ok(g->ops->weight_init(g, &wg[j][e], CLEF_DT_BF16, j == 2 ? H : NI, j == 2 ? NI : H,
+                                                  wh[j][e], &err),
+                              &err);
+                const clef_moe_weights mg = {.n_experts = E, .hidden = H, .inter = NI, .gate = wg[0], .up = wg[1],
+                                             .down = wg[2]};
+                float *dx = tu_dput(g, x, (size_t)(T * H) * 4), *dw = tu_dput(g, rw, (size_t)(T * k) * 4);
+                int32_t *di = tu_dput(g, idx, (size_t)(T * k) * 4);
+                float *dy = tu_dnan(g, (size_t)(T * H));
+                for (int rep = 0; rep < (b ? reps : 1); rep++) {
+                    tu_ok(g->ops->moe(g, dx, T, di, dw, k, &mg, dy, &err), &err);
+                    float *y = tu_dget(g, dy, (size_t)(T * H));
+                    if (!b) ref = y;
+                    else {
+                        bad += memcmp(y, ref, (size_t)(T * H) * 4) != 0;
+                        free(y);
+                    }
+                }
+                g->ops->free(g, dx), g->ops->free(g, dw), g->ops->free(g, di), g->ops->free(g, dy);
+                for (int j = 0; j < 3; j++)
+                    for (int64_t e = 0; e < E; e++) g->ops->weight_release(g, &wg[j][e]);
+            }
+            printf("  moe %3lld experts %lld/%lld top-%lld T=%-4lld %-8s %s vs CLEF_CUDA_TMA=0, %d runs: %d differ\n",
+                   (long long)E, (long long)H, (long long)NI, (long long)k, (long long)T, pr ? "precise" : "fast",
+                   has_tma ? "TMA kernel" : "(no TMA kernel on this build/device)", reps, bad);
+            if (bad)
+                fail_msg("moe %lld experts %lld/%lld T=%lld: %d of %d TMA kernel runs differ from the mma.sync sums",
+                         (long long)E, (long long)H, (long long)NI, (long long)T, bad, reps);
+            free(ref);
+        }
+        gb[0]->ops->destroy(gb[0]), gb[1]->ops->destroy(gb[1]);
+    }
+    for (int j = 0; j < 3; j++) {
+        for (int64_t e = 0; e < E; e++) free(wh[j][e]);
+        free(wh[j]), free(wg[j]);
+    }
+    free(x), free(logits), free(idx), free(rw);
+}
+
 /* The TMA expert kernel at the model's widths, where every pipeline stage is refilled many times
- * (test_moe_tma's shapes refill at most once): hidden 2048 / inter 768 (gate/up 32 K stages, down
- * 12 stages over 16 column tiles) and hidden 1920 / inter 704 (30 and 11 stages: not multiples of
- * the 3 to 5 stages in flight; 15 down column tiles), 32- and 64-row tiles, fast and precise.  The
- * mma.sync kernel's sums (CLEF_CUDA_TMA=0) once, then the TMA kernel's ten times on the same
- * device inputs: every run bitwise equal to them (a stale stage read would show as a difference
- * that comes and goes). */
+ * (test_moe_tma's shapes refill at most once): 8 experts of hidden 2048 / inter 768 (gate/up 32 K
+ * stages, down 12 stages over 16 column tiles) and of hidden 1920 / inter 704 (30 and 11 stages: not
+ * multiples of the 3 to 5 stages in flight; 15 down column tiles), 60 and 300 tokens (32- and
+ * 64-row tiles), ten TMA runs each; then one full layer (128 experts, top-8) at 1,000 tokens: 8,000
+ * expert rows in ~2,000 blocks per product, full 64-row tiles — the load at which the H200 showed a
+ * missing proxy fence (a warp reading a weight stage the next tensor copy was overwriting) in a few
+ * values of every run. */
 static void test_moe_tma_wide(void **state) {
     TU_NEED_GPU(state);
     fx *f = *state;
-    clef_err err;
-    const int64_t E = 8, k = 2, TMAX = 300, shapes[2][2] = {{2048, 768}, {1920, 704}};
-    const int REPS = 10;
-    for (int si = 0; si < 2; si++) {
-        const int64_t H = shapes[si][0], NI = shapes[si][1];
-        uint16_t *wh[3][16];
-        for (int j = 0; j < 3; j++)
-            for (int e = 0; e < E; e++) {
-                const int64_t r = j == 2 ? H : NI, cc = j == 2 ? NI : H;
-                wh[j][e] = rand_bf16((size_t)(r * cc), 1.0f / sqrtf((float)cc));
-            }
-        float *x = rand_vec((size_t)(TMAX * H), 1.0f), *logits = rand_vec((size_t)(TMAX * E), 2.0f);
-        int32_t *idx = malloc((size_t)(TMAX * k) * 4);
-        float *rw = malloc((size_t)(TMAX * k) * 4);
-        tu_ok(f->cpu->ops->router_topk(f->cpu, logits, TMAX, E, k, 1, idx, rw, &err), &err);
-        for (int pr = 0; pr < 2; pr++) {
-            clef_backend *gb[2];
-            const int has_tma = tma_backend_pair(pr, gb);
-            const int64_t Ts[2] = {60, TMAX}; /* 120 expert rows (32-row tiles when precise), 600 (64-row) */
-            for (int ti = 0; ti < 2; ti++) {
-                const int64_t T = Ts[ti];
-                float *ref = NULL;
-                int bad = 0;
-                for (int b = 0; b < 2; b++) {
-                    clef_backend *g = gb[b];
-                    clef_weight wg[3][16];
-                    for (int j = 0; j < 3; j++)
-                        for (int64_t e = 0; e < E; e++)
-                            tu_ok(g->ops->weight_init(g, &wg[j][e], CLEF_DT_BF16, j == 2 ? H : NI, j == 2 ? NI : H,
-                                                      wh[j][e], &err),
-                                  &err);
-                    const clef_moe_weights mg = {.n_experts = E, .hidden = H, .inter = NI, .gate = wg[0], .up = wg[1],
-                                                 .down = wg[2]};
-                    float *dx = tu_dput(g, x, (size_t)(T * H) * 4), *dw = tu_dput(g, rw, (size_t)(T * k) * 4);
-                    int32_t *di = tu_dput(g, idx, (size_t)(T * k) * 4);
-                    float *dy = tu_dnan(g, (size_t)(T * H));
-                    for (int rep = 0; rep < (b ? REPS : 1); rep++) {
-                        tu_ok(g->ops->moe(g, dx, T, di, dw, k, &mg, dy, &err), &err);
-                        float *y = tu_dget(g, dy, (size_t)(T * H));
-                        if (!b) ref = y;
-                        else {
-                            bad += memcmp(y, ref, (size_t)(T * H) * 4) != 0;
-                            free(y);
-                        }
-                    }
-                    g->ops->free(g, dx), g->ops->free(g, dw), g->ops->free(g, di), g->ops->free(g, dy);
-                    release_experts(g, wg, E);
-                }
-                printf("  moe 8 experts %lld/%lld T=%-4lld %-8s %s vs CLEF_CUDA_TMA=0, %d runs: %d differ\n",
-                       (long long)H, (long long)NI, (long long)T, pr ? "precise" : "fast",
-                       has_tma ? "TMA kernel" : "(no TMA kernel on this build/device)", REPS, bad);
-                if (bad)
-                    fail_msg("moe %lld/%lld T=%lld: %d of %d TMA kernel runs differ from the mma.sync sums", (long long)H,
-                             (long long)NI, (long long)T, bad, REPS);
-                free(ref);
-            }
-            gb[0]->ops->destroy(gb[0]), gb[1]->ops->destroy(gb[1]);
-        }
-        for (int j = 0; j < 3; j++)
-            for (int e = 0; e < E; e++) free(wh[j][e]);
-        free(x), free(logits), free(idx), free(rw);
-    }
+    const int64_t Ts[2] = {60, 300}, Tfull[1] = {1000};
+    tma_repeats(f, 8, 2, 2048, 768, Ts, 2, 10);
+    tma_repeats(f, 8, 2, 1920, 704, Ts, 2, 10);
+    tma_repeats(f, 128, 8, 2048, 768, Tfull, 1, 5);
 }
 
 int main(void) {

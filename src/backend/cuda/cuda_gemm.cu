@@ -306,6 +306,13 @@ __global__ void __launch_bounds__(TMA_THREADS, 2) gemm_tma_kernel(const ck_gemm_
             if (kt >= STAGES) mbar_wait(&empty[s], (uint32_t)((kt / STAGES - 1) & 1));
             unsigned char *st = sm + s * SB;
             if (lane == 0) {
+                /* the MMA warps read the stage's last weights with ldmatrix (generic proxy) and the
+                 * copy engine overwrites them (async proxy): the empty barrier orders the two only
+                 * with a proxy fence between them, here in the issuing thread.  Without it a warp
+                 * could read a weight tile that the next copy was already overwriting
+                 * (bench/expert_gemm: a few columns of one warp's 32 rows in one tile of ~2,000 per
+                 * down product at 64-row tiles, found on the H200 at 1,000 tokens; 300-token cost <= 1%) */
+                fence_proxy_async();
                 mbar_arrive_expect_tx(&full[s], TMA_W_BYTES);
                 if (a.mode == CK_GEMM_GATEUP) {
                     tma_load_2d(st, m0, kt * BK, y0, &full[s]);
