@@ -628,6 +628,10 @@ static void test_attention(void **state) {
     attention_case(f, "attn causal GQA D=128 long", 5, lo, lo, 8, 2, 128, 1, 0);
     attention_case(f, "attn full GQA D=128", 5, lo, lo, 4, 2, 128, 0, 0);
     attention_case(f, "attn cross D=128", 3, qo, ko, 4, 2, 128, 0, 0);
+    /* precise: segments up to 512 queries on the 64-row kernel, longer ones on the 128-row one, both
+     * kinds in one call (two launches): each segment alone still bitwise equal to packed */
+    const int64_t mo[6] = {0, 300, 1000, 1001, 1514, 2026}; /* 300, 700, 1, 513, 512 */
+    attention_case(f, "attn causal GQA D=128 short + long", 5, mo, mo, 8, 2, 128, 1, 0);
 }
 
 /* ---- attention timing (CLEF_ATTN_BENCH=1) ------------------------------- */

@@ -135,7 +135,8 @@ typedef struct cuda_ctx {
      * sm_90a and the device is compute capability 9.0, else 0. */
     int wgmma;
     int wgmma_rows, qwgmma_rows; /* CLEF_CUDA_WGMMA_ROWS / CLEF_CUDA_QWGMMA_ROWS: see wgmma_pass */
-    /* tensor-core attention kernel (CLEF_CUDA_ATTN): 0 = per mode (default: v2 fast, v2w precise),
+    /* tensor-core attention kernel (CLEF_CUDA_ATTN): 0 = per mode (default: v2 fast; precise: v2 for
+     * segments of at most ATTN_SHORT queries, v2w for longer ones),
      * 1 = v1, 2 = v2 (64-row tiles when precise), 3 = v2w (128-row tiles in the precise mode too; see
      * ck_attn_tc_rows) */
     int attn_variant;
@@ -1323,6 +1324,35 @@ static int cu_qk_norm_rope(clef_backend *be, float *q, int64_t q_stride, float *
 
 /* Attention: offsets (and, on the tensor-core path, the 64- or 128-row query tiles,
  * heaviest first) staged in one copy; Q, K, V converted to bf16 rows. */
+/* Segments of at most ATTN_SHORT queries run the 64-row attention kernel (v2) in the precise mode
+ * by default, longer ones the 128-row one (v2w): for a 300-token record 32 heads x 3 tiles of 128
+ * rows leave most of the H200 idle (precise 1 x 300: 26.8 -> 26.0 ms with v2 everywhere, 1 x 1,000:
+ * 56.7 -> 57.1).  A segment's variant depends on its own length only, so its result does not depend
+ * on the batch around it. */
+enum { ATTN_SHORT = 512 };
+
+/* The attention variant of segment s (ck_attn_tc_rows): `fixed` when set, else v2 in the fast mode and for
+ * the precise mode's short segments, v2w for its long ones. */
+static int attn_variant_of(const clef_attn_desc *a, int64_t s, int fixed, int split) {
+    return fixed ? fixed : split == 2 && a->q_off[s + 1] - a->q_off[s] > ATTN_SHORT ? 3 : 2;
+}
+
+/* Query tiles of the segments of variant `want` (rows bm) into t (pairs segment, first row; NULL: count
+ * only), the heaviest (latest first row) first; returns how many. */
+static int64_t attn_tiles(const clef_attn_desc *a, int fixed, int split, int want, int64_t bm, int32_t *t) {
+    int64_t maxq = 0, m = 0;
+    for (int64_t s = 0; s < a->n_seg; s++)
+        if (attn_variant_of(a, s, fixed, split) == want && a->q_off[s + 1] - a->q_off[s] > maxq)
+            maxq = a->q_off[s + 1] - a->q_off[s];
+    for (int64_t i0 = ((maxq + bm - 1) / bm - 1) * bm; i0 >= 0; i0 -= bm)
+        for (int64_t s = 0; s < a->n_seg; s++)
+            if (attn_variant_of(a, s, fixed, split) == want && a->q_off[s + 1] - a->q_off[s] > i0) {
+                if (t) t[2 * m] = (int32_t)s, t[2 * m + 1] = (int32_t)i0;
+                m++;
+            }
+    return m;
+}
+
 static int cu_attention(clef_backend *be, const float *q, const float *k, const float *v, float *out,
                         const clef_attn_desc *a, clef_err *err) {
     cuda_ctx *c = cu_of(be);
@@ -1331,42 +1361,36 @@ static int cu_attention(clef_backend *be, const float *q, const float *k, const 
         return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CUDA attention: %lld query / %lld kv heads of %lld",
                          (long long)nh, (long long)nkv, (long long)D);
     const int tc = D == 64 || D == 72 || D == 128, split = c->precise_parts & PRECISE_ATTN ? 2 : 1;
-    /* default: v2 in the fast mode, v2w (128-row tiles) in the precise one: the fastest of each on the
-     * H200 (CLEF_ATTN_BENCH: 8 x 4096 fast v2 214 vs v1 176 TFLOP/s; precise v2w 112, v1 108, v2 95) */
-    const int variant = !(a->scale > 0.0f) ? 1 : c->attn_variant ? c->attn_variant : split == 2 ? 3 : 2, ksplit = split == 2 && (c->tune & 2) ? 3 : split;
-    const int64_t bm = ck_attn_tc_rows(ksplit, variant); /* query rows per tile */
-    int64_t n_tiles = 0;
+    /* default: v2 in the fast mode, v2w (128-row tiles) in the precise one for long segments: the fastest of
+     * each on the H200 (CLEF_ATTN_BENCH: 8 x 4096 fast v2 214 vs v1 176 TFLOP/s; precise v2w 112, v1 108,
+     * v2 95), v2 for the precise mode's short segments (ATTN_SHORT) */
+    const int ksplit = split == 2 && (c->tune & 2) ? 3 : split;
+    const int fixed = !(a->scale > 0.0f) ? 1 : c->attn_variant;
     for (int64_t s = 0; s < ns; s++) {
         int64_t ql = a->q_off[s + 1] - a->q_off[s], kl = a->kv_off[s + 1] - a->kv_off[s];
         if (ql < 0 || kl < 0 || (ql > 0 && kl == 0) || (a->causal && ql != kl) || kl > INT32_MAX)
             return clef_fail(err, 500, CLEF_E_INTERNAL, NULL,
                              "CUDA attention: segment %lld has %lld queries and %lld keys", (long long)s,
                              (long long)ql, (long long)kl);
-        n_tiles += (ql + bm - 1) / bm;
     }
     const int64_t nq = ns ? a->q_off[ns] : 0, nk = ns ? a->kv_off[ns] : 0;
     if (nq == 0) return 0;
+    /* the segments' variants: at most two kinds per call (v2, v2w), one launch each */
+    const int kinds[2] = {fixed ? fixed : 2, 3}, n_kinds = fixed || split != 2 ? 1 : 2;
+    int64_t nt[2] = {0, 0};
+    for (int i = 0; tc && i < n_kinds; i++)
+        nt[i] = attn_tiles(a, fixed, split, kinds[i], ck_attn_tc_rows(ksplit, kinds[i]), NULL);
     op_begin(c, !tc ? "attention (f32)" : split == 2 ? "attention (tensor cores, split)" : "attention (tensor cores)",
              0);
     const size_t off_bytes = (size_t)(ns + 1) * sizeof(int64_t);
-    const size_t meta = 2 * off_bytes + (tc ? (size_t)n_tiles * 2 * sizeof(int32_t) : 0);
+    const size_t meta = 2 * off_bytes + (size_t)(nt[0] + nt[1]) * 2 * sizeof(int32_t);
     char *h = cu_host(c, meta, err);
     if (!h) return op_end(c, -1);
     memcpy(h, a->q_off, off_bytes);
     memcpy(h + off_bytes, a->kv_off, off_bytes);
-    if (tc) { /* tiles by descending first row: the longest causal tiles start first */
-        int32_t *t = (int32_t *)(h + 2 * off_bytes);
-        int64_t maxq = 0, m = 0;
-        for (int64_t s = 0; s < ns; s++)
-            if (a->q_off[s + 1] - a->q_off[s] > maxq) maxq = a->q_off[s + 1] - a->q_off[s];
-        for (int64_t i0 = ((maxq + bm - 1) / bm - 1) * bm; i0 >= 0; i0 -= bm)
-            for (int64_t s = 0; s < ns; s++)
-                if (a->q_off[s + 1] - a->q_off[s] > i0) {
-                    t[2 * m] = (int32_t)s;
-                    t[2 * m + 1] = (int32_t)i0;
-                    m++;
-                }
-    }
+    int32_t *ht = (int32_t *)(h + 2 * off_bytes);
+    for (int i = 0; tc && i < n_kinds; i++)
+        attn_tiles(a, fixed, split, kinds[i], ck_attn_tc_rows(ksplit, kinds[i]), ht + (i ? 2 * nt[0] : 0));
     char *d = stage_meta(c, meta, err);
     if (!d) return op_end(c, -1);
     const int64_t *dq = (const int64_t *)d, *dk = (const int64_t *)(d + off_bytes);
@@ -1380,10 +1404,12 @@ static int cu_attention(clef_backend *be, const float *q, const float *k, const 
                                             {k, nk, nkv * D, a->k_stride, k16},
                                             {v, nk, nkv * D, a->v_stride, v16}}};
         rc = cu_check(ck_rows_to_bf16_multi(&cj, 3, split, c->st), "attention q, k, v to bf16", err);
-        if (rc == 0)
-            rc = cu_check(ck_attn_tc(q16, k16, v16, out, a->o_stride, (const int32_t *)(d + 2 * off_bytes), n_tiles, dq,
-                                     dk, (int)nh, (int)nkv, (int)D, a->scale, a->causal, ksplit, variant, c->st),
-                          "attention", err);
+        const int32_t *dt = (const int32_t *)(d + 2 * off_bytes);
+        for (int i = 0; rc == 0 && i < n_kinds; i++)
+            if (nt[i] > 0)
+                rc = cu_check(ck_attn_tc(q16, k16, v16, out, a->o_stride, dt + (i ? 2 * nt[0] : 0), nt[i], dq, dk,
+                                         (int)nh, (int)nkv, (int)D, a->scale, a->causal, ksplit, kinds[i], c->st),
+                              "attention", err);
     } else {
         rc = cu_check(ck_attn_f32(q, k, v, out, a->q_stride, a->k_stride, a->v_stride, a->o_stride, dq, dk, ns, nq,
                                   (int)nh, (int)nkv, (int)D, a->scale, a->causal, c->st),

@@ -23,7 +23,7 @@ typedef struct clef_cuda_env {
     int int4;        /* CLEF_CUDA_QGEMM_INT4: 3 = v3 (default), 2 = v2, 4 = v3-2blk */
     int nvfp4;       /* CLEF_CUDA_QGEMM_NVFP4: 3 = v3 (default), 2 = v2 */
     int lt_splitk;   /* CLEF_CUDA_LT_SPLITK: 0, 1 (default) or 2 */
-    int attn;        /* CLEF_CUDA_ATTN: 0 = per mode (default), 1 = v1, 2 = v2, 3 = v2w */
+    int attn;        /* CLEF_CUDA_ATTN: 0 = per mode and segment length (default), 1 = v1, 2 = v2, 3 = v2w */
     int wgmma_rows;  /* CLEF_CUDA_WGMMA_ROWS: expert rows per pass from which CLEF_CUDA_WGMMA=2 uses wgmma (BF16); default 8192 */
     int qwgmma_rows; /* CLEF_CUDA_QWGMMA_ROWS: the same for packed experts; default 8192 */
     int graphs;      /* CLEF_CUDA_GRAPHS: 0 = off, 1 (default) = repeated thinker forwards replayed as CUDA graphs */

@@ -365,18 +365,20 @@ __global__ void __launch_bounds__(TMA_THREADS, 2) gemm_tma_kernel(const ck_gemm_
 /* ---- narrow products (N <= 256 columns: the router) --------------------- */
 
 /* y[r, n] = sum_k A[r, k] W[n, k] (+ bias[n]) for a narrow weight (N % 16 == 0, N <= 256,
- * K % 32 == 0): cuBLASLt and gemm_kernel give such a product few blocks and a long K loop (the
- * 300-token router: ~18 us), this kernel ~2 us of L2 reads per block.
- *  - a block of NARROW_WARPS warps owns 16 * NARROW_WARPS columns (grid.y) and MT row tiles of 16 MMA
- *    rows (grid.x); warp w owns columns 16 w .. 16 w + 15 (two n8 MMA tiles);
+ * K % 128 == 0): cuBLASLt and gemm_kernel give such a product few blocks and a long K loop (the
+ * 300-token router: ~18 us).
+ *  - a block owns 16 columns (grid.y) and MT row tiles of 16 MMA rows (grid.x); its NARROW_WARPS
+ *    warps split K into equal parts, each one MMA accumulation chain per output, and the parts are
+ *    added in warp order (__fadd_rn) at the end: short dependent chains, many blocks;
  *  - SPLIT = 2: an MMA row tile holds 8 rows, their hi halves in MMA rows 0-7 and their lo halves in
- *    rows 8-15; the row's result is then (hi . W) + (lo . W) in f32 (__fadd_rn); SPLIT = 1: 16 rows;
+ *    rows 8-15; the row's result is then (hi . W) + (lo . W) in f32; SPLIT = 1: 16 rows;
  *  - K walks in 32-wide chunks from global memory (L1/L2), one 16-byte load per lane per row / weight
  *    row: lane (g, tig) holds k = 8 tig .. 8 tig + 7 of the chunk, the first four as MMA k slots
  *    (2 tig, 2 tig + 1, 2 tig + 8, 2 tig + 9) of the chunk's first MMA and the last four of its
  *    second, for A and W alike (a fixed permutation of k within the chunk: the same products);
- *  - every output is one MMA accumulation chain over the chunks in ascending order, whatever MT, the
- *    grid or the rows around it: bitwise independent of the batch. */
+ *    rows past M read row 0 (MMA rows are independent; their outputs are not written);
+ *  - every output is the same sequence of MMAs and additions whatever MT, the grid or the rows
+ *    around it: bitwise independent of the batch. */
 constexpr int NARROW_WARPS = 4;
 
 __device__ __forceinline__ uint4 ld16(const bf16 *p) { return __ldg(reinterpret_cast<const uint4 *>(p)); }
@@ -387,41 +389,30 @@ __global__ void __launch_bounds__(NARROW_WARPS * 32) gemm_narrow_kernel(const bf
                                                                        int64_t N, const float *__restrict__ bias,
                                                                        float *__restrict__ y) {
     constexpr int RT = SPLIT == 2 ? 8 : 16; /* rows per MMA row tile */
+    __shared__ float part[NARROW_WARPS - 1][MT][2][4][32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tig = lane & 3;
-    const int64_t n0 = ((int64_t)blockIdx.y * NARROW_WARPS + warp) * 16;
-    if (n0 >= N) return;
-    const int64_t lda = K * SPLIT;
-    /* this lane's A rows (MMA rows g and g + 8 of each row tile) and weight rows (columns n0 + g, n0 + 8 + g) */
+    const int64_t n0 = (int64_t)blockIdx.y * 16, lda = K * SPLIT, kp = K / NARROW_WARPS, kb = warp * kp;
     const bf16 *pa[MT][2];
-    bool va[MT][2];
 #pragma unroll
     for (int m = 0; m < MT; m++) {
         const int64_t base = ((int64_t)blockIdx.x * MT + m) * RT;
-        if (SPLIT == 2) {
-            const int64_t r = base + g;
-            va[m][0] = va[m][1] = r < M;
-            pa[m][0] = A + (r < M ? r : 0) * lda + tig * 8;
-            pa[m][1] = pa[m][0] + K;
-        } else {
-            const int64_t r0 = base + g, r1 = base + g + 8;
-            va[m][0] = r0 < M, va[m][1] = r1 < M;
-            pa[m][0] = A + (r0 < M ? r0 : 0) * lda + tig * 8;
-            pa[m][1] = A + (r1 < M ? r1 : 0) * lda + tig * 8;
-        }
+        int64_t r0 = base + g, r1 = SPLIT == 2 ? base + g : base + g + 8;
+        r0 = r0 < M ? r0 : 0, r1 = r1 < M ? r1 : 0;
+        pa[m][0] = A + r0 * lda + kb + tig * 8;
+        pa[m][1] = A + r1 * lda + (SPLIT == 2 ? K : 0) + kb + tig * 8;
     }
-    const bf16 *pw0 = W + (n0 + g) * K + tig * 8, *pw1 = W + (n0 + 8 + g) * K + tig * 8;
+    const bf16 *pw0 = W + (n0 + g) * K + kb + tig * 8, *pw1 = W + (n0 + 8 + g) * K + kb + tig * 8;
     float acc[MT][2][4];
 #pragma unroll
     for (int m = 0; m < MT; m++)
 #pragma unroll
         for (int j = 0; j < 2; j++) acc[m][j][0] = acc[m][j][1] = acc[m][j][2] = acc[m][j][3] = 0.0f;
 #pragma unroll 4
-    for (int64_t k0 = 0; k0 < K; k0 += 32) {
+    for (int64_t k0 = 0; k0 < kp; k0 += 32) {
         const uint4 w0 = ld16(pw0 + k0), w1 = ld16(pw1 + k0);
 #pragma unroll
         for (int m = 0; m < MT; m++) {
-            const uint4 z = make_uint4(0u, 0u, 0u, 0u);
-            const uint4 a0 = va[m][0] ? ld16(pa[m][0] + k0) : z, a1 = va[m][1] ? ld16(pa[m][1] + k0) : z;
+            const uint4 a0 = ld16(pa[m][0] + k0), a1 = ld16(pa[m][1] + k0);
             const uint32_t f0[4] = {a0.x, a1.x, a0.y, a1.y}, f1[4] = {a0.z, a1.z, a0.w, a1.w};
             mma16816(acc[m][0], f0, w0.x, w0.y);
             mma16816(acc[m][1], f0, w1.x, w1.y);
@@ -429,8 +420,24 @@ __global__ void __launch_bounds__(NARROW_WARPS * 32) gemm_narrow_kernel(const bf
             mma16816(acc[m][1], f1, w1.z, w1.w);
         }
     }
+    if (warp > 0) {
+#pragma unroll
+        for (int m = 0; m < MT; m++)
+#pragma unroll
+            for (int j = 0; j < 2; j++)
+#pragma unroll
+                for (int q = 0; q < 4; q++) part[warp - 1][m][j][q][lane] = acc[m][j][q];
+    }
+    __syncthreads();
+    if (warp > 0) return;
 #pragma unroll
     for (int m = 0; m < MT; m++) {
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+#pragma unroll
+            for (int q = 0; q < 4; q++)
+#pragma unroll
+                for (int w = 0; w < NARROW_WARPS - 1; w++) acc[m][j][q] = __fadd_rn(acc[m][j][q], part[w][m][j][q][lane]);
         const int64_t base = ((int64_t)blockIdx.x * MT + m) * RT;
 #pragma unroll
         for (int j = 0; j < 2; j++)
@@ -459,7 +466,7 @@ template <int SPLIT, int MT>
 cudaError_t launch_narrow(const bf16 *A, int64_t M, int64_t K, const bf16 *W, int64_t N, const float *bias, float *y,
                           cudaStream_t st) {
     constexpr int RT = SPLIT == 2 ? 8 : 16;
-    const int64_t bx = (M + RT * MT - 1) / (RT * MT), by = (N + 16 * NARROW_WARPS - 1) / (16 * NARROW_WARPS);
+    const int64_t bx = (M + RT * MT - 1) / (RT * MT), by = N / 16;
     if (bx > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
     gemm_narrow_kernel<SPLIT, MT><<<dim3((unsigned)bx, (unsigned)by), NARROW_WARPS * 32, 0, st>>>(A, M, K, W, N, bias, y);
     return cudaGetLastError();
@@ -793,7 +800,9 @@ cudaError_t ck_rows_to_bf16_multi(const ck_rows_bf16_job *jobs, int n, int split
     return cudaGetLastError();
 }
 
-int ck_gemm_narrow_ok(int64_t N, int64_t K) { return N >= 16 && N <= 256 && N % 16 == 0 && K >= 32 && K % 32 == 0; }
+int ck_gemm_narrow_ok(int64_t N, int64_t K) {
+    return N >= 16 && N <= 256 && N % 16 == 0 && K >= 32 * NARROW_WARPS && K % (32 * NARROW_WARPS) == 0;
+}
 
 cudaError_t ck_gemm_narrow(const uint16_t *a16, int64_t M, int64_t K, int split, const uint16_t *W, int64_t N,
                            const float *bias, float *y, cudaStream_t st) {

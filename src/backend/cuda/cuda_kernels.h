@@ -289,7 +289,7 @@ cudaError_t ck_nvfp4_reorder(const void *src_q, const void *src_scale, int64_t K
                              void *dst_scale, cudaStream_t st);
 
 /* Whether ck_gemm_narrow takes a weight of N rows and K columns: 16 <= N <= 256, N % 16 == 0,
- * K % 32 == 0 (the router's 128 x 2048). */
+ * K % 128 == 0 (the router's 128 x 2048). */
 int ck_gemm_narrow_ok(int64_t N, int64_t K);
 
 /* y[r, n] = sum_k A[r, k] W[n, k] (+ bias[n]) for r < M, n < N, a narrow bf16 weight W [N, K]
