@@ -539,15 +539,30 @@ __device__ int block_sum(int v, int *sm) {
 }
 
 /* One block per expert: its offset and tiles from the counts, then a stable
- * compaction of its entries in entry order (= token order). */
+ * compaction of its entries in entry order (= token order).  SELF: every
+ * block first counts all entries itself (a histogram in shared memory, E
+ * ints), for small passes where the separate count kernel and the zeroing
+ * of cnt are most of the plan's time; the counts are exact either way. */
+template <bool SELF>
 __global__ void __launch_bounds__(PLACE_THREADS) moe_place_kernel(const int32_t *__restrict__ idx, int64_t TK, int k,
-                                                                  int E, int BM, const int32_t *__restrict__ cnt,
+                                                                  int E, int BM, const int32_t *__restrict__ cnt_in,
                                                                   int32_t *expert_end, int32_t *row_tok,
                                                                   int32_t *slot_pos, int32_t *tile_expert,
                                                                   int32_t *tile_row0, int32_t *n_tiles) {
     __shared__ int sm[32];
     __shared__ int warp_tot[PLACE_THREADS / 32];
+    extern __shared__ int32_t hist[]; /* SELF: [E] */
     const int e = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    if (SELF) {
+        for (int j = tid; j < E; j += blockDim.x) hist[j] = 0;
+        __syncthreads();
+        for (int64_t i = tid; i < TK; i += blockDim.x) {
+            const int x = idx[i];
+            if (x >= 0 && x < E) atomicAdd(&hist[x], 1); /* integer counts: the total is order-free */
+        }
+        __syncthreads();
+    }
+    const int32_t *cnt = SELF ? hist : cnt_in;
     int my_off = 0, my_tiles = 0, all_tiles = 0;
     for (int j = tid; j < E; j += blockDim.x) {
         const int c = cnt[j], t = (c + BM - 1) / BM;
@@ -903,6 +918,11 @@ cudaError_t ck_moe_plan(const int32_t *idx, int64_t T, int k, int E, int BM, int
                         int32_t *row_tok, int32_t *slot_pos, int32_t *tile_expert, int32_t *tile_row0,
                         int32_t *n_tiles, cudaStream_t st) {
     const int64_t TK = T * k;
+    if (TK <= 16384 && E <= 4096) { /* one launch: each block counts for itself */
+        moe_place_kernel<true><<<(unsigned)E, PLACE_THREADS, (size_t)E * sizeof(int32_t), st>>>(
+            idx, TK, k, E, BM, cnt, expert_end, row_tok, slot_pos, tile_expert, tile_row0, n_tiles);
+        return cudaGetLastError();
+    }
     cudaError_t e = cudaMemsetAsync(cnt, 0, (size_t)E * sizeof(int32_t), st);
     if (e != cudaSuccess) return e;
     if (TK > 0) {
@@ -911,7 +931,7 @@ cudaError_t ck_moe_plan(const int32_t *idx, int64_t T, int k, int E, int BM, int
         moe_count_kernel<<<(unsigned)blocks, 256, (size_t)E * sizeof(int32_t), st>>>(idx, TK, E, cnt);
         if ((e = cudaGetLastError()) != cudaSuccess) return e;
     }
-    moe_place_kernel<<<(unsigned)E, PLACE_THREADS, 0, st>>>(idx, TK, k, E, BM, cnt, expert_end, row_tok, slot_pos,
+    moe_place_kernel<false><<<(unsigned)E, PLACE_THREADS, 0, st>>>(idx, TK, k, E, BM, cnt, expert_end, row_tok, slot_pos,
                                                             tile_expert, tile_row0, n_tiles);
     return cudaGetLastError();
 }

@@ -320,7 +320,8 @@ cudaError_t ck_split_sum(const float *D, int64_t M, int64_t N, const float *bias
 
 /* Permute the T*k (token, slot) entries of idx by expert, token order kept
  * within an expert (a stable counting sort, integer atomics only):
- *   cnt[E]          scratch (zeroed here)
+ *   cnt[E]          scratch (zeroed and filled here above 16,384 entries;
+ *                   smaller passes count inside the placing kernel)
  *   expert_end[E]   one past the last permuted row of each expert
  *   row_tok[T*k]    token of each permuted row
  *   slot_pos[T*k]   permuted row of each entry (t * k + s)
