@@ -15,7 +15,7 @@ static const char *const VARS[] = {"CLEF_CUDA_PRECISE", "CLEF_CUDA_NUMERICS", "C
                                    "CLEF_CUDA_QWGMMA",  "CLEF_CUDA_QGEMM_INT4", "CLEF_CUDA_QGEMM_NVFP4",
                                    "CLEF_CUDA_LT_SPLITK", "CLEF_CUDA_ATTN",    "CLEF_CUDA_GRAPHS",
                                    "CLEF_CUDA_FP8_MMA", "CLEF_CUDA_WGMMA_ROWS", "CLEF_CUDA_QWGMMA_ROWS",
-                                   "CLEF_CUDA_TMA", "CLEF_CUDA_NARROW"};
+                                   "CLEF_CUDA_TMA"};
 
 static int clear_env(void **state) {
     (void)state;
@@ -58,7 +58,6 @@ static void test_defaults(void **state) {
     assert_int_equal(e.attn, 0);
     assert_int_equal(e.graphs, 1);
     assert_int_equal(e.tma, 1);
-    assert_int_equal(e.narrow, 1);
     assert_int_equal(e.wgmma_rows, 8192);
     assert_int_equal(e.qwgmma_rows, 8192);
     assert_int_equal(e.fp8_mma, 0);
@@ -132,8 +131,6 @@ static void test_kernel_switches(void **state) {
     assert_int_equal(e.graphs, 0);
     assert_int_equal(read_with("CLEF_CUDA_TMA", "0", &e, &err), 0);
     assert_int_equal(e.tma, 0);
-    assert_int_equal(read_with("CLEF_CUDA_NARROW", "0", &e, &err), 0);
-    assert_int_equal(e.narrow, 0);
     const char *int4[] = {"v2", "v3", "v3-2blk"};
     const int int4_want[] = {2, 3, 4};
     for (int i = 0; i < 3; i++) {
@@ -169,7 +166,6 @@ static void test_kernel_switches(void **state) {
     expect_error("CLEF_CUDA_WGMMA_ROWS", "0",
                  "CUDA settings: CLEF_CUDA_WGMMA_ROWS must be an integer from 1 to 1073741824 (got '0')");
     expect_error("CLEF_CUDA_TMA", "2", "CUDA settings: CLEF_CUDA_TMA must be an integer from 0 to 1 (got '2')");
-    expect_error("CLEF_CUDA_NARROW", "on", "CUDA settings: CLEF_CUDA_NARROW must be an integer from 0 to 1 (got 'on')");
     expect_error("CLEF_CUDA_GRAPHS", "yes", "CUDA settings: CLEF_CUDA_GRAPHS must be an integer from 0 to 1 (got 'yes')");
     expect_error("CLEF_CUDA_ATTN", "v3", "CUDA settings: CLEF_CUDA_ATTN must be v1, v2 or v2w (got 'v3')");
     expect_error("CLEF_CUDA_QGEMM_INT4", "marlin",

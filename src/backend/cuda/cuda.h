@@ -56,12 +56,6 @@
  *   warp-specialised kernel (cuda_gemm.cu gemm_tma_kernel: weights through
  *   the tensor-copy engine, a loading warp beside the MMA warps), bitwise
  *   the mma.sync kernel's sums; 0 = the mma.sync kernel.
- *   CLEF_CUDA_NARROW: 1 (default) = dense products of at most 256
- *   columns whose K is a multiple of 128 (the router's 128 x 2048) on
- *   cuda_gemm.cu's narrow kernel (16 columns per block, K split over its
- *   four warps, every row count: the choice depends on the weight shape
- *   only); 0 =
- *   cuBLASLt or CLEF_CUDA_GEMM's kernel as for the other products.
  *   CLEF_CUDA_FP8_MMA: 0 (default) = FP8-block experts as above (W8A16:
  *   weights decoded exactly to bf16); 1 = W8A8 on the FP8 tensor cores
  *   (cuda_fp8mma.cu; opt-in because it CHANGES NUMERICS): the expert input

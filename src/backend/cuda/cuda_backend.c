@@ -149,9 +149,6 @@ typedef struct cuda_ctx {
      * sums): CLEF_CUDA_TMA, default 1; cleared where the build lacks sm_90a or the device is not compute
      * capability 9.0 */
     int tma;
-    /* dense products of at most 256 columns (the router) on ck_gemm_narrow, for every row count (the
-     * choice depends on the weight's shape only): CLEF_CUDA_NARROW, default 1 */
-    int narrow;
     /* FP8-block experts as W8A8 on the FP8 tensor cores (cuda_fp8mma.cu): CLEF_CUDA_FP8_MMA, default 0;
      * cleared where the build lacks sm_90a or the device is not compute capability 9.0 */
     int fp8_mma;
@@ -1229,12 +1226,6 @@ static int cu_matmul(clef_backend *be, const float *x, int64_t T, const clef_wei
         const uint16_t *a16 = convert_rows(c, x, T, K, K, split, err);
         if (!a16) return op_end(c, -1);
         lt_plan *p = NULL;
-        if (c->narrow && ck_gemm_narrow_ok(N, K) && !((uintptr_t)w->data & 15)) {
-            /* the router: few columns, where cuBLASLt and gemm_kernel run few blocks down a long K */
-            rc = cu_check(ck_gemm_narrow(a16, T, K, split, w->data, N, bias, y, c->st), "matmul (narrow)", err);
-            cvt_clobber(c, y, (size_t)(T * N) * sizeof(float));
-            return op_end(c, rc);
-        }
         if (!c->gemm_custom && !((uintptr_t)y & 15) && !(N % 4) && !(split == 2 && bias && ((uintptr_t)bias & 15))) {
             p = lt_plan_for(c, N, K, split, w->data, err);
             if (!p) return op_end(c, -1);
@@ -1322,8 +1313,6 @@ static int cu_qk_norm_rope(clef_backend *be, float *q, int64_t q_stride, float *
                               "q/k norm + rope", err));
 }
 
-/* Attention: offsets (and, on the tensor-core path, the 64- or 128-row query tiles,
- * heaviest first) staged in one copy; Q, K, V converted to bf16 rows. */
 /* Segments of at most ATTN_SHORT queries run the 64-row attention kernel (v2) in the precise mode
  * by default, longer ones the 128-row one (v2w): for a 300-token record 32 heads x 3 tiles of 128
  * rows leave most of the H200 idle (precise 1 x 300: 26.8 -> 26.0 ms with v2 everywhere, 1 x 1,000:
@@ -1353,6 +1342,8 @@ static int64_t attn_tiles(const clef_attn_desc *a, int fixed, int split, int wan
     return m;
 }
 
+/* Attention: offsets (and, on the tensor-core path, the 64- or 128-row query tiles,
+ * heaviest first, per variant) staged in one copy; Q, K, V converted to bf16 rows. */
 static int cu_attention(clef_backend *be, const float *q, const float *k, const float *v, float *out,
                         const clef_attn_desc *a, clef_err *err) {
     cuda_ctx *c = cu_of(be);
@@ -2263,7 +2254,6 @@ clef_backend *clef_cuda_backend_create_ex(const clef_cuda_options *opt, clef_err
     c->qwgmma = env.qwgmma;
     c->fp8_mma = env.fp8_mma;
     c->tma = env.tma;
-    c->narrow = env.narrow;
     c->int4_v2 = env.int4 == 2;
     c->int4_2blk = env.int4 == 4;
     c->nvfp4_v2 = env.nvfp4 == 2;
@@ -2297,12 +2287,11 @@ void clef_cuda_describe(clef_backend *be, char *buf, size_t cap) {
     if (c->wgmma == 1) snprintf(wg, sizeof wg, ", wgmma experts");
     else if (c->wgmma == 2)
         snprintf(wg, sizeof wg, ", wgmma experts from %d rows (packed %d)", c->wgmma_rows, c->qwgmma_rows);
-    snprintf(buf, cap, "%s%s%s%s%s%s%s%s%s%s%s%s%s", c->desc, c->precise ? ", precise" : !c->precise_parts ? ", fast (bf16)" : "",
+    snprintf(buf, cap, "%s%s%s%s%s%s%s%s%s%s%s%s", c->desc, c->precise ? ", precise" : !c->precise_parts ? ", fast (bf16)" : "",
              !c->precise && (c->precise_parts & PRECISE_DENSE) ? ", precise dense" : "",
              !c->precise && (c->precise_parts & PRECISE_EXPERTS) ? ", precise experts" : "",
              !c->precise && (c->precise_parts & PRECISE_ATTN) ? ", precise attention" : "",
-             c->gemm_custom ? ", custom dense GEMM" : ", cuBLASLt dense GEMM",
-             c->narrow ? " (narrow products: own kernel)" : "", wg,
+             c->gemm_custom ? ", custom dense GEMM" : ", cuBLASLt dense GEMM", wg,
              c->wgmma && !c->qwgmma ? " (packed: mma.sync)" : "", c->tma ? ", TMA expert kernel below" : "",
              c->fp8_mma ? ", fp8-block experts W8A8 (fp8 wgmma)" : "",
              c->attn_variant == 1   ? ", attention v1"

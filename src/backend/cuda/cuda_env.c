@@ -100,7 +100,7 @@ int clef_cuda_env_read(clef_cuda_env *e, clef_err *err) {
         env_int("CLEF_CUDA_WGMMA_ROWS", 1, 1 << 30, 8192, &e->wgmma_rows, err) ||
         env_int("CLEF_CUDA_QWGMMA_ROWS", 1, 1 << 30, 8192, &e->qwgmma_rows, err) ||
         env_int("CLEF_CUDA_GRAPHS", 0, 1, 1, &e->graphs, err) || env_int("CLEF_CUDA_TMA", 0, 1, 1, &e->tma, err) ||
-        env_int("CLEF_CUDA_NARROW", 0, 1, 1, &e->narrow, err) || env_int("CLEF_CUDA_FP8_MMA", 0, 1, 0, &e->fp8_mma, err))
+        env_int("CLEF_CUDA_FP8_MMA", 0, 1, 0, &e->fp8_mma, err))
         return -1;
     return 0;
 }

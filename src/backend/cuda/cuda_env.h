@@ -28,7 +28,6 @@ typedef struct clef_cuda_env {
     int qwgmma_rows; /* CLEF_CUDA_QWGMMA_ROWS: the same for packed experts; default 8192 */
     int graphs;      /* CLEF_CUDA_GRAPHS: 0 = off, 1 (default) = repeated thinker forwards replayed as CUDA graphs */
     int tma;         /* CLEF_CUDA_TMA: 0 = off, 1 (default) = small expert passes on the TMA kernel */
-    int narrow;      /* CLEF_CUDA_NARROW: 0 = off, 1 (default) = products of <= 256 columns on ck_gemm_narrow */
     int fp8_mma;     /* CLEF_CUDA_FP8_MMA: 0 (default) = FP8-block experts decoded to bf16; 1 = W8A8 on wgmma
                       * e4m3 (activations quantized per token per 128 columns: changes numerics) */
 } clef_cuda_env;

@@ -288,19 +288,6 @@ cudaError_t ck_int4_reorder(const void *src, int64_t K, int64_t N, void *dst, cu
 cudaError_t ck_nvfp4_reorder(const void *src_q, const void *src_scale, int64_t K, int64_t N, void *dst_q,
                              void *dst_scale, cudaStream_t st);
 
-/* Whether ck_gemm_narrow takes a weight of N rows and K columns: 16 <= N <= 256, N % 16 == 0,
- * K % 128 == 0 (the router's 128 x 2048). */
-int ck_gemm_narrow_ok(int64_t N, int64_t K);
-
-/* y[r, n] = sum_k A[r, k] W[n, k] (+ bias[n]) for r < M, n < N, a narrow bf16 weight W [N, K]
- * (ck_gemm_narrow_ok) and bf16 activation rows a16 (M rows of K * split: [hi | lo] when split = 2,
- * the result then hi . W + lo . W), f32 y [M, N] (rows N apart), f32 bias [N] or NULL.  Tensor
- * cores, f32 accumulation; each output one accumulation chain over K whatever M or the grid, so a
- * row's result does not depend on the other rows (backend.h determinism rule).  a16 and W 16-byte
- * aligned, else cudaErrorInvalidValue.  Asynchronous on st. */
-cudaError_t ck_gemm_narrow(const uint16_t *a16, int64_t M, int64_t K, int split, const uint16_t *W, int64_t N,
-                           const float *bias, float *y, cudaStream_t st);
-
 /* Y[r, n] = sum_k x[r, k] * W[n, k] (+ bias[n]) for f32 weights, one thread
  * per output, k ascending (fallback for F32/F16 checkpoints). */
 cudaError_t ck_gemm_f32(const float *x, int64_t M, int64_t K, const float *W, int64_t N, const float *bias, float *Y,
