@@ -516,21 +516,16 @@ __global__ void moe_combine_kernel(const float *__restrict__ yp, const int32_t *
                                    float *__restrict__ y, int vec) {
     __shared__ int64_t row[64];
     __shared__ float ws[64];
+    __shared__ int ex[64];
     const int64_t t = blockIdx.x;
-    if (threadIdx.x == 0) { /* slots by ascending expert: the reference's index_add order */
-        int order[64];
-        for (int s = 0; s < k; s++) {
-            int j = s;
-            while (j > 0 && idx[t * k + order[j - 1]] > idx[t * k + s]) {
-                order[j] = order[j - 1];
-                j--;
-            }
-            order[j] = s;
-        }
-        for (int i = 0; i < k; i++) {
-            row[i] = (int64_t)slot_pos[t * k + order[i]] * H;
-            ws[i] = w[t * k + order[i]];
-        }
+    const int s = threadIdx.x;
+    if (s < k) ex[s] = idx[t * k + s];
+    __syncthreads();
+    if (s < k) { /* slots by ascending expert, ties in slot order: the reference's index_add order */
+        int rank = 0;
+        for (int j = 0; j < k; j++) rank += ex[j] < ex[s] || (ex[j] == ex[s] && j < s);
+        row[rank] = (int64_t)slot_pos[t * k + s] * H;
+        ws[rank] = w[t * k + s];
     }
     __syncthreads();
     /* product then sum, as the CPU backend; float4 when rows allow it */
