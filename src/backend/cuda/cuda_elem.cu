@@ -157,7 +157,7 @@ __global__ void __launch_bounds__(WIDE_THREADS) add_rmsnorm_wide_kernel(float *h
  * rmsnorm op's block-wide sum, another order).  (One warp per (token, head)
  * with its own angles was faster at 300
  * tokens but recomputed the angles per head: 2x slower at 32,000.) */
-constexpr int QKR_WARPS = 8;
+constexpr int QKR_WARPS = 8, QKR_PREFETCH = 5; /* 5 x 8 >= the thinker's 32 + 4 heads */
 
 __global__ void __launch_bounds__(QKR_WARPS * 32) qk_norm_rope_kernel(float *q, int64_t qs, float *k, int64_t ks,
                                                                       int64_t T, int nq, int nk,
@@ -171,6 +171,45 @@ __global__ void __launch_bounds__(QKR_WARPS * 32) qk_norm_rope_kernel(float *q, 
     float *cs = qkr_sm, *buf = qkr_sm + D + warp * D;
     for (int64_t j = threadIdx.x; j < half; j += blockDim.x) mrope_cos_sin(pos, T, t, j, s1, s2, inv_freq, cs[j], cs[half + j]);
     __syncthreads();
+    if (D <= 128) { /* the thinker's heads: QKR_PREFETCH heads' values loaded up front, one memory latency for
+                     * them all instead of one per head (the same operations on the same values) */
+        for (int hb = warp; hb < nq + nk; hb += QKR_WARPS * QKR_PREFETCH) {
+            float v[QKR_PREFETCH][4];
+#pragma unroll
+            for (int gi = 0; gi < QKR_PREFETCH; gi++) {
+                const int hh = hb + gi * QKR_WARPS;
+                const float *x = hh < nq ? q + t * qs + (int64_t)hh * D : k + t * ks + (int64_t)(hh - nq) * D;
+#pragma unroll
+                for (int u = 0; u < 4; u++) v[gi][u] = hh < nq + nk && lane + 32 * u < D ? x[lane + 32 * u] : 0.0f;
+            }
+#pragma unroll
+            for (int gi = 0; gi < QKR_PREFETCH; gi++) {
+                const int hh = hb + gi * QKR_WARPS;
+                if (hh >= nq + nk) break;
+                float *x = hh < nq ? q + t * qs + (int64_t)hh * D : k + t * ks + (int64_t)(hh - nq) * D;
+                const float *w = hh < nq ? qw : kw;
+                double ss = 0.0;
+#pragma unroll
+                for (int u = 0; u < 4; u++)
+                    if (lane + 32 * u < D) ss += (double)v[gi][u] * v[gi][u];
+                ss = warp_sum_d(ss);
+                const float var = (float)(ss / (double)D), inv = 1.0f / sqrtf(var + eps);
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    const int i = lane + 32 * u;
+                    if (i < D) buf[i] = __fmul_rn(w[i], __fmul_rn(v[gi][u], inv));
+                }
+                __syncwarp();
+                for (int64_t j = lane; j < half; j += 32) {
+                    const float c = cs[j], sn = cs[half + j], x1 = buf[j], x2 = buf[j + half];
+                    x[j] = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, sn));
+                    x[j + half] = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, sn));
+                }
+                __syncwarp();
+            }
+        }
+        return;
+    }
     for (int hh = warp; hh < nq + nk; hh += QKR_WARPS) {
         float *x = hh < nq ? q + t * qs + (int64_t)hh * D : k + t * ks + (int64_t)(hh - nq) * D;
         const float *w = hh < nq ? qw : kw;
