@@ -634,6 +634,46 @@ static void test_attention(void **state) {
     attention_case(f, "attn causal GQA D=128 short + long", 5, mo, mo, 8, 2, 128, 1, 0);
 }
 
+/* The tensor-core attention also writes its contiguous output rows as the bf16 rows the next product
+ * reads (the o product then skips its conversion): that product must be bitwise the product of the
+ * same rows converted by the product itself (a copy of the output at another address), fast and
+ * precise, both attention kernels (a 300-query segment on 64-row tiles, a 600-query one on 128). */
+static void test_attention_then_product(void **state) {
+    TU_NEED_GPU(state);
+    fx *f = *state;
+    clef_err err;
+    const int64_t nh = 8, nkv = 2, D = 128, W = nh * D, N = 96, off[3] = {0, 300, 900}, T = 900;
+    const int bes[2] = {G_LT, G_PRECISE};
+    float *q = rand_vec((size_t)(T * W), 1.0f), *kv = rand_vec((size_t)(T * 2 * nkv * D), 1.0f);
+    uint16_t *wh = rand_bf16((size_t)(N * W), 1.0f / sqrtf((float)W));
+    for (int bi = 0; bi < 2; bi++) {
+        clef_backend *g = f->gpu[bes[bi]];
+        clef_weight wt;
+        tu_ok(g->ops->weight_init(g, &wt, CLEF_DT_BF16, N, W, wh, &err), &err);
+        float *dq = tu_dput(g, q, (size_t)(T * W) * 4), *dkv = tu_dput(g, kv, (size_t)(T * 2 * nkv * D) * 4);
+        float *dout = tu_dnan(g, (size_t)(T * W)), *dcopy = tu_dnan(g, (size_t)(T * W)), *zero = tu_dnan(g, (size_t)(T * W));
+        float *dp = tu_dnan(g, (size_t)(T * N)), *dp2 = tu_dnan(g, (size_t)(T * N));
+        const clef_attn_desc a = {.n_seg = 2, .q_off = off, .kv_off = off, .n_q_heads = nh, .n_kv_heads = nkv,
+                                  .head_dim = D, .q_stride = W, .k_stride = 2 * nkv * D, .v_stride = 2 * nkv * D,
+                                  .o_stride = W, .scale = 1.0f / sqrtf((float)D), .causal = 1};
+        float *zh = calloc((size_t)(T * W), 4);
+        tu_ok(g->ops->upload(g, zero, zh, (size_t)(T * W) * 4, &err), &err);
+        tu_ok(g->ops->attention(g, dq, dkv, dkv + nkv * D, dout, &a, &err), &err);
+        tu_ok(g->ops->matmul(g, dout, T, &wt, NULL, dp, &err), &err);     /* reads the rows attention left */
+        tu_ok(g->ops->add(g, dout, zero, dcopy, T, W, W, &err), &err);     /* the same values elsewhere */
+        tu_ok(g->ops->matmul(g, dcopy, T, &wt, NULL, dp2, &err), &err);   /* converts them itself */
+        float *p1 = tu_dget(g, dp, (size_t)(T * N)), *p2 = tu_dget(g, dp2, (size_t)(T * N));
+        assert_memory_equal(p1, p2, (size_t)(T * N) * 4);
+        printf("  %-34s %-9s product on attention's bf16 rows: bitwise its own conversion\n", "attention -> product",
+               f->name[bes[bi]]);
+        free(p1), free(p2), free(zh);
+        g->ops->weight_release(g, &wt);
+        g->ops->free(g, dq), g->ops->free(g, dkv), g->ops->free(g, dout), g->ops->free(g, dcopy);
+        g->ops->free(g, zero), g->ops->free(g, dp), g->ops->free(g, dp2);
+    }
+    free(q), free(kv), free(wh);
+}
+
 /* ---- attention timing (CLEF_ATTN_BENCH=1) ------------------------------- */
 
 static double now_s(void) {
@@ -1062,6 +1102,7 @@ int main(void) {
         cmocka_unit_test(test_matmul_f32_weight),
         cmocka_unit_test(test_gather_norms_elementwise), cmocka_unit_test(test_head_rows),
         cmocka_unit_test(test_rope), cmocka_unit_test(test_fused_row_ops),        cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_attention_then_product),
         cmocka_unit_test(test_router),      cmocka_unit_test(test_moe),   cmocka_unit_test(test_moe_tma), cmocka_unit_test(test_moe_tma_wide),
         cmocka_unit_test(test_attention_bench),
     };

@@ -53,6 +53,20 @@ __global__ void rope_kernel(float *x, int64_t T, int64_t heads, int64_t D, const
 
 /* ---- tensor-core flash attention ---------------------------------------- */
 
+/* Two adjacent outputs (columns col, col + 1 of head h) of query row `row` also as the bf16 rows the
+ * next product reads, when dst.out16 is set: ck_rows_to_bf16's values of the f32 outputs (hi, and with
+ * split16 = 2 lo = bf16(v - hi) nh * D later in the row), so the o product skips its conversion. */
+__device__ __forceinline__ void put_o16(const ck_attn_out &dst, int64_t row, int nh, int D, int h, int col, float v0,
+                                        float v1) {
+    if (!dst.out16) return;
+    bf16 *r = reinterpret_cast<bf16 *>(dst.out16) + row * (int64_t)nh * D * dst.split16 + (int64_t)h * D + col;
+    const __nv_bfloat162 hi = __floats2bfloat162_rn(v0, v1);
+    *reinterpret_cast<__nv_bfloat162 *>(r) = hi;
+    if (dst.split16 == 2)
+        *reinterpret_cast<__nv_bfloat162 *>(r + (int64_t)nh * D) =
+            __floats2bfloat162_rn(v0 - __low2float(hi), v1 - __high2float(hi));
+}
+
 constexpr int FA_BM = 64, FA_BN = 64, FA_THREADS = 128;
 
 /* Q, NBUF x (K, V); each of them twice (hi, lo) when split; DP = the head
@@ -71,8 +85,8 @@ template <int DP, int SPLIT, int NBUF> constexpr int fa_smem_bytes() {
  * tower's heads of 72 run as 80). */
 template <int D, int DP, bool CAUSAL, int SPLIT, int NBUF>
 __global__ void __launch_bounds__(FA_THREADS) attn_tc_kernel(const bf16 *__restrict__ Q, const bf16 *__restrict__ K,
-                                                             const bf16 *__restrict__ V, float *__restrict__ out,
-                                                             int64_t o_stride, const int32_t *__restrict__ tiles,
+                                                             const bf16 *__restrict__ V, const ck_attn_out dst,
+                                                              const int32_t *__restrict__ tiles,
                                                              const int64_t *__restrict__ q_off,
                                                              const int64_t *__restrict__ kv_off, int nh, int nkv,
                                                              float scale_log2) {
@@ -261,11 +275,13 @@ __global__ void __launch_bounds__(FA_THREADS) attn_tc_kernel(const bf16 *__restr
     for (int hh = 0; hh < 2; hh++) {
         const int r = r0 + hh * 8;
         if (i0 + r >= ql) continue;
-        float *orow = out + (q0 + i0 + r) * o_stride + (int64_t)h * D;
+        float *orow = dst.out + (q0 + i0 + r) * dst.stride + (int64_t)h * D;
 #pragma unroll
         for (int dt = 0; dt < D / 8; dt++) {
-            orow[dt * 8 + tig * 2] = o[dt][hh * 2] * inv[hh];
-            orow[dt * 8 + tig * 2 + 1] = o[dt][hh * 2 + 1] * inv[hh];
+            const float v0 = o[dt][hh * 2] * inv[hh], v1 = o[dt][hh * 2 + 1] * inv[hh];
+            orow[dt * 8 + tig * 2] = v0;
+            orow[dt * 8 + tig * 2 + 1] = v1;
+            put_o16(dst, q0 + i0 + r, nh, D, h, dt * 8 + tig * 2, v0, v1);
         }
     }
 }
@@ -303,8 +319,8 @@ template <int DP, int SPLIT, int NBUF, int MT> constexpr int fa2_smem_bytes() {
 
 template <int D, int DP, bool CAUSAL, int SPLIT, int NBUF, int MT>
 __global__ void __launch_bounds__(FA2_THREADS) attn2_kernel(const bf16 *__restrict__ Q, const bf16 *__restrict__ K,
-                                                            const bf16 *__restrict__ V, float *__restrict__ out,
-                                                            int64_t o_stride, const int32_t *__restrict__ tiles,
+                                                            const bf16 *__restrict__ V, const ck_attn_out dst,
+                                                             const int32_t *__restrict__ tiles,
                                                             const int64_t *__restrict__ q_off,
                                                             const int64_t *__restrict__ kv_off, int nh, int nkv,
                                                             float scale_log2) {
@@ -576,11 +592,13 @@ __global__ void __launch_bounds__(FA2_THREADS) attn2_kernel(const bf16 *__restri
             const int r = wr0 + mt * 16 + g + hh * 8;
             if (i0 + r >= ql) continue;
             const float inv = l[mt][hh] > 0.0f ? 1.0f / l[mt][hh] : 0.0f;
-            float *orow = out + (q0 + i0 + r) * o_stride + (int64_t)h * D;
+            float *orow = dst.out + (q0 + i0 + r) * dst.stride + (int64_t)h * D;
 #pragma unroll
             for (int dt = 0; dt < D / 8; dt++) {
-                orow[dt * 8 + tig * 2] = o[mt][dt][hh * 2] * inv;
-                orow[dt * 8 + tig * 2 + 1] = o[mt][dt][hh * 2 + 1] * inv;
+                const float v0 = o[mt][dt][hh * 2] * inv, v1 = o[mt][dt][hh * 2 + 1] * inv;
+                orow[dt * 8 + tig * 2] = v0;
+                orow[dt * 8 + tig * 2 + 1] = v1;
+                put_o16(dst, q0 + i0 + r, nh, D, h, dt * 8 + tig * 2, v0, v1);
             }
         }
 }
@@ -633,7 +651,7 @@ __global__ void __launch_bounds__(F32_WARPS * 32) attn_f32_kernel(
 }
 
 template <int D, int DP, bool CAUSAL, int SPLIT, int NBUF>
-cudaError_t launch_tc(const bf16 *q, const bf16 *k, const bf16 *v, float *out, int64_t o_stride, const int32_t *tiles,
+cudaError_t launch_tc(const bf16 *q, const bf16 *k, const bf16 *v, const ck_attn_out &dst, const int32_t *tiles,
                       int64_t n_tiles, const int64_t *q_off, const int64_t *kv_off, int nh, int nkv, float scale_log2,
                       cudaStream_t st) {
     static unsigned done = 0;
@@ -641,29 +659,29 @@ cudaError_t launch_tc(const bf16 *q, const bf16 *k, const bf16 *v, float *out, i
     cudaError_t e = allow_smem(attn_tc_kernel<D, DP, CAUSAL, SPLIT, NBUF>, smem, &done);
     if (e != cudaSuccess) return e;
     dim3 grid((unsigned)n_tiles, (unsigned)nh);
-    attn_tc_kernel<D, DP, CAUSAL, SPLIT, NBUF><<<grid, FA_THREADS, smem, st>>>(q, k, v, out, o_stride, tiles, q_off, kv_off, nh,
+    attn_tc_kernel<D, DP, CAUSAL, SPLIT, NBUF><<<grid, FA_THREADS, smem, st>>>(q, k, v, dst, tiles, q_off, kv_off, nh,
                                                                     nkv, scale_log2);
     return cudaGetLastError();
 }
 
 template <int D, int DP>
-cudaError_t launch_tc_d(const bf16 *q, const bf16 *k, const bf16 *v, float *out, int64_t o_stride,
+cudaError_t launch_tc_d(const bf16 *q, const bf16 *k, const bf16 *v, const ck_attn_out &dst,
                         const int32_t *tiles, int64_t n_tiles, const int64_t *q_off, const int64_t *kv_off, int nh,
                         int nkv, float sl2, int causal, int split, int one_buf, cudaStream_t st) {
     if (split == 2 && one_buf)
-        return causal ? launch_tc<D, DP, true, 2, 1>(q, k, v, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, st)
-                      : launch_tc<D, DP, false, 2, 1>(q, k, v, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2,
+        return causal ? launch_tc<D, DP, true, 2, 1>(q, k, v, dst, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, st)
+                      : launch_tc<D, DP, false, 2, 1>(q, k, v, dst, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2,
                                                   st);
     if (split == 2)
-        return causal ? launch_tc<D, DP, true, 2, 2>(q, k, v, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, st)
-                      : launch_tc<D, DP, false, 2, 2>(q, k, v, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2,
+        return causal ? launch_tc<D, DP, true, 2, 2>(q, k, v, dst, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, st)
+                      : launch_tc<D, DP, false, 2, 2>(q, k, v, dst, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2,
                                                   st);
-    return causal ? launch_tc<D, DP, true, 1, 2>(q, k, v, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, st)
-                  : launch_tc<D, DP, false, 1, 2>(q, k, v, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, st);
+    return causal ? launch_tc<D, DP, true, 1, 2>(q, k, v, dst, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, st)
+                  : launch_tc<D, DP, false, 1, 2>(q, k, v, dst, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, st);
 }
 
 template <int D, int DP, bool CAUSAL, int SPLIT, int NBUF, int MT>
-cudaError_t launch2(const bf16 *q, const bf16 *k, const bf16 *v, float *out, int64_t o_stride, const int32_t *tiles,
+cudaError_t launch2(const bf16 *q, const bf16 *k, const bf16 *v, const ck_attn_out &dst, const int32_t *tiles,
                     int64_t n_tiles, const int64_t *q_off, const int64_t *kv_off, int nh, int nkv, float scale_log2,
                     cudaStream_t st) {
     static unsigned done = 0;
@@ -673,7 +691,7 @@ cudaError_t launch2(const bf16 *q, const bf16 *k, const bf16 *v, float *out, int
     const int64_t blocks = n_tiles * nh; /* block = tile * nh + head */
     if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
     attn2_kernel<D, DP, CAUSAL, SPLIT, NBUF, MT><<<(unsigned)blocks, FA2_THREADS, smem, st>>>(
-        q, k, v, out, o_stride, tiles, q_off, kv_off, nh, nkv, scale_log2);
+        q, k, v, dst, tiles, q_off, kv_off, nh, nkv, scale_log2);
     return cudaGetLastError();
 }
 
@@ -683,16 +701,16 @@ cudaError_t launch2(const bf16 *q, const bf16 *k, const bf16 *v, float *out, int
  * (Q hi in registers), or (variant 3) 128-row blocks on 32-key tiles with one
  * buffer (102 KB, two blocks per SM). */
 template <int D, int DP, bool CAUSAL>
-cudaError_t launch2_d(const bf16 *q, const bf16 *k, const bf16 *v, float *out, int64_t o_stride,
+cudaError_t launch2_d(const bf16 *q, const bf16 *k, const bf16 *v, const ck_attn_out &dst,
                       const int32_t *tiles, int64_t n_tiles, const int64_t *q_off, const int64_t *kv_off, int nh,
                       int nkv, float sl2, int split, int one_buf, int variant, cudaStream_t st) {
     if (split == 1)
-        return launch2<D, DP, CAUSAL, 1, 2, 2>(q, k, v, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, st);
+        return launch2<D, DP, CAUSAL, 1, 2, 2>(q, k, v, dst, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, st);
     if (variant == 3)
-        return launch2<D, DP, CAUSAL, 2, 1, 2>(q, k, v, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, st);
+        return launch2<D, DP, CAUSAL, 2, 1, 2>(q, k, v, dst, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, st);
     if (one_buf)
-        return launch2<D, DP, CAUSAL, 2, 1, 1>(q, k, v, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, st);
-    return launch2<D, DP, CAUSAL, 2, 2, 1>(q, k, v, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, st);
+        return launch2<D, DP, CAUSAL, 2, 1, 1>(q, k, v, dst, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, st);
+    return launch2<D, DP, CAUSAL, 2, 2, 1>(q, k, v, dst, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, st);
 }
 
 } /* namespace */
@@ -714,11 +732,14 @@ cudaError_t ck_rope(float *x, int64_t T, int64_t heads, int64_t D, const int32_t
 }
 
 cudaError_t ck_attn_tc(const uint16_t *q, const uint16_t *k, const uint16_t *v, float *out, int64_t o_stride,
-                       const int32_t *tiles, int64_t n_tiles, const int64_t *q_off, const int64_t *kv_off, int nh,
-                       int nkv, int D, float scale, int causal, int split, int variant, cudaStream_t st) {
+                       uint16_t *out16, int split16, const int32_t *tiles, int64_t n_tiles, const int64_t *q_off,
+                       const int64_t *kv_off, int nh, int nkv, int D, float scale, int causal, int split, int variant,
+                       cudaStream_t st) {
     if (n_tiles <= 0) return cudaSuccess;
     if (split != 1 && split != 2 && split != 3) return cudaErrorInvalidValue;
-    if (variant < 1 || variant > 3) return cudaErrorInvalidValue;
+    if (variant < 1 || variant > 3 || (out16 && split16 != 1 && split16 != 2) || ((uintptr_t)out16 & 3))
+        return cudaErrorInvalidValue;
+    const ck_attn_out dst = {out, o_stride, out16, out16 ? split16 : 1};
     const int one_buf = split == 3; /* split 3: the split kernel with one K/V buffer (two blocks per SM fit) */
     if (split == 3) split = 2;
     if (n_tiles > 0x7fffffffLL || nh > 65535) return cudaErrorInvalidConfiguration;
@@ -728,30 +749,30 @@ cudaError_t ck_attn_tc(const uint16_t *q, const uint16_t *k, const uint16_t *v, 
     if (variant != 1) {
         if (!(sl2 > 0.0f && sl2 < INFINITY)) return cudaErrorInvalidValue; /* the max is taken on raw scores */
         if (D == 128)
-            return causal ? launch2_d<128, 128, true>(Q, K, V, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv,
+            return causal ? launch2_d<128, 128, true>(Q, K, V, dst, tiles, n_tiles, q_off, kv_off, nh, nkv,
                                                       sl2, split, one_buf, variant, st)
-                          : launch2_d<128, 128, false>(Q, K, V, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv,
+                          : launch2_d<128, 128, false>(Q, K, V, dst, tiles, n_tiles, q_off, kv_off, nh, nkv,
                                                        sl2, split, one_buf, variant, st);
         if (D == 64)
-            return causal ? launch2_d<64, 64, true>(Q, K, V, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2,
+            return causal ? launch2_d<64, 64, true>(Q, K, V, dst, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2,
                                                     split, one_buf, variant, st)
-                          : launch2_d<64, 64, false>(Q, K, V, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv,
+                          : launch2_d<64, 64, false>(Q, K, V, dst, tiles, n_tiles, q_off, kv_off, nh, nkv,
                                                      sl2, split, one_buf, variant, st);
         if (D == 72)
-            return causal ? launch2_d<72, 80, true>(Q, K, V, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2,
+            return causal ? launch2_d<72, 80, true>(Q, K, V, dst, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2,
                                                     split, one_buf, variant, st)
-                          : launch2_d<72, 80, false>(Q, K, V, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv,
+                          : launch2_d<72, 80, false>(Q, K, V, dst, tiles, n_tiles, q_off, kv_off, nh, nkv,
                                                      sl2, split, one_buf, variant, st);
         return cudaErrorInvalidValue;
     }
     if (D == 128)
-        return launch_tc_d<128, 128>(Q, K, V, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, causal, split,
+        return launch_tc_d<128, 128>(Q, K, V, dst, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, causal, split,
                                 one_buf, st);
     if (D == 64)
-        return launch_tc_d<64, 64>(Q, K, V, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, causal, split,
+        return launch_tc_d<64, 64>(Q, K, V, dst, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, causal, split,
                                    one_buf, st);
     if (D == 72) /* the vision tower's heads (1152 / 16) */
-        return launch_tc_d<72, 80>(Q, K, V, out, o_stride, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, causal, split,
+        return launch_tc_d<72, 80>(Q, K, V, dst, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, causal, split,
                                    one_buf, st);
     return cudaErrorInvalidValue;
 }

@@ -1395,12 +1395,22 @@ static int cu_attention(clef_backend *be, const float *q, const float *k, const 
                                             {k, nk, nkv * D, a->k_stride, k16},
                                             {v, nk, nkv * D, a->v_stride, v16}}};
         rc = cu_check(ck_rows_to_bf16_multi(&cj, 3, split, c->st), "attention q, k, v to bf16", err);
+        /* contiguous output rows (the thinker's): also written as the bf16 rows the o product reads, which
+         * then skips its conversion (convert_rows finds them remembered) */
+        const int dsplit = c->precise_parts & PRECISE_DENSE ? 2 : 1;
+        uint16_t *o16 = NULL;
+        if (rc == 0 && a->o_stride == nh * D) {
+            o16 = cu_slot(c, SLOT_A16, (size_t)(nq * nh * D) * (size_t)dsplit * 2, err);
+            if (!o16) return op_end(c, -1);
+        }
         const int32_t *dt = (const int32_t *)(d + 2 * off_bytes);
         for (int i = 0; rc == 0 && i < n_kinds; i++)
             if (nt[i] > 0)
-                rc = cu_check(ck_attn_tc(q16, k16, v16, out, a->o_stride, dt + (i ? 2 * nt[0] : 0), nt[i], dq, dk,
-                                         (int)nh, (int)nkv, (int)D, a->scale, a->causal, ksplit, kinds[i], c->st),
+                rc = cu_check(ck_attn_tc(q16, k16, v16, out, a->o_stride, o16, dsplit, dt + (i ? 2 * nt[0] : 0), nt[i],
+                                         dq, dk, (int)nh, (int)nkv, (int)D, a->scale, a->causal, ksplit, kinds[i],
+                                         c->st),
                               "attention", err);
+        if (rc == 0 && o16) cvt_remember(c, out, nq, nh * D, a->o_stride, dsplit);
     } else {
         rc = cu_check(ck_attn_f32(q, k, v, out, a->q_stride, a->k_stride, a->v_stride, a->o_stride, dq, dk, ns, nq,
                                   (int)nh, (int)nkv, (int)D, a->scale, a->causal, c->st),

@@ -785,7 +785,7 @@ cudaError_t ck_moe_plan(const int32_t *idx, int64_t T, int k, int E, int BM, int
                         int32_t *row_tok, int32_t *slot_pos, int32_t *tile_expert, int32_t *tile_row0,
                         int32_t *n_tiles, cudaStream_t st) {
     const int64_t TK = T * k;
-    if (TK <= 16384 && E <= 4096) { /* one launch: each block counts for itself */
+    if (TK <= 16384 && E <= 512) { /* one launch: each block counts for itself (E x TK reads in all) */
         moe_place_kernel<true><<<(unsigned)E, PLACE_THREADS, (size_t)E * sizeof(int32_t), st>>>(
             idx, TK, k, E, BM, cnt, expert_end, row_tok, slot_pos, tile_expert, tile_row0, n_tiles);
         return cudaGetLastError();

@@ -307,8 +307,9 @@ cudaError_t ck_split_sum(const float *D, int64_t M, int64_t N, const float *bias
 
 /* Permute the T*k (token, slot) entries of idx by expert, token order kept
  * within an expert (a stable counting sort, integer atomics only):
- *   cnt[E]          scratch (zeroed and filled here above 16,384 entries;
- *                   smaller passes count inside the placing kernel)
+ *   cnt[E]          scratch (zeroed and filled here; passes of at most
+ *                   16,384 entries over at most 512 experts count inside
+ *                   the placing kernel instead)
  *   expert_end[E]   one past the last permuted row of each expert
  *   row_tok[T*k]    token of each permuted row
  *   slot_pos[T*k]   permuted row of each entry (t * k + s)
@@ -343,6 +344,16 @@ cudaError_t ck_rope(float *x, int64_t T, int64_t heads, int64_t D, const int32_t
  * mode as well): 64 or 128. */
 int ck_attn_tc_rows(int split, int variant);
 
+/* Where the tensor-core attention writes: f32 rows `stride` apart at out, and when out16 is set also
+ * the bf16 rows a following product reads (rows nh * D * split16 apart: [hi | lo] when split16 = 2,
+ * ck_rows_to_bf16's values of the f32 outputs; 4-byte aligned). */
+typedef struct ck_attn_out {
+    float *out;
+    int64_t stride;
+    uint16_t *out16;
+    int split16;
+} ck_attn_out;
+
 /* Tensor-core flash attention (D = 64, 72 or 128): q [*, nh, D], k/v [*, nkv, D]
  * bf16 rows packed (row stride nh*D / nkv*D); tiles int32 [n_tiles][2] =
  * (segment, first query row within it, a multiple of ck_attn_tc_rows(split,
@@ -352,11 +363,13 @@ int ck_attn_tc_rows(int split, int variant);
  * takes three MMAs (hi.hi + hi.lo + lo.hi), P split the same way; split = 3:
  * the same with one K/V buffer instead of two (104 KB of shared memory at
  * D = 128: two blocks per SM; bitwise the same results as split = 2).
- * variant: see ck_attn_tc_rows; variants 2 and 3 need scale > 0.  Errors:
- * cudaErrorInvalidValue for an unsupported D, split, variant or scale. */
+ * variant: see ck_attn_tc_rows; variants 2 and 3 need scale > 0.  out16 /
+ * split16: see ck_attn_out (NULL: f32 rows only).  Errors:
+ * cudaErrorInvalidValue for an unsupported D, split, variant, scale or split16. */
 cudaError_t ck_attn_tc(const uint16_t *q, const uint16_t *k, const uint16_t *v, float *out, int64_t o_stride,
-                       const int32_t *tiles, int64_t n_tiles, const int64_t *q_off, const int64_t *kv_off, int nh,
-                       int nkv, int D, float scale, int causal, int split, int variant, cudaStream_t st);
+                       uint16_t *out16, int split16, const int32_t *tiles, int64_t n_tiles, const int64_t *q_off,
+                       const int64_t *kv_off, int nh, int nkv, int D, float scale, int causal, int split, int variant,
+                       cudaStream_t st);
 
 /* f32 attention for any head_dim: one warp per (query row, head), online
  * softmax over the keys in order.  n_rows = q_off[n_seg]. */
@@ -372,7 +385,7 @@ cudaError_t ck_rmsnorm(const float *x, const float *w, float *y, int64_t rows, i
  * add), then y = rmsnorm(h) with ck_rmsnorm's reduction shape (bitwise
  * ck_add then ck_rmsnorm); with a16 non-NULL also y's rows as bf16 exactly
  * as ck_rows_to_bf16(y, rows, dim, dim, a16, split).  Wide rows need o
- * 16-byte aligned (cudaErrorInvalidValue otherwise). */
+ * 16-byte and a16 8-byte aligned (cudaErrorInvalidValue otherwise). */
 cudaError_t ck_add_rmsnorm(float *h, const float *o, const float *w, float *y, int64_t rows, int64_t dim, float eps,
                            uint16_t *a16, int split, cudaStream_t st);
 /* Per-head RMSNorm (q_w for the nq query heads of each row at q + t *

@@ -56,7 +56,9 @@ static __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_
 template <int N> static __device__ __forceinline__ void wg_wait() {
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
-/* cp.async writes (generic proxy) visible to the wgmma reads (async proxy). */
+/* Orders this thread's (and, through the barriers it waited on, other threads') shared-memory
+ * accesses in the generic proxy with later async-proxy ones: cp.async writes before wgmma reads,
+ * ldmatrix reads before the tensor copy that overwrites the stage (gemm_tma_kernel). */
 static __device__ __forceinline__ void fence_proxy_async() {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
