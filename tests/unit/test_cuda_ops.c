@@ -672,6 +672,40 @@ static void test_attention_then_product(void **state) {
         g->ops->free(g, zero), g->ops->free(g, dp), g->ops->free(g, dp2);
     }
     free(q), free(kv), free(wh);
+
+    /* qk_norm_rope also leaves q and k as the bf16 rows attention reads (attention then converts only v):
+     * attention right after it must be bitwise attention after another op in between (which makes it
+     * convert q, k and v itself), fused [q | k | v] rows as the thinker's */
+    const int64_t ld = (nh + 2 * nkv) * D;
+    float inv[64];
+    for (int j = 0; j < 64; j++) inv[j] = 1.0f / powf(1000000.0f, (float)(2 * j) / (float)D);
+    int32_t *pos = malloc((size_t)(3 * T) * sizeof *pos);
+    for (int64_t i = 0; i < 3 * T; i++) pos[i] = (int32_t)(i % T);
+    float *qkv = rand_vec((size_t)(T * ld), 2.0f), *qw = rand_vec((size_t)D, 1.0f), *kw = rand_vec((size_t)D, 1.0f);
+    for (int bi = 0; bi < 2; bi++) {
+        clef_backend *g = f->gpu[bes[bi]];
+        float *da = tu_dput(g, qkv, (size_t)(T * ld) * 4), *db = tu_dput(g, qkv, (size_t)(T * ld) * 4);
+        float *dqw = tu_dput(g, qw, (size_t)D * 4), *dkw = tu_dput(g, kw, (size_t)D * 4), *dinv = tu_dput(g, inv, sizeof inv);
+        int32_t *dpos = tu_dput(g, pos, (size_t)(3 * T) * 4);
+        float *oa = tu_dnan(g, (size_t)(T * W)), *ob = tu_dnan(g, (size_t)(T * W)), *sc = tu_dnan(g, 64);
+        const clef_rope_desc rg = {.head_dim = D, .section = {24, 20, 20}, .inv_freq = dinv};
+        const clef_attn_desc a = {.n_seg = 2, .q_off = off, .kv_off = off, .n_q_heads = nh, .n_kv_heads = nkv,
+                                  .head_dim = D, .q_stride = ld, .k_stride = ld, .v_stride = ld, .o_stride = W,
+                                  .scale = 1.0f / sqrtf((float)D), .causal = 1};
+        tu_ok(g->ops->qk_norm_rope(g, da, ld, da + W, ld, T, nh, nkv, dqw, dkw, 1e-6f, dpos, &rg, &err), &err);
+        tu_ok(g->ops->attention(g, da, da + W, da + W + nkv * D, oa, &a, &err), &err);
+        tu_ok(g->ops->qk_norm_rope(g, db, ld, db + W, ld, T, nh, nkv, dqw, dkw, 1e-6f, dpos, &rg, &err), &err);
+        tu_ok(g->ops->add(g, sc, sc, sc, 1, 64, 64, &err), &err); /* any other op: the staged rows are forgotten */
+        tu_ok(g->ops->attention(g, db, db + W, db + W + nkv * D, ob, &a, &err), &err);
+        float *ga = tu_dget(g, oa, (size_t)(T * W)), *gb = tu_dget(g, ob, (size_t)(T * W));
+        assert_memory_equal(ga, gb, (size_t)(T * W) * 4);
+        printf("  %-34s %-9s attention on q/k rows qk_norm_rope staged: bitwise its own conversion\n",
+               "qk_norm_rope -> attention", f->name[bes[bi]]);
+        free(ga), free(gb);
+        g->ops->free(g, da), g->ops->free(g, db), g->ops->free(g, dqw), g->ops->free(g, dkw), g->ops->free(g, dinv);
+        g->ops->free(g, dpos), g->ops->free(g, oa), g->ops->free(g, ob), g->ops->free(g, sc);
+    }
+    free(pos), free(qkv), free(qw), free(kw);
 }
 
 /* ---- attention timing (CLEF_ATTN_BENCH=1) ------------------------------- */

@@ -152,6 +152,11 @@ typedef struct cuda_ctx {
     /* FP8-block experts as W8A8 on the FP8 tensor cores (cuda_fp8mma.cu): CLEF_CUDA_FP8_MMA, default 0;
      * cleared where the build lacks sm_90a or the device is not compute capability 9.0 */
     int fp8_mma;
+    /* q and k rows qk_norm_rope also left as attention's bf16 rows in SLOT_ATT16 (the q16 / k16 layout of
+     * cu_attention, split att_split), valid until the next op other than attention: att_valid */
+    const float *att_q, *att_k;
+    int64_t att_T, att_qs, att_ks, att_nq, att_nk, att_D;
+    int att_split, att_valid;
     /* which parts run precise (split-bf16 products, f32 attention): PRECISE_* bits */
     unsigned precise_parts;
     cudaStream_t st;
@@ -334,6 +339,7 @@ void clef_cuda_set_profile(clef_backend *be, int on) {
 static void op_begin(cuda_ctx *c, const char *name, int keep_cvt) {
     cudaSetDevice(c->device);
     if (!keep_cvt) c->cvt_valid = 0;
+    c->att_valid = 0; /* attention reads it before its own op_begin */
     prof_begin(c, name);
 }
 
@@ -382,6 +388,7 @@ static void *cu_slot(cuda_ctx *c, int s, size_t bytes, clef_err *err) {
     c->slot[s] = p;
     c->slot_bytes[s] = want;
     if (s == SLOT_A16) c->cvt_valid = 0;
+    if (s == SLOT_ATT16) c->att_valid = 0;
     if (s == SLOT_META) c->meta_cached = 0;
     return p;
 }
@@ -1308,9 +1315,24 @@ static int cu_qk_norm_rope(clef_backend *be, float *q, int64_t q_stride, float *
                          "up to 1024, strides covering them)",
                          (long long)nq, (long long)nk, (long long)D, (long long)q_stride, (long long)k_stride);
     op_begin(c, "q/k norm + rope", 0);
-    return op_end(c, cu_check(ck_qk_norm_rope(q, q_stride, k, k_stride, T, (int)nq, (int)nk, q_w, k_w, eps, (int)D,
-                                              pos, r->section[1], r->section[2], r->inv_freq, c->st),
-                              "q/k norm + rope", err));
+    /* the tensor-core attention's head sizes: also leave q and k as the bf16 rows it reads (SLOT_ATT16, with
+     * room for v after them), so that attention converts only v */
+    const int split = c->precise_parts & PRECISE_ATTN ? 2 : 1, stage = (D == 64 || D == 72 || D == 128) && T > 0;
+    uint16_t *q16 = NULL, *k16 = NULL;
+    if (stage) {
+        const size_t qn = (size_t)(T * nq * D) * split, kn = (size_t)(T * nk * D) * split;
+        q16 = cu_slot(c, SLOT_ATT16, (qn + 2 * kn) * 2 + 64, err);
+        if (!q16) return op_end(c, -1);
+        k16 = q16 + qn;
+    }
+    const int rc = cu_check(ck_qk_norm_rope(q, q_stride, k, k_stride, T, (int)nq, (int)nk, q_w, k_w, eps, (int)D, pos,
+                                            r->section[1], r->section[2], r->inv_freq, q16, k16, split, c->st),
+                            "q/k norm + rope", err);
+    if (rc == 0 && stage) {
+        c->att_q = q, c->att_k = k, c->att_T = T, c->att_qs = q_stride, c->att_ks = k_stride;
+        c->att_nq = nq, c->att_nk = nk, c->att_D = D, c->att_split = split, c->att_valid = 1;
+    }
+    return op_end(c, rc);
 }
 
 /* Segments of at most ATTN_SHORT queries run the 64-row attention kernel (v2) in the precise mode
@@ -1371,6 +1393,10 @@ static int cu_attention(clef_backend *be, const float *q, const float *k, const 
     int64_t nt[2] = {0, 0};
     for (int i = 0; tc && i < n_kinds; i++)
         nt[i] = attn_tiles(a, fixed, split, kinds[i], ck_attn_tc_rows(ksplit, kinds[i]), NULL);
+    /* q and k left converted by qk_norm_rope for exactly these rows (self-attention over all T rows) */
+    const int staged = tc && c->att_valid && c->att_q == q && c->att_k == k && c->att_T == nq && nk == nq &&
+                       c->att_qs == a->q_stride && c->att_ks == a->k_stride && c->att_nq == nh && c->att_nk == nkv &&
+                       c->att_D == D && c->att_split == split;
     op_begin(c, !tc ? "attention (f32)" : split == 2 ? "attention (tensor cores, split)" : "attention (tensor cores)",
              0);
     const size_t off_bytes = (size_t)(ns + 1) * sizeof(int64_t);
@@ -1394,7 +1420,12 @@ static int cu_attention(clef_backend *be, const float *q, const float *k, const 
         const ck_rows_bf16_job cj = {.p = {{q, nq, nh * D, a->q_stride, q16},
                                             {k, nk, nkv * D, a->k_stride, k16},
                                             {v, nk, nkv * D, a->v_stride, v16}}};
-        rc = cu_check(ck_rows_to_bf16_multi(&cj, 3, split, c->st), "attention q, k, v to bf16", err);
+        if (staged) {
+            const ck_rows_bf16_job vj = {.p = {cj.p[2]}};
+            rc = cu_check(ck_rows_to_bf16_multi(&vj, 1, split, c->st), "attention v to bf16", err);
+        } else {
+            rc = cu_check(ck_rows_to_bf16_multi(&cj, 3, split, c->st), "attention q, k, v to bf16", err);
+        }
         /* contiguous output rows (the thinker's): also written as the bf16 rows the o product reads, which
          * then skips its conversion (convert_rows finds them remembered) */
         const int dsplit = c->precise_parts & PRECISE_DENSE ? 2 : 1;
@@ -2076,7 +2107,7 @@ static int cu_graph_run(clef_backend *be, const void *key, size_t kb, int (*body
     g->last_use = ++c->graph_clock;
     if (g->state == 2 && g->slot_gen != c->slot_gen) graph_clear(g); /* a slot moved: capture again */
     if (g->state == 2) {
-        c->cvt_valid = 0; /* the graph rewrote the activations the host believes converted */
+        c->cvt_valid = c->att_valid = 0; /* the graph rewrote the activations the host believes converted */
         if (cu_check(cudaGraphLaunch(g->exec, c->st), "CUDA graph launch", err)) return -1;
         c->graph_replays++;
         return 0;
@@ -2087,7 +2118,7 @@ static int cu_graph_run(clef_backend *be, const void *key, size_t kb, int (*body
     }
     if (g->state == 3) return body(ctx, err); /* its capture failed before: plain launches */
     /* second call: capture */
-    c->cvt_valid = 0; /* no conversion from before the graph may be reused inside it */
+    c->cvt_valid = c->att_valid = 0; /* no conversion from before the graph may be reused inside it */
     const unsigned gen = c->slot_gen;
     if (cudaStreamBeginCapture(c->st, cudaStreamCaptureModeRelaxed) != cudaSuccess) {
         cudaGetLastError();
@@ -2107,7 +2138,7 @@ static int cu_graph_run(clef_backend *be, const void *key, size_t kb, int (*body
     cudaGraphExec_t exec = NULL;
     if (rc == 0 && e == cudaSuccess && graph && c->slot_gen == gen) e = cudaGraphInstantiate(&exec, graph, 0);
     if (graph) cudaGraphDestroy(graph);
-    c->cvt_valid = 0;
+    c->cvt_valid = c->att_valid = 0;
     if (rc != 0 || e != cudaSuccess || !exec || c->slot_gen != gen) {
         cudaGetLastError(); /* capture errors are not sticky: clear and run the ops plainly */
         if (exec) cudaGraphExecDestroy(exec);

@@ -157,6 +157,35 @@ __global__ void __launch_bounds__(WIDE_THREADS) add_rmsnorm_wide_kernel(float *h
  * rmsnorm op's block-wide sum, another order).  (One warp per (token, head)
  * with its own angles was faster at 300
  * tokens but recomputed the angles per head: 2x slower at 32,000.) */
+/* Where head hh of token t goes in the bf16 rows attention reads (ck_rows_to_bf16's layout: q rows of
+ * nq * D * split16, k rows of nk * D * split16, [hi | lo]); NULL when not staged. */
+__device__ __forceinline__ __nv_bfloat16 *qkr16(__nv_bfloat16 *q16, __nv_bfloat16 *k16, int split16, int64_t t, int nq,
+                                               int nk, int D, int hh) {
+    if (!q16) return nullptr;
+    return hh < nq ? q16 + t * nq * D * split16 + (int64_t)hh * D : k16 + t * nk * D * split16 + (int64_t)(hh - nq) * D;
+}
+
+/* M-RoPE of one normed head (buf, D floats; cs: the token's cos | sin) back into x, and into d16 (when
+ * set) as bf16 hi, with split16 = 2 also lo = bf16(v - hi) one row-half ((nq or nk) * D) later. */
+__device__ __forceinline__ void rope_head(float *x, const float *buf, const float *cs, int half, int lane,
+                                          __nv_bfloat16 *d16, int nq, int nk, int D, int hh, int split16) {
+    const int64_t lo_off = (int64_t)(hh < nq ? nq : nk) * D;
+    for (int64_t j = lane; j < half; j += 32) {
+        const float c = cs[j], sn = cs[half + j], x1 = buf[j], x2 = buf[j + half];
+        const float y1 = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, sn)), y2 = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, sn));
+        x[j] = y1;
+        x[j + half] = y2;
+        if (d16) {
+            const __nv_bfloat16 h1 = __float2bfloat16_rn(y1), h2 = __float2bfloat16_rn(y2);
+            d16[j] = h1, d16[j + half] = h2;
+            if (split16 == 2) {
+                d16[lo_off + j] = __float2bfloat16_rn(y1 - __bfloat162float(h1));
+                d16[lo_off + j + half] = __float2bfloat16_rn(y2 - __bfloat162float(h2));
+            }
+        }
+    }
+}
+
 constexpr int QKR_WARPS = 8, QKR_PREFETCH = 5; /* 5 x 8 >= the thinker's 32 + 4 heads */
 
 __global__ void __launch_bounds__(QKR_WARPS * 32) qk_norm_rope_kernel(float *q, int64_t qs, float *k, int64_t ks,
@@ -164,7 +193,9 @@ __global__ void __launch_bounds__(QKR_WARPS * 32) qk_norm_rope_kernel(float *q, 
                                                                       const float *__restrict__ qw,
                                                                       const float *__restrict__ kw, float eps, int D,
                                                                       const int32_t *__restrict__ pos, int64_t s1,
-                                                                      int64_t s2, const float *__restrict__ inv_freq) {
+                                                                      int64_t s2, const float *__restrict__ inv_freq,
+                                                                      __nv_bfloat16 *q16, __nv_bfloat16 *k16,
+                                                                      int split16) {
     extern __shared__ float qkr_sm[]; /* [D/2] cos, [D/2] sin, then QKR_WARPS rows of D */
     const int64_t t = blockIdx.x;
     const int half = D / 2, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -200,11 +231,7 @@ __global__ void __launch_bounds__(QKR_WARPS * 32) qk_norm_rope_kernel(float *q, 
                     if (i < D) buf[i] = __fmul_rn(w[i], __fmul_rn(v[gi][u], inv));
                 }
                 __syncwarp();
-                for (int64_t j = lane; j < half; j += 32) {
-                    const float c = cs[j], sn = cs[half + j], x1 = buf[j], x2 = buf[j + half];
-                    x[j] = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, sn));
-                    x[j + half] = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, sn));
-                }
+                rope_head(x, buf, cs, half, lane, qkr16(q16, k16, split16, t, nq, nk, D, hh), nq, nk, D, hh, split16);
                 __syncwarp();
             }
         }
@@ -219,11 +246,7 @@ __global__ void __launch_bounds__(QKR_WARPS * 32) qk_norm_rope_kernel(float *q, 
         const float var = (float)(ss / (double)D), inv = 1.0f / sqrtf(var + eps);
         for (int64_t i = lane; i < D; i += 32) buf[i] = __fmul_rn(w[i], __fmul_rn(x[i], inv));
         __syncwarp();
-        for (int64_t j = lane; j < half; j += 32) {
-            const float c = cs[j], sn = cs[half + j], x1 = buf[j], x2 = buf[j + half];
-            x[j] = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, sn));
-            x[j + half] = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, sn));
-        }
+        rope_head(x, buf, cs, half, lane, qkr16(q16, k16, split16, t, nq, nk, D, hh), nq, nk, D, hh, split16);
         __syncwarp();
     }
 }
@@ -413,12 +436,16 @@ cudaError_t ck_add_rmsnorm(float *h, const float *o, const float *w, float *y, i
 
 cudaError_t ck_qk_norm_rope(float *q, int64_t q_stride, float *k, int64_t k_stride, int64_t T, int nq, int nk,
                             const float *q_w, const float *k_w, float eps, int D, const int32_t *pos, int64_t s1,
-                            int64_t s2, const float *inv_freq, cudaStream_t st) {
+                            int64_t s2, const float *inv_freq, uint16_t *q16, uint16_t *k16, int split16,
+                            cudaStream_t st) {
     if (T <= 0 || nq + nk <= 0) return cudaSuccess;
-    if (D <= 0 || D % 2 || D > 1024 || T > 0x7fffffffLL) return cudaErrorInvalidValue;
+    if (D <= 0 || D % 2 || D > 1024 || T > 0x7fffffffLL || (q16 && (!k16 || (split16 != 1 && split16 != 2))))
+        return cudaErrorInvalidValue;
     const size_t smem = (size_t)(1 + QKR_WARPS) * (size_t)D * sizeof(float);
     qk_norm_rope_kernel<<<(unsigned)T, QKR_WARPS * 32, smem, st>>>(q, q_stride, k, k_stride, T, nq, nk, q_w, k_w, eps,
-                                                                   D, pos, s1, s2, inv_freq);
+                                                                   D, pos, s1, s2, inv_freq,
+                                                                   reinterpret_cast<__nv_bfloat16 *>(q16),
+                                                                   reinterpret_cast<__nv_bfloat16 *>(k16), split16);
     return cudaGetLastError();
 }
 

@@ -393,10 +393,14 @@ cudaError_t ck_add_rmsnorm(float *h, const float *o, const float *w, float *y, i
  * ck_rope, in place, one block per token: bitwise ck_rmsnorm (rows of D)
  * then ck_rope for D < 512 (where ck_rmsnorm also reduces a row in one
  * warp; from 512 it takes its block-wide kernel, and the sums agree to f32
- * rounding).  D even, <= 1024. */
+ * rounding).  D even, <= 1024.  With q16 (and k16) non-NULL the results are
+ * also written as the bf16 rows attention reads, exactly as ck_rows_to_bf16
+ * with `split16` would convert them: q16 rows of nq * D * split16, k16 rows
+ * of nk * D * split16 ([hi | lo] when split16 = 2). */
 cudaError_t ck_qk_norm_rope(float *q, int64_t q_stride, float *k, int64_t k_stride, int64_t T, int nq, int nk,
                             const float *q_w, const float *k_w, float eps, int D, const int32_t *pos, int64_t s1,
-                            int64_t s2, const float *inv_freq, cudaStream_t st);
+                            int64_t s2, const float *inv_freq, uint16_t *q16, uint16_t *k16, int split16,
+                            cudaStream_t st);
 cudaError_t ck_layernorm(const float *x, const float *w, const float *b, float *y, int64_t rows, int64_t dim,
                          float eps, cudaStream_t st);
 cudaError_t ck_swiglu(const float *g, const float *u, float *out, int64_t n, cudaStream_t st);
