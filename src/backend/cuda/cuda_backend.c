@@ -115,6 +115,14 @@ typedef struct cu_graph {
 
 static void graph_clear(cu_graph *g);
 
+/* Which q / k rows are staged as attention's bf16 rows: qk_norm_rope records them, attention converts
+ * only v when its own rows are the same (att_stage_eq). */
+typedef struct att_stage {
+    const float *q, *k;
+    int64_t T, q_stride, k_stride, nq, nk, D;
+    int split;
+} att_stage;
+
 typedef struct cuda_ctx {
     int device;
     int precise, gemm_custom, profile;
@@ -152,11 +160,10 @@ typedef struct cuda_ctx {
     /* FP8-block experts as W8A8 on the FP8 tensor cores (cuda_fp8mma.cu): CLEF_CUDA_FP8_MMA, default 0;
      * cleared where the build lacks sm_90a or the device is not compute capability 9.0 */
     int fp8_mma;
-    /* q and k rows qk_norm_rope also left as attention's bf16 rows in SLOT_ATT16 (the q16 / k16 layout of
-     * cu_attention, split att_split), valid until the next op other than attention: att_valid */
-    const float *att_q, *att_k;
-    int64_t att_T, att_qs, att_ks, att_nq, att_nk, att_D;
-    int att_split, att_valid;
+    /* the q and k rows qk_norm_rope also left as attention's bf16 rows in SLOT_ATT16 (the q16 / k16 layout
+     * of cu_attention), valid until the next op other than attention: att_valid */
+    att_stage att;
+    int att_valid;
     /* which parts run precise (split-bf16 products, f32 attention): PRECISE_* bits */
     unsigned precise_parts;
     cudaStream_t st;
@@ -219,6 +226,13 @@ enum {
 };
 
 static inline cuda_ctx *cu_of(clef_backend *be) { return (cuda_ctx *)be->ctx; }
+
+/* bf16 halves per activation value in the products of precise part `part`: 2 ([hi | lo] rows) or 1.
+ * An op that leaves converted rows for another op's product uses the consumer's part. */
+static inline int split_of(const cuda_ctx *c, unsigned part) { return c->precise_parts & part ? 2 : 1; }
+
+/* Head sizes of the tensor-core attention (cuda_attn.cu); others run ck_attn_f32. */
+static inline int attn_tc_head(int64_t D) { return D == 64 || D == 72 || D == 128; }
 
 /* 0, or -1 with err 500 naming the CUDA error. */
 static int cu_check(cudaError_t e, const char *what, clef_err *err) {
@@ -1201,7 +1215,7 @@ static int cu_matmul_packed(cuda_ctx *c, const float *x, int64_t T, const clef_w
              (long long)w->cols);
     op_begin(c, name, 1);
     const int64_t N = w->rows, K = w->cols;
-    const int split = c->precise_parts & PRECISE_DENSE ? 2 : 1;
+    const int split = split_of(c, PRECISE_DENSE);
     const uint16_t *a16 = convert_rows(c, x, T, K, K, split, err);
     if (!a16) return op_end(c, -1);
     ck_qgemm_args g = {.mode = CK_GEMM_DENSE, .A = a16, .lda = K * split, .K = K, .split = split, .N = N,
@@ -1229,7 +1243,7 @@ static int cu_matmul(clef_backend *be, const float *x, int64_t T, const clef_wei
         c->cvt_valid = 0;
         rc = cu_check(ck_gemm_f32(x, T, K, w->data, N, bias, y, c->st), "matmul f32", err);
     } else {
-        const int split = c->precise_parts & PRECISE_DENSE ? 2 : 1;
+        const int split = split_of(c, PRECISE_DENSE);
         const uint16_t *a16 = convert_rows(c, x, T, K, K, split, err);
         if (!a16) return op_end(c, -1);
         lt_plan *p = NULL;
@@ -1292,7 +1306,7 @@ static int cu_add_rmsnorm(clef_backend *be, float *h, const float *o, const floa
     cuda_ctx *c = cu_of(be);
     op_begin(c, o ? "add + rmsnorm" : "rmsnorm", 0);
     if (rows <= 0) return op_end(c, 0);
-    const int split = c->precise_parts & PRECISE_DENSE ? 2 : 1;
+    const int split = split_of(c, PRECISE_DENSE);
     uint16_t *a16 = NULL;
     if (dim % 8 == 0) { /* the products' row alignment (ck_rows_to_bf16) */
         a16 = cu_slot(c, SLOT_A16, (size_t)rows * (size_t)dim * (size_t)split * 2, err);
@@ -1317,7 +1331,7 @@ static int cu_qk_norm_rope(clef_backend *be, float *q, int64_t q_stride, float *
     op_begin(c, "q/k norm + rope", 0);
     /* the tensor-core attention's head sizes: also leave q and k as the bf16 rows it reads (SLOT_ATT16, with
      * room for v after them), so that attention converts only v */
-    const int split = c->precise_parts & PRECISE_ATTN ? 2 : 1, stage = (D == 64 || D == 72 || D == 128) && T > 0;
+    const int split = split_of(c, PRECISE_ATTN), stage = attn_tc_head(D) && T > 0;
     uint16_t *q16 = NULL, *k16 = NULL;
     if (stage) {
         const size_t qn = (size_t)(T * nq * D) * split, kn = (size_t)(T * nk * D) * split;
@@ -1329,10 +1343,15 @@ static int cu_qk_norm_rope(clef_backend *be, float *q, int64_t q_stride, float *
                                             r->section[1], r->section[2], r->inv_freq, q16, k16, split, c->st),
                             "q/k norm + rope", err);
     if (rc == 0 && stage) {
-        c->att_q = q, c->att_k = k, c->att_T = T, c->att_qs = q_stride, c->att_ks = k_stride;
-        c->att_nq = nq, c->att_nk = nk, c->att_D = D, c->att_split = split, c->att_valid = 1;
+        c->att = (att_stage){q, k, T, q_stride, k_stride, nq, nk, D, split};
+        c->att_valid = 1;
     }
     return op_end(c, rc);
+}
+
+static int att_stage_eq(const att_stage *x, const att_stage *y) {
+    return x->q == y->q && x->k == y->k && x->T == y->T && x->q_stride == y->q_stride && x->k_stride == y->k_stride &&
+           x->nq == y->nq && x->nk == y->nk && x->D == y->D && x->split == y->split;
 }
 
 /* Segments of at most ATTN_SHORT queries run the 64-row attention kernel (v2) in the precise mode
@@ -1373,7 +1392,7 @@ static int cu_attention(clef_backend *be, const float *q, const float *k, const 
     if (nh <= 0 || nkv <= 0 || nh % nkv || D <= 0 || ns < 0 || nh > 65535)
         return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CUDA attention: %lld query / %lld kv heads of %lld",
                          (long long)nh, (long long)nkv, (long long)D);
-    const int tc = D == 64 || D == 72 || D == 128, split = c->precise_parts & PRECISE_ATTN ? 2 : 1;
+    const int tc = attn_tc_head(D), split = split_of(c, PRECISE_ATTN);
     /* default: v2 in the fast mode, v2w (128-row tiles) in the precise one for long segments: the fastest of
      * each on the H200 (CLEF_ATTN_BENCH: 8 x 4096 fast v2 214 vs v1 176 TFLOP/s; precise v2w 112, v1 108,
      * v2 95), v2 for the precise mode's short segments (ATTN_SHORT) */
@@ -1394,9 +1413,8 @@ static int cu_attention(clef_backend *be, const float *q, const float *k, const 
     for (int i = 0; tc && i < n_kinds; i++)
         nt[i] = attn_tiles(a, fixed, split, kinds[i], ck_attn_tc_rows(ksplit, kinds[i]), NULL);
     /* q and k left converted by qk_norm_rope for exactly these rows (self-attention over all T rows) */
-    const int staged = tc && c->att_valid && c->att_q == q && c->att_k == k && c->att_T == nq && nk == nq &&
-                       c->att_qs == a->q_stride && c->att_ks == a->k_stride && c->att_nq == nh && c->att_nk == nkv &&
-                       c->att_D == D && c->att_split == split;
+    const att_stage want = {q, k, nq, a->q_stride, a->k_stride, nh, nkv, D, split};
+    const int staged = tc && c->att_valid && nk == nq && att_stage_eq(&c->att, &want);
     op_begin(c, !tc ? "attention (f32)" : split == 2 ? "attention (tensor cores, split)" : "attention (tensor cores)",
              0);
     const size_t off_bytes = (size_t)(ns + 1) * sizeof(int64_t);
@@ -1428,7 +1446,7 @@ static int cu_attention(clef_backend *be, const float *q, const float *k, const 
         }
         /* contiguous output rows (the thinker's): also written as the bf16 rows the o product reads, which
          * then skips its conversion (convert_rows finds them remembered) */
-        const int dsplit = c->precise_parts & PRECISE_DENSE ? 2 : 1;
+        const int dsplit = split_of(c, PRECISE_DENSE);
         uint16_t *o16 = NULL;
         if (rc == 0 && a->o_stride == nh * D) {
             o16 = cu_slot(c, SLOT_A16, (size_t)(nq * nh * D) * (size_t)dsplit * 2, err);
@@ -1600,7 +1618,7 @@ static int moe_pass(cuda_ctx *c, const float *x, int64_t T, const int32_t *idx, 
     const void *const *ptrs = (const void *const *)tab->dev;
     const int64_t E = ex->n_experts, H = ex->hidden, NI = ex->inter, TK = T * k;
     op_begin(c, "moe: permutation", 1);
-    const int split = c->precise_parts & PRECISE_EXPERTS ? 2 : 1;
+    const int split = split_of(c, PRECISE_EXPERTS);
     /* tile rows: 128 for big batches; 32 when split and the experts average <= 32 rows (four pipeline
      * stages of hi + lo + weights fit there, as for the fast mode's 64-row tiles); else 64 */
     /* wgmma: 128-row tiles for big batches, else 64 (CLEF_CUDA_TUNE=0: always 64; same results) */
@@ -1732,7 +1750,7 @@ static int moe_pass_packed(cuda_ctx *c, const float *x, int64_t T, const int32_t
     op_begin(c, "moe: permutation", 1);
     ck_qgemm_args fmt = {0};
     qargs_format(c, &fmt, &ex->gate[0]);
-    const int split = c->precise_parts & PRECISE_EXPERTS ? 2 : 1;
+    const int split = split_of(c, PRECISE_EXPERTS);
     /* the wgmma kernel (128-row tiles) under the bf16 rule of moe_pass, when both products qualify */
     ck_qgemm_args fg = {.mode = CK_GEMM_GATEUP, .lda = H * split, .K = H, .split = split, .N = NI},
                   fd = {.mode = CK_GEMM_DOWN, .lda = NI * split, .K = NI, .split = split, .N = H};
