@@ -166,7 +166,7 @@ __device__ __forceinline__ __nv_bfloat16 *qkr16(__nv_bfloat16 *q16, __nv_bfloat1
 }
 
 /* M-RoPE of one normed head (buf, D floats; cs: the token's cos | sin) back into x, and into d16 (when
- * set) as bf16 hi, with split16 = 2 also lo = bf16(v - hi) one row-half ((nq or nk) * D) later. */
+ * set) as put_bf16 writes a value, its lo half one row-half ((nq or nk) * D) later. */
 __device__ __forceinline__ void rope_head(float *x, const float *buf, const float *cs, int half, int lane,
                                           __nv_bfloat16 *d16, int nq, int nk, int D, int hh, int split16) {
     const int64_t lo_off = (int64_t)(hh < nq ? nq : nk) * D;
@@ -175,14 +175,7 @@ __device__ __forceinline__ void rope_head(float *x, const float *buf, const floa
         const float y1 = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, sn)), y2 = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, sn));
         x[j] = y1;
         x[j + half] = y2;
-        if (d16) {
-            const __nv_bfloat16 h1 = __float2bfloat16_rn(y1), h2 = __float2bfloat16_rn(y2);
-            d16[j] = h1, d16[j + half] = h2;
-            if (split16 == 2) {
-                d16[lo_off + j] = __float2bfloat16_rn(y1 - __bfloat162float(h1));
-                d16[lo_off + j + half] = __float2bfloat16_rn(y2 - __bfloat162float(h2));
-            }
-        }
+        if (d16) put_bf16(d16, lo_off, split16, j, y1), put_bf16(d16, lo_off, split16, j + half, y2);
     }
 }
 
