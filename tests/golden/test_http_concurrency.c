@@ -18,8 +18,15 @@
 #define N_PER_CLIENT 20
 #define N_ROUNDS 4
 /* RSS may settle during the first rounds (malloc arenas of the connection
- * threads, the tokenizer's caches); after that it must stay flat. */
-#define RSS_GROWTH_LIMIT_KIB 2048
+ * threads, the tokenizer's caches); after that it must stay flat up to
+ * glibc's arena noise, which moves RSS by up to ~2.2 MiB between rounds with
+ * 32 connection threads (seen on CI: +2,164 KiB from round 2 to 4 with no
+ * leak, and rounds going down as well as up).  The bound is 8 MiB over the
+ * 1,280 requests of rounds 3 and 4: a leak of >= 6.4 KiB per request (a
+ * request body, a response, a record's activations) fails here; smaller
+ * leaks are LeakSanitizer's to find in the sanitizer pass (hu_stop asserts
+ * the server's clean exit). */
+#define RSS_GROWTH_LIMIT_KIB 8192
 /* Under AddressSanitizer freed memory sits in ASan's quarantine (up to
  * 256 MiB), so RSS keeps growing by design; there LeakSanitizer checks the
  * server for leaks at its exit instead (hu_stop asserts a clean exit). */
