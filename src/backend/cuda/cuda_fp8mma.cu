@@ -199,38 +199,8 @@ __global__ void __launch_bounds__(THREADS, 1) fp8mma_kernel(const ck_fp8mma_args
     } while (++kb < nkb);
     cp_async_wait<0>();
 
-    if (!gateup) {
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int r = rbase + h * 8;
-            if (r >= rows) continue;
-            float *y = a.Y + (row0 + r) * a.ldy;
-#pragma unroll
-            for (int j = 0; j < BN / 8; j++) {
-                const int64_t n = nt * BN + j * 8 + t * 2;
-                if (n + 1 < N) *reinterpret_cast<float2 *>(y + n) = make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-                else if (n < N) y[n] = acc[4 * j + 2 * h];
-            }
-        }
-        return;
-    }
-    /* GATEUP: gate column c (chunk j < HALF / 8) and up column c (chunk j + HALF / 8) sit in the same thread */
-    bf16 *H = reinterpret_cast<bf16 *>(a.H);
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const int r = rbase + h * 8;
-        if (r >= rows) continue;
-        bf16 *hr = H + (row0 + r) * N;
-#pragma unroll
-        for (int j = 0; j < HALF / 8; j++)
-#pragma unroll
-            for (int q = 0; q < 2; q++) {
-                const int64_t col = nt * HALF + j * 8 + t * 2 + q;
-                if (col >= N) continue;
-                const float gv = acc[4 * j + 2 * h + q], uv = acc[4 * (j + HALF / 8) + 2 * h + q];
-                hr[col] = __float2bfloat16_rn(gv / (1.0f + expf(-gv)) * uv); /* silu(g) * u, as the CPU backend */
-            }
-    }
+    wg_epilogue<BN, HALF, 1>(acc, !gateup, a.Y, a.ldy, reinterpret_cast<bf16 *>(a.H), N, row0, rows, nt, rbase, t,
+                             [](float v, int) { return v; });
 #else
     __trap(); /* not built for sm_90a: ck_fp8mma refuses before launching */
 #endif
@@ -271,11 +241,10 @@ cudaError_t ck_fp8mma(const ck_fp8mma_args *a, cudaStream_t st) {
     static unsigned done = 0; /* devices whose shared-memory limit is raised */
     cudaError_t e = allow_smem(fp8mma_kernel, SMEM, &done);
     if (e != cudaSuccess) return e;
-    const int64_t nt = gemm_col_tiles(a->mode, a->N, BN);
-    const int64_t blocks = a->max_tiles * nt;
-    if (blocks <= 0) return cudaSuccess;
-    if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
-    fp8mma_kernel<<<(unsigned)blocks, THREADS, SMEM, st>>>(*a);
+    unsigned blocks;
+    e = gemm_grid(a->mode, a->max_tiles, a->N, BN, &blocks);
+    if (e != cudaSuccess || !blocks) return e;
+    fp8mma_kernel<<<blocks, THREADS, SMEM, st>>>(*a);
     return cudaGetLastError();
 #endif
 }

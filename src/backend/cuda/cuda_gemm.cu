@@ -141,13 +141,11 @@ __global__ void __launch_bounds__(THREADS, 2) gemm_kernel(const ck_gemm_args a) 
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm = warp / WARPS_N, wn = warp % WARPS_N;
-    const int64_t n_tiles_n = gemm_col_tiles(a.mode, a.N, BN);
-    const int64_t mt = blockIdx.x / n_tiles_n, nt = blockIdx.x % n_tiles_n;
 
     /* This block's rows: [row0, row0 + rows) of A / the output, and its weights. */
-    int64_t row0, rows;
+    int64_t nt, row0, rows;
     int e;
-    if (!gemm_tile_rows(a, BM, mt, row0, rows, e)) return;
+    if (!gemm_block_tile(a, BM, BN, nt, row0, rows, e)) return;
     const bf16 *w0 = reinterpret_cast<const bf16 *>(a.mode == CK_GEMM_DENSE ? a.W : a.W0[e]);
     const bf16 *w1 = a.mode == CK_GEMM_GATEUP ? reinterpret_cast<const bf16 *>(a.W1[e]) : nullptr;
     const bf16 *A = reinterpret_cast<const bf16 *>(a.A);
@@ -155,10 +153,8 @@ __global__ void __launch_bounds__(THREADS, 2) gemm_kernel(const ck_gemm_args a) 
 
     /* Source rows of this thread's chunks (NULL = zero fill), fixed over K. */
     const bf16 *a_src[A_CHUNKS];
-    int a_dst[A_CHUNKS], a_col[A_CHUNKS], a_row[A_CHUNKS];
-    gemm_a_chunks<A_CHUNKS, THREADS, BK>(a, A, tid, row0, rows, a_src, a_row, a_col);
-#pragma unroll
-    for (int i = 0; i < A_CHUNKS; i++) a_dst[i] = a_row[i] * PITCH + a_col[i];
+    int a_dst[A_CHUNKS], a_col[A_CHUNKS];
+    gemm_a_chunks<A_CHUNKS, THREADS, BK, PITCH>(a, A, tid, row0, rows, a_src, a_dst, a_col);
     const bf16 *w_src[W_CHUNKS];
     int w_dst[W_CHUNKS], w_col[W_CHUNKS];
 #pragma unroll
@@ -180,14 +176,8 @@ __global__ void __launch_bounds__(THREADS, 2) gemm_kernel(const ck_gemm_args a) 
 
     auto load_stage = [&](int kt, int stage) {
         const int64_t k0 = (int64_t)kt * BK;
-        bf16 *as = As + stage * SPLIT * BM * PITCH, *ws = Ws + stage * BN * PITCH;
-#pragma unroll
-        for (int i = 0; i < A_CHUNKS; i++) {
-            const int64_t kc = k0 + a_col[i];
-            const bool ok = a_src[i] && kc < K;
-            cp_async16(as + a_dst[i], ok ? a_src[i] + kc : A, ok);
-            if (SPLIT == 2) cp_async16(as + BM * PITCH + a_dst[i], ok ? a_src[i] + K + kc : A, ok); /* lo half */
-        }
+        bf16 *ws = Ws + stage * BN * PITCH;
+        gemm_a_load<A_CHUNKS, SPLIT>(As + stage * SPLIT * BM * PITCH, BM * PITCH, a_src, a_dst, a_col, k0, K, A);
 #pragma unroll
         for (int i = 0; i < W_CHUNKS; i++) {
             const int64_t kc = k0 + w_col[i];
@@ -197,12 +187,7 @@ __global__ void __launch_bounds__(THREADS, 2) gemm_kernel(const ck_gemm_args a) 
     };
 
     float acc[MI][NI][4];
-#pragma unroll
-    for (int i = 0; i < MI; i++)
-#pragma unroll
-        for (int j = 0; j < NI; j++)
-#pragma unroll
-            for (int q = 0; q < 4; q++) acc[i][j][q] = 0.0f;
+    zero_frags(acc);
 
     const int ktiles = (int)((K + BK - 1) / BK);
 #pragma unroll
@@ -264,11 +249,9 @@ __global__ void __launch_bounds__(TMA_THREADS, 2) gemm_tma_kernel(const ck_gemm_
     __shared__ const bf16 *arow[BM];
     unsigned char *sm = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int64_t n_tiles_n = gemm_col_tiles(a.mode, a.N, BN);
-    const int64_t mt = blockIdx.x / n_tiles_n, nt = blockIdx.x % n_tiles_n;
-    int64_t row0, rows;
+    int64_t nt, row0, rows;
     int e;
-    if (!gemm_tile_rows(a, BM, mt, row0, rows, e)) return;
+    if (!gemm_block_tile(a, BM, BN, nt, row0, rows, e)) return;
     const bf16 *A = reinterpret_cast<const bf16 *>(a.A);
     const int64_t K = a.K;
     const int ktiles = (int)((K + BK - 1) / BK);
@@ -341,12 +324,7 @@ __global__ void __launch_bounds__(TMA_THREADS, 2) gemm_tma_kernel(const ck_gemm_
 
     const int wm = warp / WARPS_N, wn = warp % WARPS_N;
     float acc[MI][NI][4];
-#pragma unroll
-    for (int i = 0; i < MI; i++)
-#pragma unroll
-        for (int j = 0; j < NI; j++)
-#pragma unroll
-            for (int q = 0; q < 4; q++) acc[i][j][q] = 0.0f;
+    zero_frags(acc);
     for (int kt = 0; kt < ktiles; kt++) {
         const int s = kt % STAGES;
         mbar_wait(&full[s], (uint32_t)((kt / STAGES) & 1));
@@ -646,12 +624,10 @@ template <int BM, int SPLIT> cudaError_t launch_gemm(const ck_gemm_args *a, cuda
     static unsigned done = 0; /* devices whose limit is raised */
     cudaError_t e = allow_smem(gemm_kernel<BM, SPLIT>, smem, &done);
     if (e != cudaSuccess) return e;
-    const int64_t nt = gemm_col_tiles(a->mode, a->N, BN);
-    const int64_t mt = a->mode == CK_GEMM_DENSE ? (a->M + BM - 1) / BM : a->max_tiles;
-    const int64_t blocks = mt * nt;
-    if (blocks <= 0) return cudaSuccess;
-    if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
-    gemm_kernel<BM, SPLIT><<<(unsigned)blocks, THREADS, smem, st>>>(*a);
+    unsigned blocks;
+    e = gemm_grid(a->mode, a->mode == CK_GEMM_DENSE ? (a->M + BM - 1) / BM : a->max_tiles, a->N, BN, &blocks);
+    if (e != cudaSuccess || !blocks) return e;
+    gemm_kernel<BM, SPLIT><<<blocks, THREADS, smem, st>>>(*a);
     return cudaGetLastError();
 }
 
@@ -661,11 +637,10 @@ template <int BM, int SPLIT> cudaError_t launch_gemm_tma(const ck_gemm_args *a, 
     static unsigned done = 0;
     cudaError_t e = allow_smem(gemm_tma_kernel<BM, SPLIT>, smem, &done);
     if (e != cudaSuccess) return e;
-    const int64_t nt = gemm_col_tiles(a->mode, a->N, BN);
-    const int64_t blocks = a->max_tiles * nt;
-    if (blocks <= 0) return cudaSuccess;
-    if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
-    gemm_tma_kernel<BM, SPLIT><<<(unsigned)blocks, TMA_THREADS, smem, st>>>(*a);
+    unsigned blocks;
+    e = gemm_grid(a->mode, a->max_tiles, a->N, BN, &blocks);
+    if (e != cudaSuccess || !blocks) return e;
+    gemm_tma_kernel<BM, SPLIT><<<blocks, TMA_THREADS, smem, st>>>(*a);
     return cudaGetLastError();
 }
 #endif

@@ -64,6 +64,16 @@ static __host__ __device__ __forceinline__ int64_t gemm_col_tiles(int mode, int6
     return (N + w - 1) / w;
 }
 
+/* Host: the 1-D grid of a GEMM launch, row_tiles x gemm_col_tiles(mode, N,
+ * bn) block tiles (row_tiles: DENSE ceil(M / BM), grouped the plan's bound
+ * max_tiles), in *blocks.  cudaSuccess with *blocks = 0 when there is
+ * nothing to launch; cudaErrorInvalidConfiguration past 2^31 - 1 blocks. */
+static __host__ cudaError_t gemm_grid(int mode, int64_t row_tiles, int64_t N, int bn, unsigned *blocks) {
+    const int64_t b = row_tiles * gemm_col_tiles(mode, N, bn);
+    *blocks = b > 0 && b <= 0x7fffffffLL ? (unsigned)b : 0u;
+    return b > 0x7fffffffLL ? cudaErrorInvalidConfiguration : cudaSuccess;
+}
+
 /* Host: raise kernel fn's dynamic shared memory limit to `bytes` once per
  * device (bit `dev` of *done_mask; a benign race: every thread writes the
  * same value).  cudaFuncSetAttribute's error, else cudaSuccess. */
@@ -98,27 +108,69 @@ static __device__ __forceinline__ bool gemm_tile_rows(const Args &a, int BM, int
     return true;
 }
 
+/* The block tile of this block (blockIdx.x = mt x col tiles + nt) of a GEMM
+ * launch over BM x BN tiles (gemm_grid): its column tile nt and
+ * gemm_tile_rows' row0, rows, e; false: the block has no work. */
+template <class Args>
+static __device__ __forceinline__ bool gemm_block_tile(const Args &a, int BM, int BN, int64_t &nt, int64_t &row0,
+                                                       int64_t &rows, int &e) {
+    const int64_t n_tiles_n = gemm_col_tiles(a.mode, a.N, BN);
+    const int64_t mt = blockIdx.x / n_tiles_n;
+    nt = blockIdx.x % n_tiles_n;
+    return gemm_tile_rows(a, BM, mt, row0, rows, e);
+}
+
 /* This thread's 16-byte activation chunks of a tile, fixed over K: chunk
- * i is c = tid + i THREADS, tile row r[i] = c / (BK / 8), column
- * col[i] = (c % (BK / 8)) 8; src[i] = the A row it copies (GATEUP gathers
- * through row_src; lda apart), NULL past the tile's rows (zero fill). */
-template <int CHUNKS, int THREADS, int BK, class Args>
+ * i is c = tid + i THREADS, tile row r = c / (BK / 8), column
+ * col[i] = (c % (BK / 8)) 8, shared offset dst[i] = r PITCH + col[i] (bf16
+ * elements); src[i] = the A row it copies (GATEUP gathers through row_src;
+ * lda apart), NULL past the tile's rows (zero fill). */
+template <int CHUNKS, int THREADS, int BK, int PITCH, class Args>
 static __device__ __forceinline__ void gemm_a_chunks(const Args &a, const __nv_bfloat16 *A, int tid, int64_t row0,
                                                      int64_t rows, const __nv_bfloat16 *(&src)[CHUNKS],
-                                                     int (&r)[CHUNKS], int (&col)[CHUNKS]) {
+                                                     int (&dst)[CHUNKS], int (&col)[CHUNKS]) {
 #pragma unroll
     for (int i = 0; i < CHUNKS; i++) {
-        const int c = tid + i * THREADS;
-        r[i] = c / (BK / 8);
+        const int c = tid + i * THREADS, r = c / (BK / 8);
         col[i] = (c % (BK / 8)) * 8;
-        if (r[i] < rows) {
-            int64_t p = row0 + r[i];
+        dst[i] = r * PITCH + col[i];
+        if (r < rows) {
+            int64_t p = row0 + r;
             if (a.mode == CK_GEMM_GATEUP) p = a.row_src[p];
             src[i] = A + p * a.lda;
         } else {
             src[i] = nullptr;
         }
     }
+}
+
+/* The cp.async copies of this thread's activation chunks (gemm_a_chunks) for
+ * the K stage starting at column k0 into the stage's tiles at `as`: the hi
+ * tile, and with SPLIT = 2 the lo tile (columns K.. of each row) a_tile
+ * elements later, hi then lo per chunk; chunks past the row or past K
+ * zero-filled (A: any valid address for the skipped source). */
+template <int CHUNKS, int SPLIT>
+static __device__ __forceinline__ void gemm_a_load(__nv_bfloat16 *as, int a_tile,
+                                                   const __nv_bfloat16 *const (&src)[CHUNKS],
+                                                   const int (&dst)[CHUNKS], const int (&col)[CHUNKS], int64_t k0,
+                                                   int64_t K, const __nv_bfloat16 *A) {
+#pragma unroll
+    for (int i = 0; i < CHUNKS; i++) {
+        const int64_t kc = k0 + col[i];
+        const bool ok = src[i] && kc < K;
+#pragma unroll
+        for (int h = 0; h < SPLIT; h++) cp_async16(as + h * a_tile + dst[i], ok ? src[i] + h * K + kc : A, ok);
+    }
+}
+
+/* Every value of an M x N array of m16n8 accumulator fragments = 0. */
+template <int M, int N> static __device__ __forceinline__ void zero_frags(float (&acc)[M][N][4]) {
+#pragma unroll
+    for (int i = 0; i < M; i++)
+#pragma unroll
+        for (int j = 0; j < N; j++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) acc[i][j][q] = 0.0f;
 }
 
 /* cos / sin of interleaved M-RoPE frequency j (< D/2) at token t of T

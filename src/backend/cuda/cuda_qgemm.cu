@@ -149,20 +149,15 @@ __global__ void __launch_bounds__(QTHREADS, q2_min_blocks<QT, BM, SPLIT>()) qgem
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm = warp / QWARPS_N, wn = warp % QWARPS_N;
-    const int64_t n_tiles_n = gemm_col_tiles(a.mode, a.N, QBN);
-    const int64_t mt = blockIdx.x / n_tiles_n, nt = blockIdx.x % n_tiles_n;
-
-    int64_t row0, rows;
+    int64_t nt, row0, rows;
     int e;
-    if (!gemm_tile_rows(a, QBM, mt, row0, rows, e)) return;
+    if (!gemm_block_tile(a, QBM, QBN, nt, row0, rows, e)) return;
     const bf16 *A = reinterpret_cast<const bf16 *>(a.A);
     const int64_t K = a.K, N = a.N;
 
     const bf16 *a_src[A_CHUNKS];
-    int a_dst[A_CHUNKS], a_col[A_CHUNKS], a_row[A_CHUNKS];
-    gemm_a_chunks<A_CHUNKS, QTHREADS, QBK>(a, A, tid, row0, rows, a_src, a_row, a_col);
-#pragma unroll
-    for (int i = 0; i < A_CHUNKS; i++) a_dst[i] = a_row[i] * QPITCH + a_col[i];
+    int a_dst[A_CHUNKS], a_col[A_CHUNKS];
+    gemm_a_chunks<A_CHUNKS, QTHREADS, QBK, QPITCH>(a, A, tid, row0, rows, a_src, a_dst, a_col);
     int u_r[UNITS_PER_THREAD], u_kc[UNITS_PER_THREAD], u_n[UNITS_PER_THREAD];
 #pragma unroll
     for (int i = 0; i < UNITS_PER_THREAD; i++) {
@@ -204,15 +199,7 @@ __global__ void __launch_bounds__(QTHREADS, q2_min_blocks<QT, BM, SPLIT>()) qgem
 
     auto load_stage = [&](int kt, int stage) {
         const int64_t k0 = (int64_t)kt * QBK;
-        bf16 *as = As + stage * SPLIT * A_TILE;
-#pragma unroll
-        for (int i = 0; i < A_CHUNKS; i++) {
-            const int64_t kc = k0 + a_col[i];
-            const bool ok = a_src[i] && kc < K;
-#pragma unroll
-            for (int h = 0; h < SPLIT; h++) /* h = 1: the lo half, columns K.. of the row */
-                cp_async16(as + h * A_TILE + a_dst[i], ok ? a_src[i] + h * K + kc : A, ok);
-        }
+        gemm_a_load<A_CHUNKS, SPLIT>(As + stage * SPLIT * A_TILE, A_TILE, a_src, a_dst, a_col, k0, K, A);
         unsigned char *pk = Pk + stage * PKB;
         uint32_t *aux = reinterpret_cast<uint32_t *>(pk + UNITS * UB);
 #pragma unroll
@@ -263,20 +250,8 @@ __global__ void __launch_bounds__(QTHREADS, q2_min_blocks<QT, BM, SPLIT>()) qgem
     };
 
     float acc[MI][NI][4], part[FOLD ? MI : 1][FOLD ? NI : 1][4];
-#pragma unroll
-    for (int i = 0; i < MI; i++)
-#pragma unroll
-        for (int j = 0; j < NI; j++)
-#pragma unroll
-            for (int q = 0; q < 4; q++) acc[i][j][q] = 0.0f;
-    if (FOLD) {
-#pragma unroll
-        for (int i = 0; i < (FOLD ? MI : 1); i++)
-#pragma unroll
-            for (int j = 0; j < (FOLD ? NI : 1); j++)
-#pragma unroll
-                for (int q = 0; q < 4; q++) part[i][j][q] = 0.0f;
-    }
+    zero_frags(acc);
+    if (FOLD) zero_frags(part);
     const int tig = lane & 3;
     const ck_qmat *cm = qmat_of(a, e, wn * WTN);
     int cn[NI][2];
@@ -388,14 +363,13 @@ __global__ void __launch_bounds__(QTHREADS, q2_min_blocks<QT, BM, SPLIT>()) qgem
 
 template <int QT, int QBM, int SPLIT> cudaError_t launch_q2(const ck_qgemm_args *a, cudaStream_t st) {
     constexpr int smem = q2_smem<QT, QBM, SPLIT>();
-    cudaError_t e = cudaFuncSetAttribute(qgemm2_kernel<QT, QBM, SPLIT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    static unsigned done = 0; /* devices whose limit is raised */
+    cudaError_t e = allow_smem(qgemm2_kernel<QT, QBM, SPLIT>, smem, &done);
     if (e != cudaSuccess) return e;
-    const int64_t nt = gemm_col_tiles(a->mode, a->N, QBN);
-    const int64_t mt = a->mode == CK_GEMM_DENSE ? (a->M + QBM - 1) / QBM : a->max_tiles;
-    const int64_t blocks = mt * nt;
-    if (blocks <= 0) return cudaSuccess;
-    if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
-    qgemm2_kernel<QT, QBM, SPLIT><<<(unsigned)blocks, QTHREADS, smem, st>>>(*a);
+    unsigned blocks;
+    e = gemm_grid(a->mode, a->mode == CK_GEMM_DENSE ? (a->M + QBM - 1) / QBM : a->max_tiles, a->N, QBN, &blocks);
+    if (e != cudaSuccess || !blocks) return e;
+    qgemm2_kernel<QT, QBM, SPLIT><<<blocks, QTHREADS, smem, st>>>(*a);
     return cudaGetLastError();
 }
 
@@ -460,20 +434,15 @@ __global__ void __launch_bounds__(QTHREADS, MINB) qgemm3_kernel(const ck_qgemm_a
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm = warp / QWARPS_N, wn = warp % QWARPS_N;
-    const int64_t n_tiles_n = gemm_col_tiles(a.mode, a.N, QBN);
-    const int64_t mt = blockIdx.x / n_tiles_n, nt = blockIdx.x % n_tiles_n;
-
-    int64_t row0, rows;
+    int64_t nt, row0, rows;
     int e;
-    if (!gemm_tile_rows(a, QBM, mt, row0, rows, e)) return;
+    if (!gemm_block_tile(a, QBM, QBN, nt, row0, rows, e)) return;
     const bf16 *A = reinterpret_cast<const bf16 *>(a.A);
     const int64_t K = a.K, N = a.N, K64 = (K + 63) / 64;
 
     const bf16 *a_src[A_CHUNKS];
-    int a_dst[A_CHUNKS], a_col[A_CHUNKS], a_row[A_CHUNKS];
-    gemm_a_chunks<A_CHUNKS, QTHREADS, QBK>(a, A, tid, row0, rows, a_src, a_row, a_col);
-#pragma unroll
-    for (int i = 0; i < A_CHUNKS; i++) a_dst[i] = a_row[i] * QPITCH + a_col[i];
+    int a_dst[A_CHUNKS], a_col[A_CHUNKS];
+    gemm_a_chunks<A_CHUNKS, QTHREADS, QBK, QPITCH>(a, A, tid, row0, rows, a_src, a_dst, a_col);
     /* the weight copy of this thread: block atom tid / 32 (columns 16 (tid / 32) ..), lane chunk tid % 32;
      * NVFP4, threads 0..31: 16-byte piece tid % 4 of the scale atom of block atom tid / 4 */
     const unsigned char *b_src, *s_src = nullptr;
@@ -496,16 +465,7 @@ __global__ void __launch_bounds__(QTHREADS, MINB) qgemm3_kernel(const ck_qgemm_a
     }
 
     auto load_stage = [&](int kt, int stage) {
-        const int64_t k0 = (int64_t)kt * QBK;
-        bf16 *as = As + stage * SPLIT * A_TILE;
-#pragma unroll
-        for (int i = 0; i < A_CHUNKS; i++) {
-            const int64_t kc = k0 + a_col[i];
-            const bool ok = a_src[i] && kc < K;
-#pragma unroll
-            for (int h = 0; h < SPLIT; h++)
-                cp_async16(as + h * A_TILE + a_dst[i], ok ? a_src[i] + h * K + kc : A, ok);
-        }
+        gemm_a_load<A_CHUNKS, SPLIT>(As + stage * SPLIT * A_TILE, A_TILE, a_src, a_dst, a_col, (int64_t)kt * QBK, K, A);
         /* atom (n / 16, kt) of this thread's matrix: kt * 512 bytes after atom (n / 16, 0) */
         unsigned char *bs = Bq + stage * WSTAGE;
         cp_async16(bs + tid * 16, b_ok ? b_src + (int64_t)kt * CK_INT4R_ATOM_BYTES : b_src, b_ok);
@@ -514,20 +474,8 @@ __global__ void __launch_bounds__(QTHREADS, MINB) qgemm3_kernel(const ck_qgemm_a
     };
 
     float acc[MI][NI][4], part[FOLD ? MI : 1][FOLD ? NI : 1][4];
-#pragma unroll
-    for (int i = 0; i < MI; i++)
-#pragma unroll
-        for (int j = 0; j < NI; j++)
-#pragma unroll
-            for (int q = 0; q < 4; q++) acc[i][j][q] = 0.0f;
-    if (FOLD) {
-#pragma unroll
-        for (int i = 0; i < (FOLD ? MI : 1); i++)
-#pragma unroll
-            for (int j = 0; j < (FOLD ? NI : 1); j++)
-#pragma unroll
-                for (int q = 0; q < 4; q++) part[i][j][q] = 0.0f;
-    }
+    zero_frags(acc);
+    if (FOLD) zero_frags(part);
     const int g = lane >> 2, tig = lane & 3;
     const ck_qmat *cm = qmat_of(a, e, wn * WTN);
     /* the warp's first column in its matrix (its WTN columns are contiguous in one matrix); accumulator
@@ -650,15 +598,13 @@ __global__ void __launch_bounds__(QTHREADS, MINB) qgemm3_kernel(const ck_qgemm_a
 
 template <int QT, int QBM, int SPLIT, int MINB> cudaError_t launch_q3(const ck_qgemm_args *a, cudaStream_t st) {
     constexpr int smem = q3_smem<QT, QBM, SPLIT>();
-    cudaError_t e =
-        cudaFuncSetAttribute(qgemm3_kernel<QT, QBM, SPLIT, MINB>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    static unsigned done = 0; /* devices whose limit is raised */
+    cudaError_t e = allow_smem(qgemm3_kernel<QT, QBM, SPLIT, MINB>, smem, &done);
     if (e != cudaSuccess) return e;
-    const int64_t nt = gemm_col_tiles(a->mode, a->N, QBN);
-    const int64_t mt = a->mode == CK_GEMM_DENSE ? (a->M + QBM - 1) / QBM : a->max_tiles;
-    const int64_t blocks = mt * nt;
-    if (blocks <= 0) return cudaSuccess;
-    if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
-    qgemm3_kernel<QT, QBM, SPLIT, MINB><<<(unsigned)blocks, QTHREADS, smem, st>>>(*a);
+    unsigned blocks;
+    e = gemm_grid(a->mode, a->mode == CK_GEMM_DENSE ? (a->M + QBM - 1) / QBM : a->max_tiles, a->N, QBN, &blocks);
+    if (e != cudaSuccess || !blocks) return e;
+    qgemm3_kernel<QT, QBM, SPLIT, MINB><<<blocks, QTHREADS, smem, st>>>(*a);
     return cudaGetLastError();
 }
 

@@ -522,54 +522,14 @@ __global__ void __launch_bounds__(BM * 2, 1) wgmma_gemm_kernel(const typename wg
         gs1 = a.mode == CK_GEMM_GATEUP ? a.W1[e].global : gs0;
         gdiv = a.global_div;
     }
-    auto fin = [&](float v, float gs) -> float {
-        if constexpr (NVF) return gdiv ? v / gs : v * gs;
+    auto fin = [&](float v, int m) -> float {
+        if constexpr (NVF) return gdiv ? v / (m ? gs1 : gs0) : v * (m ? gs1 : gs0);
         else return v;
     };
-
     /* accumulator layout (per warp of the warpgroup: 16 rows): acc[4j + q] at row g (q < 2) or g + 8,
      * column 8j + 2t + (q & 1), g = lane / 4, t = lane % 4 */
-    const int rbase = wg * 64 + (warp & 3) * 16 + g;
-    if (a.mode == CK_GEMM_DOWN) {
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int r = rbase + h * 8;
-            if (r >= rows) continue;
-            float *y = a.Y + (row0 + r) * a.ldy;
-#pragma unroll
-            for (int j = 0; j < BN / 8; j++) {
-                const int64_t n = nt * BN + j * 8 + t * 2;
-                if (n + 1 < a.N) {
-                    *reinterpret_cast<float2 *>(y + n) =
-                        make_float2(fin(acc[4 * j + 2 * h], gs0), fin(acc[4 * j + 2 * h + 1], gs0));
-                } else if (n < a.N) {
-                    y[n] = fin(acc[4 * j + 2 * h], gs0);
-                }
-            }
-        }
-        return;
-    }
-    /* GATEUP: gate column c (n8 chunk j < HALF / 8) and up column c (chunk j + HALF / 8) sit in the same thread */
-    bf16 *H = reinterpret_cast<bf16 *>(a.H);
-    const int64_t ldh = a.N * SPLIT;
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const int r = rbase + h * 8;
-        if (r >= rows) continue;
-        bf16 *hr = H + (row0 + r) * ldh;
-#pragma unroll
-        for (int j = 0; j < HALF / 8; j++)
-#pragma unroll
-            for (int q = 0; q < 2; q++) {
-                const int64_t col = nt * HALF + j * 8 + t * 2 + q;
-                if (col >= a.N) continue;
-                const float gv = fin(acc[4 * j + 2 * h + q], gs0), uv = fin(acc[4 * (j + HALF / 8) + 2 * h + q], gs1);
-                const float hv = gv / (1.0f + expf(-gv)) * uv; /* silu(g) * u, as the CPU backend */
-                const bf16 hb = __float2bfloat16_rn(hv);
-                hr[col] = hb;
-                if (SPLIT == 2) hr[a.N + col] = __float2bfloat16_rn(hv - __bfloat162float(hb));
-            }
-    }
+    wg_epilogue<BN, HALF, SPLIT>(acc, a.mode == CK_GEMM_DOWN, a.Y, a.ldy, reinterpret_cast<bf16 *>(a.H), a.N, row0,
+                                 rows, nt, wg * 64 + (warp & 3) * 16 + g, t, fin);
 #else
     __trap(); /* not built for sm_90a: the host never launches this (ck_gemm_wgmma refuses) */
 #endif
@@ -581,11 +541,10 @@ template <int QT, int BM, int SPLIT> cudaError_t launch_wgmma(const typename wg_
     cudaError_t e = allow_smem(wgmma_gemm_kernel<QT, BM, SPLIT>, smem, &done);
     if (e != cudaSuccess) return e;
     constexpr int BN = wg_bn<QT, BM>();
-    const int64_t nt = gemm_col_tiles(a->mode, a->N, BN);
-    const int64_t blocks = a->max_tiles * nt;
-    if (blocks <= 0) return cudaSuccess;
-    if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
-    wgmma_gemm_kernel<QT, BM, SPLIT><<<(unsigned)blocks, BM * 2, smem, st>>>(*a);
+    unsigned blocks;
+    e = gemm_grid(a->mode, a->max_tiles, a->N, BN, &blocks);
+    if (e != cudaSuccess || !blocks) return e;
+    wgmma_gemm_kernel<QT, BM, SPLIT><<<blocks, BM * 2, smem, st>>>(*a);
     return cudaGetLastError();
 }
 

@@ -2,13 +2,15 @@
  * (cuda_wgmma.cu: bf16 and packed experts; cuda_fp8mma.cu: W8A8 FP8
  * experts): the 128-byte-swizzled shared-memory layout and its descriptor,
  * the wgmma fence / commit / wait instructions, the async-proxy fence, the
- * mbarrier and 2-D tensor-copy (TMA) instructions, and the 64-accumulator
- * operand list of the m64n128 instructions.  Device code
+ * mbarrier and 2-D tensor-copy (TMA) instructions, the 64-accumulator
+ * operand list of the m64n128 instructions and the grouped products'
+ * epilogue.  Device code
  * only; the instruction wrappers exist where CLEF_WGMMA_DEVICE is defined
  * (sm_90a device passes and the host pass). */
 #ifndef CLEF_BACKEND_CUDA_WGMMA_CUH
 #define CLEF_BACKEND_CUDA_WGMMA_CUH
 
+#include <cuda_bf16.h>
 #include <stdint.h>
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) || !defined(__CUDA_ARCH__)
@@ -103,5 +105,59 @@ template <int NR> static __device__ __forceinline__ void acc_fence(float (&d)[NR
     for (int i = 0; i < NR; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
 #endif
+
+/* The epilogue of the grouped wgmma products (cuda_wgmma.cu's kernel,
+ * cuda_fp8mma.cu's): this thread's accumulators of a tile of BN columns,
+ * acc[4j + q] at tile row rbase + 8 (q >> 1) and column 8j + 2t + (q & 1)
+ * (rows past `rows` dropped), each value through fin(v, m) (m = 0: the
+ * gate / down matrix, 1: the up matrix; e.g. NVFP4's per-tensor global).
+ * down: f32 columns nt BN .. (< N) of rows row0 + r of Y (ldy apart).
+ * Else GATEUP (tile columns [0, HALF) gate, [HALF, BN) up of the same HALF
+ * intermediate columns nt HALF ..): bf16 silu(g) u (the CPU backend's
+ * formula) into H rows of N SPLIT values, with SPLIT = 2 the bf16 rest
+ * (value - hi) at column N + col. */
+template <int BN, int HALF, int SPLIT, int NR, class Fin>
+static __device__ __forceinline__ void wg_epilogue(const float (&acc)[NR], bool down, float *Y, int64_t ldy,
+                                                   __nv_bfloat16 *H, int64_t N, int64_t row0, int64_t rows,
+                                                   int64_t nt, int rbase, int t, Fin fin) {
+    if (down) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int r = rbase + h * 8;
+            if (r >= rows) continue;
+            float *y = Y + (row0 + r) * ldy;
+#pragma unroll
+            for (int j = 0; j < BN / 8; j++) {
+                const int64_t n = nt * BN + j * 8 + t * 2;
+                if (n + 1 < N)
+                    *reinterpret_cast<float2 *>(y + n) =
+                        make_float2(fin(acc[4 * j + 2 * h], 0), fin(acc[4 * j + 2 * h + 1], 0));
+                else if (n < N)
+                    y[n] = fin(acc[4 * j + 2 * h], 0);
+            }
+        }
+        return;
+    }
+    /* gate column c (n8 chunk j < HALF / 8) and up column c (chunk j + HALF / 8) sit in the same thread */
+    const int64_t ldh = N * SPLIT;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int r = rbase + h * 8;
+        if (r >= rows) continue;
+        __nv_bfloat16 *hr = H + (row0 + r) * ldh;
+#pragma unroll
+        for (int j = 0; j < HALF / 8; j++)
+#pragma unroll
+            for (int q = 0; q < 2; q++) {
+                const int64_t col = nt * HALF + j * 8 + t * 2 + q;
+                if (col >= N) continue;
+                const float gv = fin(acc[4 * j + 2 * h + q], 0), uv = fin(acc[4 * (j + HALF / 8) + 2 * h + q], 1);
+                const float hv = gv / (1.0f + expf(-gv)) * uv; /* silu(g) * u, as the CPU backend */
+                const __nv_bfloat16 hb = __float2bfloat16_rn(hv);
+                hr[col] = hb;
+                if (SPLIT == 2) hr[N + col] = __float2bfloat16_rn(hv - __bfloat162float(hb));
+            }
+    }
+}
 
 #endif
