@@ -67,6 +67,88 @@ __device__ __forceinline__ void put_o16(const ck_attn_out &dst, int64_t row, int
             __floats2bfloat162_rn(v0 - __low2float(hi), v1 - __high2float(hi));
 }
 
+/* Pieces shared by attn_tc_kernel and attn2_kernel (THREADS threads; tile rows P bf16 apart, CH = D / 8
+ * 16-byte chunks per row). */
+
+/* Zero pad columns D..DP-1 of the `rows` shared rows at smem once (the loads never touch them). */
+template <int D, int DP, int P, int THREADS>
+__device__ __forceinline__ void fa_zero_pad(unsigned char *smem, int rows, int tid) {
+    if (DP > D) {
+        constexpr int PADW = DP > D ? (DP - D) / 2 : 1; /* 32-bit words per row */
+        uint32_t *all = reinterpret_cast<uint32_t *>(smem);
+        for (int c = tid; c < rows * PADW; c += THREADS) all[((c / PADW) * P + D) / 2 + c % PADW] = 0u;
+    }
+}
+
+/* cp.async of the BM x D query tile of head h, rows i0.. of the segment at row q0 (ql rows; rows past it
+ * zero-filled; Q rows qrs apart) into Qs, with SPLIT = 2 the lo halves (nh * D later in a row) into the
+ * tile qt elements later.  I: the kernel's integer type of i0 and ql. */
+template <int SPLIT, int CH, int P, int THREADS, int BM, class I>
+__device__ __forceinline__ void fa_load_q(bf16 *Qs, int qt, const bf16 *__restrict__ Q, int64_t q0, I i0, I ql,
+                                          int64_t qrs, int nh, int h, int D, int tid) {
+    for (int c = tid; c < BM * CH; c += THREADS) {
+        const int r = c / CH, col = (c % CH) * 8;
+        const bool ok = i0 + r < ql;
+        const int64_t off = (q0 + i0 + r) * qrs + (int64_t)h * D + col;
+        cp_async16(Qs + r * P + col, ok ? Q + off : Q, ok);
+        if (SPLIT == 2) cp_async16(Qs + qt + r * P + col, ok ? Q + off + (int64_t)nh * D : Q, ok);
+    }
+}
+
+/* cp.async of the BN-row K and V tiles of kv head hk, keys j0.. of the segment at row kv0 (kl keys; rows
+ * past it zero-filled; rows krs apart) into Ks and Vs, with SPLIT = 2 the lo halves (nkv * D later in a
+ * row) into the tiles tp elements later.  One 16-byte chunk per thread per step. */
+template <int SPLIT, int CH, int P, int THREADS, int BN, class I>
+__device__ __forceinline__ void fa_load_kv(bf16 *Ks, bf16 *Vs, int tp, const bf16 *__restrict__ K,
+                                           const bf16 *__restrict__ V, int64_t kv0, I j0, I kl, int64_t krs, int nkv,
+                                           int hk, int D, int tid) {
+    for (int c = tid; c < BN * CH; c += THREADS) {
+        const int r = c / CH, col = (c % CH) * 8;
+        const bool ok = j0 + r < kl;
+        const int64_t off = (kv0 + j0 + r) * krs + (int64_t)hk * D + col;
+        cp_async16(Ks + r * P + col, ok ? K + off : K, ok);
+        cp_async16(Vs + r * P + col, ok ? V + off : V, ok);
+        if (SPLIT == 2) {
+            const int64_t lo = (int64_t)nkv * D;
+            cp_async16(Ks + tp + r * P + col, ok ? K + off + lo : K, ok);
+            cp_async16(Vs + tp + r * P + col, ok ? V + off + lo : V, ok);
+        }
+    }
+}
+
+/* P of one 16-key chunk as bf16 A fragments from two m16n8 score fragments s0, s1: pa = bf16(p), with
+ * SPLIT = 2 also pl = bf16(p - pa), element by element. */
+template <int SPLIT>
+__device__ __forceinline__ void fa_p_frags(const float *s0, const float *s1, uint32_t (&pa)[4], uint32_t *pl) {
+    pa[0] = pack_bf16(s0[0], s0[1]);
+    pa[1] = pack_bf16(s0[2], s0[3]);
+    pa[2] = pack_bf16(s1[0], s1[1]);
+    pa[3] = pack_bf16(s1[2], s1[3]);
+    if (SPLIT == 2) {
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const float *src = (u >> 1 ? s1 : s0) + (u & 1) * 2;
+            const __nv_bfloat162 hb = *reinterpret_cast<const __nv_bfloat162 *>(&pa[u]);
+            pl[u] = pack_bf16(src[0] - __low2float(hb), src[1] - __high2float(hb));
+        }
+    }
+}
+
+/* Query row `row` (of the packed batch) of head h: its D / 8 pairs of outputs o[dt][2 hh], o[dt][2 hh + 1]
+ * (columns 8 dt + 2 tig, + 1) times inv into dst.out, and as bf16 into dst.out16 (put_o16). */
+template <int D, int NO>
+__device__ __forceinline__ void fa_store_row(const ck_attn_out &dst, int64_t row, int nh, int h, int tig, int hh,
+                                             const float (&o)[NO][4], float inv) {
+    float *orow = dst.out + row * dst.stride + (int64_t)h * D;
+#pragma unroll
+    for (int dt = 0; dt < D / 8; dt++) {
+        const float v0 = o[dt][hh * 2] * inv, v1 = o[dt][hh * 2 + 1] * inv;
+        orow[dt * 8 + tig * 2] = v0;
+        orow[dt * 8 + tig * 2 + 1] = v1;
+        put_o16(dst, row, nh, D, h, dt * 8 + tig * 2, v0, v1);
+    }
+}
+
 constexpr int FA_BM = 64, FA_BN = 64, FA_THREADS = 128;
 
 /* Q, NBUF x (K, V); each of them twice (hi, lo) when split; DP = the head
@@ -101,37 +183,13 @@ __global__ void __launch_bounds__(FA_THREADS) attn_tc_kernel(const bf16 *__restr
     const int64_t q0 = q_off[s], ql = q_off[s + 1] - q0, kv0 = kv_off[s], kl = kv_off[s + 1] - kv0;
     const int hk = h / (nh / nkv);
     const int64_t qrs = (int64_t)SPLIT * nh * D, krs = (int64_t)SPLIT * nkv * D; /* row strides */
-    if (DP > D) { /* zero the pad columns of every tile once; the loads below never touch them */
-        constexpr int PADW = DP > D ? (DP - D) / 2 : 1; /* 32-bit words per row */
-        uint32_t *all = reinterpret_cast<uint32_t *>(smem_raw);
-        const int rows = SPLIT * (1 + 2 * NBUF) * FA_BM;
-        for (int c = tid; c < rows * PADW; c += FA_THREADS)
-            all[((c / PADW) * P + D) / 2 + c % PADW] = 0u;
-    }
-
-    for (int c = tid; c < FA_BM * CH; c += FA_THREADS) {
-        const int r = c / CH, col = (c % CH) * 8;
-        const bool ok = i0 + r < ql;
-        const int64_t off = (q0 + i0 + r) * qrs + (int64_t)h * D + col;
-        cp_async16(Qs + r * P + col, ok ? Q + off : Q, ok);
-        if (SPLIT == 2) cp_async16(Qs + TP + r * P + col, ok ? Q + off + (int64_t)nh * D : Q, ok);
-    }
+    fa_zero_pad<D, DP, P, FA_THREADS>(smem_raw, SPLIT * (1 + 2 * NBUF) * FA_BM, tid);
+    fa_load_q<SPLIT, CH, P, FA_THREADS, FA_BM>(Qs, TP, Q, q0, (int64_t)i0, ql, qrs, nh, h, D, tid);
     cp_async_commit();
     /* K/V tile j into buffer j & 1; rows past the segment are zeros (P = 0 there, 0 * 0 stays finite) */
     auto load_kv = [&](int64_t j0, int buf) {
-        bf16 *Ks = Kb + buf * SPLIT * TP, *Vs = Vb + buf * SPLIT * TP;
-        for (int c = tid; c < FA_BN * CH; c += FA_THREADS) {
-            const int r = c / CH, col = (c % CH) * 8;
-            const bool ok = j0 + r < kl;
-            const int64_t off = (kv0 + j0 + r) * krs + (int64_t)hk * D + col;
-            cp_async16(Ks + r * P + col, ok ? K + off : K, ok);
-            cp_async16(Vs + r * P + col, ok ? V + off : V, ok);
-            if (SPLIT == 2) {
-                const int64_t lo = (int64_t)nkv * D;
-                cp_async16(Ks + TP + r * P + col, ok ? K + off + lo : K, ok);
-                cp_async16(Vs + TP + r * P + col, ok ? V + off + lo : V, ok);
-            }
-        }
+        fa_load_kv<SPLIT, CH, P, FA_THREADS, FA_BN>(Kb + buf * SPLIT * TP, Vb + buf * SPLIT * TP, TP, K, V, kv0, j0,
+                                                    kl, krs, nkv, hk, D, tid);
         cp_async_commit();
     };
 
@@ -236,18 +294,8 @@ __global__ void __launch_bounds__(FA_THREADS) attn_tc_kernel(const bf16 *__restr
         }
 #pragma unroll
         for (int kk = 0; kk < FA_BN / 16; kk++) {
-            const uint32_t pa[4] = {pack_bf16(sa[2 * kk][0], sa[2 * kk][1]), pack_bf16(sa[2 * kk][2], sa[2 * kk][3]),
-                                    pack_bf16(sa[2 * kk + 1][0], sa[2 * kk + 1][1]),
-                                    pack_bf16(sa[2 * kk + 1][2], sa[2 * kk + 1][3])};
-            uint32_t pl[4] = {0u, 0u, 0u, 0u};
-            if (SPLIT == 2) { /* p - bf16(p), element by element */
-#pragma unroll
-                for (int u = 0; u < 4; u++) {
-                    const float *src = sa[2 * kk + (u >> 1)] + (u & 1) * 2;
-                    const __nv_bfloat162 hb = *reinterpret_cast<const __nv_bfloat162 *>(&pa[u]);
-                    pl[u] = pack_bf16(src[0] - __low2float(hb), src[1] - __high2float(hb));
-                }
-            }
+            uint32_t pa[4], pl[4] = {0u, 0u, 0u, 0u};
+            fa_p_frags<SPLIT>(sa[2 * kk], sa[2 * kk + 1], pa, pl);
 #pragma unroll
             for (int dn = 0; dn < DP / 16; dn++) {
                 uint32_t b0, b1, b2, b3;
@@ -275,14 +323,7 @@ __global__ void __launch_bounds__(FA_THREADS) attn_tc_kernel(const bf16 *__restr
     for (int hh = 0; hh < 2; hh++) {
         const int r = r0 + hh * 8;
         if (i0 + r >= ql) continue;
-        float *orow = dst.out + (q0 + i0 + r) * dst.stride + (int64_t)h * D;
-#pragma unroll
-        for (int dt = 0; dt < D / 8; dt++) {
-            const float v0 = o[dt][hh * 2] * inv[hh], v1 = o[dt][hh * 2 + 1] * inv[hh];
-            orow[dt * 8 + tig * 2] = v0;
-            orow[dt * 8 + tig * 2 + 1] = v1;
-            put_o16(dst, q0 + i0 + r, nh, D, h, dt * 8 + tig * 2, v0, v1);
-        }
+        fa_store_row<D>(dst, q0 + i0 + r, nh, h, tig, hh, o, inv[hh]);
     }
 }
 
@@ -339,21 +380,8 @@ __global__ void __launch_bounds__(FA2_THREADS) attn2_kernel(const bf16 *__restri
     const int ql = (int)(q_off[s + 1] - q0), kl = (int)(kv_off[s + 1] - kv0);
     const int hk = h / (nh / nkv);
     const int64_t qrs = (int64_t)SPLIT * nh * D, krs = (int64_t)SPLIT * nkv * D; /* row strides */
-    if (DP > D) { /* zero the pad columns of every tile once; the loads below never touch them */
-        constexpr int PADW = DP > D ? (DP - D) / 2 : 1; /* 32-bit words per row */
-        uint32_t *all = reinterpret_cast<uint32_t *>(smem_raw);
-        const int rows = SPLIT * (BM + 2 * NBUF * BN);
-        for (int c = tid; c < rows * PADW; c += FA2_THREADS)
-            all[((c / PADW) * P + D) / 2 + c % PADW] = 0u;
-    }
-
-    for (int c = tid; c < BM * CH; c += FA2_THREADS) {
-        const int r = c / CH, col = (c % CH) * 8;
-        const bool ok = i0 + r < ql;
-        const int64_t off = (q0 + i0 + r) * qrs + (int64_t)h * D + col;
-        cp_async16(Qs + r * P + col, ok ? Q + off : Q, ok);
-        if (SPLIT == 2) cp_async16(Qs + QT + r * P + col, ok ? Q + off + (int64_t)nh * D : Q, ok);
-    }
+    fa_zero_pad<D, DP, P, FA2_THREADS>(smem_raw, SPLIT * (BM + 2 * NBUF * BN), tid);
+    fa_load_q<SPLIT, CH, P, FA2_THREADS, BM>(Qs, QT, Q, q0, i0, ql, qrs, nh, h, D, tid);
     cp_async_commit();
     /* K/V tile j into buffer buf; rows past the segment are zeros (P = 0 there, 0 * 0 stays finite) */
     /* a thread copies the same 16-byte column of rows r, r + RS, ... when CH divides the block
@@ -379,17 +407,7 @@ __global__ void __launch_bounds__(FA2_THREADS) attn2_kernel(const bf16 *__restri
                 }
             }
         } else {
-            for (int c = tid; c < BN * CH; c += FA2_THREADS) {
-                const int r = c / CH, col = (c % CH) * 8;
-                const bool ok = j0 + r < kl;
-                const int64_t off = (kv0 + j0 + r) * krs + (int64_t)hk * D + col;
-                cp_async16(Ks + r * P + col, ok ? K + off : K, ok);
-                cp_async16(Vs + r * P + col, ok ? V + off : V, ok);
-                if (SPLIT == 2) {
-                    cp_async16(Ks + TP + r * P + col, ok ? K + off + lo : K, ok);
-                    cp_async16(Vs + TP + r * P + col, ok ? V + off + lo : V, ok);
-                }
-            }
+            fa_load_kv<SPLIT, CH, P, FA2_THREADS, BN>(Ks, Vs, TP, K, V, kv0, j0, kl, krs, nkv, hk, D, tid);
         }
         cp_async_commit();
     };
@@ -539,19 +557,7 @@ __global__ void __launch_bounds__(FA2_THREADS) attn2_kernel(const bf16 *__restri
                 /* P as bf16 A fragments right away (half the registers of the f32 scores) */
 #pragma unroll
                 for (int kk = 0; kk < BN / 16; kk++) {
-                    const float *s0 = sa[mt][2 * kk], *s1 = sa[mt][2 * kk + 1];
-                    pa[mt][kk][0] = pack_bf16(s0[0], s0[1]);
-                    pa[mt][kk][1] = pack_bf16(s0[2], s0[3]);
-                    pa[mt][kk][2] = pack_bf16(s1[0], s1[1]);
-                    pa[mt][kk][3] = pack_bf16(s1[2], s1[3]);
-                    if (SPLIT == 2) { /* p - bf16(p), element by element */
-#pragma unroll
-                        for (int u = 0; u < 4; u++) {
-                            const float *src = sa[mt][2 * kk + (u >> 1)] + (u & 1) * 2;
-                            const __nv_bfloat162 hb = *reinterpret_cast<const __nv_bfloat162 *>(&pa[mt][kk][u]);
-                            pl[mt][SPLIT == 2 ? kk : 0][u] = pack_bf16(src[0] - __low2float(hb), src[1] - __high2float(hb));
-                        }
-                    }
+                    fa_p_frags<SPLIT>(sa[mt][2 * kk], sa[mt][2 * kk + 1], pa[mt][kk], pl[mt][SPLIT == 2 ? kk : 0]);
                 }
             }
 #pragma unroll
@@ -591,15 +597,7 @@ __global__ void __launch_bounds__(FA2_THREADS) attn2_kernel(const bf16 *__restri
         for (int hh = 0; hh < 2; hh++) {
             const int r = wr0 + mt * 16 + g + hh * 8;
             if (i0 + r >= ql) continue;
-            const float inv = l[mt][hh] > 0.0f ? 1.0f / l[mt][hh] : 0.0f;
-            float *orow = dst.out + (q0 + i0 + r) * dst.stride + (int64_t)h * D;
-#pragma unroll
-            for (int dt = 0; dt < D / 8; dt++) {
-                const float v0 = o[mt][dt][hh * 2] * inv, v1 = o[mt][dt][hh * 2 + 1] * inv;
-                orow[dt * 8 + tig * 2] = v0;
-                orow[dt * 8 + tig * 2 + 1] = v1;
-                put_o16(dst, q0 + i0 + r, nh, D, h, dt * 8 + tig * 2, v0, v1);
-            }
+            fa_store_row<D>(dst, q0 + i0 + r, nh, h, tig, hh, o[mt], l[mt][hh] > 0.0f ? 1.0f / l[mt][hh] : 0.0f);
         }
 }
 
