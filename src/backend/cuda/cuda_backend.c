@@ -246,19 +246,31 @@ static int lt_check(cublasStatus_t s, const char *what, clef_err *err) {
     return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "cuBLASLt %s: %s (%d)", what, cublasLtGetStatusString(s), (int)s);
 }
 
+/* The host-memory failure of the backend's tables: a 500 internal error; returns -1. */
+static int host_oom(clef_err *err) {
+    return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CUDA backend: out of host memory");
+}
+
+/* Room for element n of a growable host array (`items`, *cap elements of `size` bytes): when n == *cap
+ * the array is reallocated to twice the capacity (`first` elements the first time) and *cap updated.
+ * Returns the array (moved or not), or NULL when out of host memory (then the old array stays as it was,
+ * still the caller's). */
+static void *grow_room(void *items, size_t *cap, size_t n, size_t size, size_t first) {
+    if (n < *cap) return items;
+    const size_t nc = *cap ? 2 * *cap : first;
+    void *p = realloc(items, nc * size);
+    if (p) *cap = nc;
+    return p;
+}
 
 /* ---- profiling ----------------------------------------------------------- */
 
 static int prof_key_of(cuda_ctx *c, const char *name) {
     for (size_t i = 0; i < c->n_keys; i++)
         if (strcmp(c->keys[i].name, name) == 0) return (int)i;
-    if (c->n_keys == c->cap_keys) {
-        size_t cap = c->cap_keys ? 2 * c->cap_keys : 64;
-        prof_key *k = realloc(c->keys, cap * sizeof *k);
-        if (!k) return -1;
-        c->keys = k;
-        c->cap_keys = cap;
-    }
+    prof_key *keys = grow_room(c->keys, &c->cap_keys, c->n_keys, sizeof *keys, 64);
+    if (!keys) return -1;
+    c->keys = keys;
     prof_key *k = &c->keys[c->n_keys];
     memset(k, 0, sizeof *k);
     snprintf(k->name, sizeof k->name, "%s", name);
@@ -285,13 +297,9 @@ static void prof_begin(cuda_ctx *c, const char *name) {
     if (!c->profile) return;
     if (c->used_ev == c->cap_ev && c->cap_ev >= 8192) prof_collect(c);
     if (c->used_ev == c->n_ev) {
-        if (c->n_ev == c->cap_ev) {
-            size_t cap = c->cap_ev ? 2 * c->cap_ev : 256;
-            prof_ev *e = realloc(c->ev, cap * sizeof *e);
-            if (!e) return;
-            c->ev = e;
-            c->cap_ev = cap;
-        }
+        prof_ev *ev = grow_room(c->ev, &c->cap_ev, c->n_ev, sizeof *ev, 256);
+        if (!ev) return;
+        c->ev = ev;
         if (cudaEventCreate(&c->ev[c->n_ev].a) != cudaSuccess) return;
         if (cudaEventCreate(&c->ev[c->n_ev].b) != cudaSuccess) {
             cudaEventDestroy(c->ev[c->n_ev].a);
@@ -433,8 +441,7 @@ static void *stage_meta_captured(cuda_ctx *c, size_t bytes, clef_err *err) {
     if (!m || !h) {
         if (m) g->meta = m;
         free(h);
-        clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CUDA backend: out of host memory");
-        return NULL;
+        return host_oom(err), NULL;
     }
     g->meta = m;
     void *d = NULL;
@@ -539,16 +546,9 @@ static void *arena_take(cuda_ctx *c, size_t bytes, clef_err *err) {
             return p;
         }
     }
-    if (c->n_arenas == c->cap_arenas) {
-        size_t cap = c->cap_arenas ? 2 * c->cap_arenas : 64;
-        arena *na = realloc(c->arenas, cap * sizeof *na);
-        if (!na) {
-            clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CUDA backend: out of host memory");
-            return NULL;
-        }
-        c->arenas = na;
-        c->cap_arenas = cap;
-    }
+    arena *grown = grow_room(c->arenas, &c->cap_arenas, c->n_arenas, sizeof *grown, 64);
+    if (!grown) return host_oom(err), NULL;
+    c->arenas = grown;
     size_t size = bytes > ARENA_BYTES / 4 ? bytes : ARENA_BYTES; /* big tensors get their own */
     void *base = NULL;
     cudaError_t e = cudaMalloc(&base, size);
@@ -608,7 +608,7 @@ static int cu_weight_init(clef_backend *be, clef_weight *w, clef_dtype dtype, in
         float *tmp = malloc(n ? n * sizeof *tmp : 1);
         if (!tmp) {
             arena_release(c, d);
-            return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CUDA backend: out of host memory");
+            return host_oom(err);
         }
         clef_to_f32(CLEF_DT_F16, host, tmp, n);
         rc = cu_check(cudaMemcpyAsync(d, tmp, bytes, cudaMemcpyHostToDevice, c->st), "weight upload", err);
@@ -1063,16 +1063,9 @@ done:
 static lt_plan *lt_plan_for(cuda_ctx *c, int64_t N, int64_t K, int split, const void *w, clef_err *err) {
     for (size_t i = 0; i < c->n_plans; i++)
         if (c->plans[i].N == N && c->plans[i].K == K && c->plans[i].split == split) return &c->plans[i];
-    if (c->n_plans == c->cap_plans) {
-        size_t cap = c->cap_plans ? 2 * c->cap_plans : 32;
-        lt_plan *np = realloc(c->plans, cap * sizeof *np);
-        if (!np) {
-            clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CUDA backend: out of host memory");
-            return NULL;
-        }
-        c->plans = np;
-        c->cap_plans = cap;
-    }
+    lt_plan *np = grow_room(c->plans, &c->cap_plans, c->n_plans, sizeof *np, 32);
+    if (!np) return host_oom(err), NULL;
+    c->plans = np;
     lt_plan *p = &c->plans[c->n_plans];
     memset(p, 0, sizeof *p);
     p->N = N, p->K = K, p->split = split;
@@ -1496,16 +1489,9 @@ static const moe_ptrs *moe_pointers(cuda_ctx *c, const clef_moe_weights *ex, cle
                    m->host[2 * E + e] == ex->down[e].data;
         if (same) return m;
     } else {
-        if (c->n_moe == c->cap_moe) {
-            size_t cap = c->cap_moe ? 2 * c->cap_moe : 64;
-            moe_ptrs *n = realloc(c->moe, cap * sizeof *n);
-            if (!n) {
-                clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CUDA backend: out of host memory");
-                return NULL;
-            }
-            c->moe = n;
-            c->cap_moe = cap;
-        }
+        moe_ptrs *grown = grow_room(c->moe, &c->cap_moe, c->n_moe, sizeof *grown, 64);
+        if (!grown) return host_oom(err), NULL;
+        c->moe = grown;
         m = &c->moe[c->n_moe];
         memset(m, 0, sizeof *m);
         m->host = calloc((size_t)(3 * E), sizeof *m->host);
@@ -1513,7 +1499,7 @@ static const moe_ptrs *moe_pointers(cuda_ctx *c, const clef_moe_weights *ex, cle
         if (!m->host || (c->tma && !m->maps_host)) {
             free(m->host);
             free(m->maps_host);
-            return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CUDA backend: out of host memory"), NULL;
+            return host_oom(err), NULL;
         }
         if (cu_check(cudaMalloc(&m->dev, (size_t)(3 * E) * sizeof(void *)), "expert table", err) ||
             (c->tma && cu_check(cudaMalloc((void **)&m->maps_dev, (size_t)(3 * E) * sizeof(ck_tmap)), "expert table", err))) {
@@ -1696,23 +1682,13 @@ static const ck_qmat *qmoe_table(cuda_ctx *c, const clef_moe_weights *ex, clef_e
         if (c->qmoe[i].gate == ex->gate && c->qmoe[i].up == ex->up && c->qmoe[i].down == ex->down && c->qmoe[i].E == E)
             m = &c->qmoe[i];
     if (!m) {
-        if (c->n_qmoe == c->cap_qmoe) {
-            size_t cap = c->cap_qmoe ? 2 * c->cap_qmoe : 64;
-            qmoe_tab *n = realloc(c->qmoe, cap * sizeof *n);
-            if (!n) {
-                clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CUDA backend: out of host memory");
-                return NULL;
-            }
-            c->qmoe = n;
-            c->cap_qmoe = cap;
-        }
+        qmoe_tab *grown = grow_room(c->qmoe, &c->cap_qmoe, c->n_qmoe, sizeof *grown, 64);
+        if (!grown) return host_oom(err), NULL;
+        c->qmoe = grown;
         m = &c->qmoe[c->n_qmoe];
         memset(m, 0, sizeof *m);
         m->host = calloc((size_t)(3 * E), sizeof *m->host);
-        if (!m->host) {
-            clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CUDA backend: out of host memory");
-            return NULL;
-        }
+        if (!m->host) return host_oom(err), NULL;
         if (cu_check(cudaMalloc(&m->dev, (size_t)(3 * E) * sizeof(ck_qmat)), "expert table", err)) {
             free(m->host);
             return NULL;
@@ -2251,7 +2227,7 @@ static int ctx_init(cuda_ctx *c, clef_err *err) {
         cu_check(cudaStreamCreateWithFlags(&c->side, cudaStreamNonBlocking), "stream", err))
         return -1;
     c->graphs = calloc(GRAPH_KEEP, sizeof *c->graphs);
-    if (!c->graphs) return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CUDA backend: out of host memory");
+    if (!c->graphs) return host_oom(err);
     cudaMemPool_t pool;
     if (cu_check(cudaDeviceGetDefaultMemPool(&pool, c->device), "memory pool", err)) return -1;
     uint64_t keep = UINT64_MAX;
