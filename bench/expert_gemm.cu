@@ -26,14 +26,9 @@ extern "C" {
 #include "backend/cuda/cuda_kernels.h"
 }
 
-#define CK(x)                                                                                                          \
-    do {                                                                                                               \
-        cudaError_t e_ = (x);                                                                                          \
-        if (e_ != cudaSuccess) {                                                                                       \
-            fprintf(stderr, "expert_gemm: %s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));                  \
-            exit(1);                                                                                                   \
-        }                                                                                                              \
-    } while (0)
+#include "bench_cuda.h"
+
+BENCH_CK_PROGRAM("expert_gemm")
 
 enum { E = 128, H = 2048, NI = 768, TOPK = 8 };
 
