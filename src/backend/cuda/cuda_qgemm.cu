@@ -132,6 +132,22 @@ static_assert(32 * (QBN + 4) * 4 <= q2_smem<CK_QT_INT4, 32, 1>(), "epilogue tile
 static_assert(64 * (QBN + 4) * 4 <= q2_smem<CK_QT_INT4, 64, 1>(), "epilogue tile fits");
 static_assert(128 * (QBN + 4) * 4 <= q2_smem<CK_QT_NVFP4, 128, 1>(), "epilogue tile fits");
 
+/* The end of a scale group (v2 and v3): acc += part x the column's scale (sc[ni][q & 1]: columns 2 tig,
+ * 2 tig + 1 of n8 tile ni), part = 0.  part is PM x PN fragments (the first of acc's; 1 x 1 where the
+ * format folds nothing). */
+template <int MI, int NI, int PM, int PN>
+__device__ __forceinline__ void fold_frags(float (&acc)[MI][NI][4], float (&part)[PM][PN][4], const float (&sc)[NI][2]) {
+#pragma unroll
+    for (int mi = 0; mi < PM; mi++)
+#pragma unroll
+        for (int ni = 0; ni < PN; ni++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                acc[mi][ni][q] = fmaf(part[mi][ni][q], sc[ni][q & 1], acc[mi][ni][q]);
+                part[mi][ni][q] = 0.0f;
+            }
+}
+
 template <int QT, int BM, int SPLIT>
 __global__ void __launch_bounds__(QTHREADS, q2_min_blocks<QT, BM, SPLIT>()) qgemm2_kernel(const ck_qgemm_args a) {
     constexpr int QBM = BM, QSTAGES = q2_stages<QT, BM, SPLIT>();
@@ -334,15 +350,7 @@ __global__ void __launch_bounds__(QTHREADS, q2_min_blocks<QT, BM, SPLIT>()) qgem
                                 sc[ni][q] = __half2float(
                                     __ldg(static_cast<const __half *>(cm->scale) + (int64_t)grp * R + srow[ni][q]));
                         }
-#pragma unroll
-                    for (int mi = 0; mi < (FOLD ? MI : 1); mi++)
-#pragma unroll
-                        for (int ni = 0; ni < (FOLD ? NI : 1); ni++)
-#pragma unroll
-                            for (int q = 0; q < 4; q++) {
-                                acc[mi][ni][q] = fmaf(part[mi][ni][q], sc[ni][q & 1], acc[mi][ni][q]);
-                                part[mi][ni][q] = 0.0f;
-                            }
+                    fold_frags(acc, part, sc);
                 }
             }
         }
@@ -573,15 +581,7 @@ __global__ void __launch_bounds__(QTHREADS, MINB) qgemm3_kernel(const ck_qgemm_a
                         sc[ni][q] = __half2float(
                             __ldg(static_cast<const __half *>(cm->scale) + (int64_t)grp * R + (n < N ? n : 0)));
                     }
-#pragma unroll
-                for (int mi = 0; mi < (FOLD ? MI : 1); mi++)
-#pragma unroll
-                    for (int ni = 0; ni < (FOLD ? NI : 1); ni++)
-#pragma unroll
-                        for (int q = 0; q < 4; q++) {
-                            acc[mi][ni][q] = fmaf(part[mi][ni][q], sc[ni][q & 1], acc[mi][ni][q]);
-                            part[mi][ni][q] = 0.0f;
-                        }
+                fold_frags(acc, part, sc);
             }
         }
     }
