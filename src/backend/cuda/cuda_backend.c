@@ -1596,6 +1596,20 @@ static int moe_combine(cuda_ctx *c, const float *yp, const int32_t *idx, const f
     return op_end(c, rc);
 }
 
+/* The start of an expert pass (moe_pass, moe_pass_packed; inside their "moe: permutation" op, which
+ * this ends): the permutation plan of the T x k routing into tiles of BM rows (*pl), then the T token
+ * rows x [T, H] as bf16 rows of split halves (op "moe: input to bf16").  The rows (workspace), or NULL
+ * with err set. */
+static const uint16_t *moe_pass_begin(cuda_ctx *c, const float *x, int64_t T, const int32_t *idx, int64_t k, int64_t E,
+                                      int64_t H, int BM, int split, moe_plan *pl, clef_err *err) {
+    if (moe_plan_make(c, idx, T, k, E, BM, pl, err)) return op_end(c, -1), NULL;
+    op_end(c, 0);
+    op_begin(c, "moe: input to bf16", 1);
+    const uint16_t *a16 = convert_rows(c, x, T, H, H, split, err);
+    op_end(c, a16 ? 0 : -1);
+    return a16;
+}
+
 /* One pass of the grouped expert block over T tokens: permutation on the
  * device, the gate/up GEMM with SwiGLU fused, the down GEMM, the ordered
  * combine. */
@@ -1617,16 +1631,11 @@ static int moe_pass(cuda_ctx *c, const float *x, int64_t T, const int32_t *idx, 
     /* the warp-specialised TMA kernel for the 32- and 64-row tiles (bitwise the mma.sync kernel's sums) */
     const int tma = !wg && c->tma && tab->maps_ok && big != 1;
     moe_plan pl;
-    if (moe_plan_make(c, idx, T, k, E, BM, &pl, err)) return op_end(c, -1);
-    op_end(c, 0);
+    const uint16_t *a16 = moe_pass_begin(c, x, T, idx, k, E, H, BM, split, &pl, err);
+    if (!a16) return -1;
     int32_t *end = pl.end, *row_tok = pl.row_tok, *slot_pos = pl.slot_pos, *t_exp = pl.t_exp, *t_row = pl.t_row,
             *n_tiles = pl.n_tiles;
     const int64_t max_tiles = pl.max_tiles;
-
-    op_begin(c, "moe: input to bf16", 1);
-    const uint16_t *a16 = convert_rows(c, x, T, H, H, split, err);
-    if (!a16) return op_end(c, -1);
-    op_end(c, 0);
 
     op_begin(c, "moe: gate+up GEMM (SwiGLU)", 1);
     uint16_t *hbuf = cu_slot(c, SLOT_MOE_H, (size_t)TK * (size_t)(NI * split) * 2, err);
@@ -1736,16 +1745,11 @@ static int moe_pass_packed(cuda_ctx *c, const float *x, int64_t T, const int32_t
                    ck_qgemm_wgmma_fits(&fg) && ck_qgemm_wgmma_fits(&fd);
     const int BM = wg ? 128 : ck_qgemm_bm(fmt.qtype, TK, E);
     moe_plan pl;
-    if (moe_plan_make(c, idx, T, k, E, BM, &pl, err)) return op_end(c, -1);
-    op_end(c, 0);
+    const uint16_t *a16 = moe_pass_begin(c, x, T, idx, k, E, H, BM, split, &pl, err);
+    if (!a16) return -1;
     int32_t *end = pl.end, *row_tok = pl.row_tok, *slot_pos = pl.slot_pos, *t_exp = pl.t_exp, *t_row = pl.t_row,
             *n_tiles = pl.n_tiles;
     const int64_t max_tiles = pl.max_tiles;
-
-    op_begin(c, "moe: input to bf16", 1);
-    const uint16_t *a16 = convert_rows(c, x, T, H, H, split, err);
-    if (!a16) return op_end(c, -1);
-    op_end(c, 0);
 
     op_begin(c, wg ? "moe: packed gate+up GEMM (SwiGLU, wgmma)" : "moe: packed gate+up GEMM (SwiGLU)", 1);
     uint16_t *hbuf = cu_slot(c, SLOT_MOE_H, (size_t)TK * (size_t)(NI * split) * 2, err);
