@@ -38,23 +38,6 @@ constexpr int E = 128, N = 1536, K = 2048, TN = 128;
 
 static __device__ __forceinline__ uint32_t sa(const void *p) { return smem_addr(p); }
 
-/* The cp.async ring of the probes that load with every thread: tiles 0..STAGES-2 in flight, then per
- * K tile kt: wait for it, a block-wide barrier, issue tile kt + STAGES - 1, use(kt, its stage). */
-template <int STAGES, int KT, class Load, class Use>
-static __device__ __forceinline__ void cp_ring(Load load, Use use) {
-    for (int s = 0; s < STAGES - 1; s++) {
-        load(s, s);
-        cp_async_commit();
-    }
-    for (int kt = 0; kt < KT; kt++) {
-        cp_async_wait<STAGES - 2>();
-        __syncthreads();
-        if (kt + STAGES - 1 < KT) load(kt + STAGES - 1, (kt + STAGES - 1) % STAGES);
-        cp_async_commit();
-        use(kt, kt % STAGES);
-    }
-}
-
 /* Keeps the probe's work alive: the sum of its accumulators stored only in an impossible case. */
 template <int M, int N> static __device__ __forceinline__ void sink_acc(const float (&acc)[M][N], float *sink) {
     float t = 0.f;
@@ -87,7 +70,7 @@ __global__ void __launch_bounds__(256) probe_cpasync(const uint16_t *__restrict_
         }
     };
     float acc[1][1] = {};
-    cp_ring<STAGES, K / BK>(load, [&](int, int s) { acc[0][0] += (float)sm[s * TN * BK + tid * 8]; });
+    cp_ring<STAGES>(K / BK, load, [&](int, int s) { acc[0][0] += (float)sm[s * TN * BK + tid * 8]; });
     sink_acc(acc, sink);
 }
 
@@ -172,7 +155,7 @@ __global__ void __launch_bounds__(256, 2) probe_gemm_now(const uint16_t *__restr
         }
     };
     float acc[4][4] = {};
-    cp_ring<STAGES, K / BK>(load, [&](int, int s) {
+    cp_ring<STAGES>(K / BK, load, [&](int, int s) {
         const uint16_t *st = sm + s * STAGE_EL;
         if (DOMMA) stage_mma(st, wm, wn, lane, acc, padded(st + 2 * BMR * PITCH));
         else acc[0][0] += (float)st[tid];

@@ -60,11 +60,9 @@ __device__ __forceinline__ void put_o16(const ck_attn_out &dst, int64_t row, int
                                         float v1) {
     if (!dst.out16) return;
     bf16 *r = reinterpret_cast<bf16 *>(dst.out16) + row * (int64_t)nh * D * dst.split16 + (int64_t)h * D + col;
-    const __nv_bfloat162 hi = __floats2bfloat162_rn(v0, v1);
-    *reinterpret_cast<__nv_bfloat162 *>(r) = hi;
-    if (dst.split16 == 2)
-        *reinterpret_cast<__nv_bfloat162 *>(r + (int64_t)nh * D) =
-            __floats2bfloat162_rn(v0 - __low2float(hi), v1 - __high2float(hi));
+    const uint32_t hi = pack_bf16(v0, v1);
+    *reinterpret_cast<uint32_t *>(r) = hi;
+    if (dst.split16 == 2) *reinterpret_cast<uint32_t *>(r + (int64_t)nh * D) = pack_bf16_rest(v0, v1, hi);
 }
 
 /* Pieces shared by attn_tc_kernel and attn2_kernel (THREADS threads; tile rows P bf16 apart, CH = D / 8
@@ -128,8 +126,7 @@ __device__ __forceinline__ void fa_p_frags(const float *s0, const float *s1, uin
 #pragma unroll
         for (int u = 0; u < 4; u++) {
             const float *src = (u >> 1 ? s1 : s0) + (u & 1) * 2;
-            const __nv_bfloat162 hb = *reinterpret_cast<const __nv_bfloat162 *>(&pa[u]);
-            pl[u] = pack_bf16(src[0] - __low2float(hb), src[1] - __high2float(hb));
+            pl[u] = pack_bf16_rest(src[0], src[1], pa[u]);
         }
     }
 }

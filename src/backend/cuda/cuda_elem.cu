@@ -48,30 +48,17 @@ unsigned row_blocks(int64_t rows) { return (unsigned)((rows + ROW_WARPS - 1) / R
  * 8-byte store per half (d 8-byte aligned at i: dim % 4 == 0): the scalar 2-byte stores of four
  * elements 8 bytes apart per warp-wide store made the wide add_rmsnorm ~2x slower. */
 __device__ __forceinline__ void put_bf16x4(__nv_bfloat16 *d, int64_t K, int split, int64_t i, float4 v) {
-    const __nv_bfloat162 h0 = __floats2bfloat162_rn(v.x, v.y), h1 = __floats2bfloat162_rn(v.z, v.w);
-    uint2 hw;
-    hw.x = *reinterpret_cast<const uint32_t *>(&h0), hw.y = *reinterpret_cast<const uint32_t *>(&h1);
+    const uint2 hw = make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
     *reinterpret_cast<uint2 *>(d + i) = hw;
-    if (split == 2) {
-        const __nv_bfloat162 l0 = __floats2bfloat162_rn(v.x - __low2float(h0), v.y - __high2float(h0)),
-                             l1 = __floats2bfloat162_rn(v.z - __low2float(h1), v.w - __high2float(h1));
-        uint2 lw;
-        lw.x = *reinterpret_cast<const uint32_t *>(&l0), lw.y = *reinterpret_cast<const uint32_t *>(&l1);
-        *reinterpret_cast<uint2 *>(d + K + i) = lw;
-    }
+    if (split == 2)
+        *reinterpret_cast<uint2 *>(d + K + i) =
+            make_uint2(pack_bf16_rest(v.x, v.y, hw.x), pack_bf16_rest(v.z, v.w, hw.y));
 }
 
 /* Wide rows (dim % 4 == 0, 512 <= dim <= 8192): one block of 256 threads per
  * row, the row held in registers (read once), float4 accesses. */
 constexpr int WIDE_THREADS = 256, WIDE_MAX4 = 8; /* up to 8 float4 per thread */
 
-/* y's value v as the bf16 rows the products read (ck_rows_to_bf16's values):
- * hi at d[i], and with split 2 lo = bf16(v - hi) at d[K + i]. */
-__device__ __forceinline__ void put_bf16(__nv_bfloat16 *d, int64_t K, int split, int64_t i, float v) {
-    const __nv_bfloat16 hi = __float2bfloat16_rn(v);
-    d[i] = hi;
-    if (split == 2) d[K + i] = __float2bfloat16_rn(v - __bfloat162float(hi));
-}
 
 /* h += o (o NULL: no add, h only read), y = w * h * rsqrt(mean(h^2) + eps)
  * with one warp per row (a fixed f64 reduction shape per row; y may be h
@@ -157,6 +144,11 @@ __global__ void __launch_bounds__(WIDE_THREADS) add_rmsnorm_wide_kernel(float *h
  * rmsnorm op's block-wide sum, another order).  (One warp per (token, head)
  * with its own angles was faster at 300
  * tokens but recomputed the angles per head: 2x slower at 32,000.) */
+/* Head hh of token t in place: query head hh (< nq) of q's row t, else key head hh - nq of k's row t. */
+__device__ __forceinline__ float *qk_head(float *q, int64_t qs, float *k, int64_t ks, int64_t t, int nq, int D, int hh) {
+    return hh < nq ? q + t * qs + (int64_t)hh * D : k + t * ks + (int64_t)(hh - nq) * D;
+}
+
 /* Where head hh of token t goes in the bf16 rows attention reads (ck_rows_to_bf16's layout: q rows of
  * nq * D * split16, k rows of nk * D * split16, [hi | lo]); NULL when not staged. */
 __device__ __forceinline__ __nv_bfloat16 *qkr16(__nv_bfloat16 *q16, __nv_bfloat16 *k16, int split16, int64_t t, int nq,
@@ -202,7 +194,7 @@ __global__ void __launch_bounds__(QKR_WARPS * 32) qk_norm_rope_kernel(float *q, 
 #pragma unroll
             for (int gi = 0; gi < QKR_PREFETCH; gi++) {
                 const int hh = hb + gi * QKR_WARPS;
-                const float *x = hh < nq ? q + t * qs + (int64_t)hh * D : k + t * ks + (int64_t)(hh - nq) * D;
+                const float *x = qk_head(q, qs, k, ks, t, nq, D, hh);
 #pragma unroll
                 for (int u = 0; u < 4; u++) v[gi][u] = hh < nq + nk && lane + 32 * u < D ? x[lane + 32 * u] : 0.0f;
             }
@@ -210,7 +202,7 @@ __global__ void __launch_bounds__(QKR_WARPS * 32) qk_norm_rope_kernel(float *q, 
             for (int gi = 0; gi < QKR_PREFETCH; gi++) {
                 const int hh = hb + gi * QKR_WARPS;
                 if (hh >= nq + nk) break;
-                float *x = hh < nq ? q + t * qs + (int64_t)hh * D : k + t * ks + (int64_t)(hh - nq) * D;
+                float *x = qk_head(q, qs, k, ks, t, nq, D, hh);
                 const float *w = hh < nq ? qw : kw;
                 double ss = 0.0;
 #pragma unroll
@@ -231,7 +223,7 @@ __global__ void __launch_bounds__(QKR_WARPS * 32) qk_norm_rope_kernel(float *q, 
         return;
     }
     for (int hh = warp; hh < nq + nk; hh += QKR_WARPS) {
-        float *x = hh < nq ? q + t * qs + (int64_t)hh * D : k + t * ks + (int64_t)(hh - nq) * D;
+        float *x = qk_head(q, qs, k, ks, t, nq, D, hh);
         const float *w = hh < nq ? qw : kw;
         double ss = 0.0;
         for (int64_t i = lane; i < D; i += 32) ss += (double)x[i] * x[i];
@@ -310,7 +302,7 @@ __global__ void __launch_bounds__(WIDE_THREADS) layernorm_wide_kernel(const floa
 __global__ void swiglu_kernel(const float *g, const float *u, float *out, int64_t n) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         const float z = g[i];
-        out[i] = __fmul_rn(z / (1.0f + expf(-z)), u[i]);
+        out[i] = silu_mul(z, u[i]);
     }
 }
 

@@ -34,10 +34,7 @@ __global__ void rows_to_bf16_kernel(const float *__restrict__ x, int64_t rows, i
         const float *xr = x + r * ldx;
         bf16 *d = dst + r * K * split;
         for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < K; c += (int64_t)gridDim.x * blockDim.x) {
-            const float v = xr[c];
-            const bf16 hi = __float2bfloat16_rn(v);
-            d[c] = hi;
-            if (split == 2) d[K + c] = __float2bfloat16_rn(v - __bfloat162float(hi));
+            put_bf16(d, K, split, c, xr[c]);
         }
     }
 }
@@ -57,10 +54,7 @@ __global__ void rows_to_bf16_multi_kernel(const ck_rows_bf16_job jobs, int xb0, 
         const float *xr = x + r * j.ldx;
         bf16 *d = dst + r * j.K * split;
         for (int64_t c = (int64_t)(bx - x0) * blockDim.x + threadIdx.x; c < j.K; c += (int64_t)nxb * blockDim.x) {
-            const float v = xr[c];
-            const bf16 hi = __float2bfloat16_rn(v);
-            d[c] = hi;
-            if (split == 2) d[j.K + c] = __float2bfloat16_rn(v - __bfloat162float(hi));
+            put_bf16(d, j.K, split, c, xr[c]);
         }
     }
 }
@@ -189,21 +183,11 @@ __global__ void __launch_bounds__(THREADS, 2) gemm_kernel(const ck_gemm_args a) 
     float acc[MI][NI][4];
     zero_frags(acc);
 
-    const int ktiles = (int)((K + BK - 1) / BK);
-#pragma unroll
-    for (int s = 0; s < STAGES - 1; s++) {
-        if (s < ktiles) load_stage(s, s);
-        cp_async_commit();
-    }
-    for (int kt = 0; kt < ktiles; kt++) {
-        cp_async_wait<STAGES - 2>();
-        __syncthreads();
-        if (kt + STAGES - 1 < ktiles) load_stage(kt + STAGES - 1, (kt + STAGES - 1) % STAGES);
-        cp_async_commit();
-        const bf16 *as = As + (kt % STAGES) * SPLIT * BM * PITCH, *ws = Ws + (kt % STAGES) * BN * PITCH;
+    cp_ring<STAGES>((int)((K + BK - 1) / BK), load_stage, [&](int, int stage) {
+        const bf16 *as = As + stage * SPLIT * BM * PITCH, *ws = Ws + stage * BN * PITCH;
         mma_stage<BM, SPLIT, WTM, WTN>(acc, as, wm, wn, lane,
                                        [ws](int row, int chunk) { return (const void *)(ws + row * PITCH + chunk * 8); });
-    }
+    });
     cp_async_wait<0>();
 
     const float *bias = a.bias; /* DENSE only (the grouped modes have none) */

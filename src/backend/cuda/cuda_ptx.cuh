@@ -56,6 +56,18 @@ static __device__ __forceinline__ void mma16816(float *d, const uint32_t *a, uin
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+/* Value v as the bf16 rows the tensor-core products read (ck_rows_to_bf16's split): hi = bf16(v) at
+ * d[i], and with split 2 the rest lo = bf16(v - hi) at d[K + i]. */
+static __device__ __forceinline__ void put_bf16(__nv_bfloat16 *d, int64_t K, int split, int64_t i, float v) {
+    const __nv_bfloat16 hi = __float2bfloat16_rn(v);
+    d[i] = hi;
+    if (split == 2) d[K + i] = __float2bfloat16_rn(v - __bfloat162float(hi));
+}
+
+/* silu(g) * u, the CPU backend's SwiGLU (g / (1 + e^-g), then the product).  A plain product, as the
+ * GEMM epilogues always had it: the compiler may fuse it with a following subtraction (put_bf16's rest). */
+static __device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
 /* Column tiles of a GEMM over N output columns in blocks of bn columns:
  * GATEUP blocks hold bn / 2 gate and bn / 2 up columns of the intermediate
  * (N = its width), the other modes bn columns.  Host and device. */
@@ -163,6 +175,27 @@ static __device__ __forceinline__ void gemm_a_load(__nv_bfloat16 *as, int a_tile
     }
 }
 
+/* The cp.async ring of the kernels whose every thread loads (gemm_kernel, the packed v3): stages
+ * 0..STAGES-2 in flight (load(kt, stage) issues K tile kt into ring stage `stage`; empty groups past
+ * ktiles keep the wait counts right), then per K tile kt: wait for this thread's copies of kt, a
+ * block-wide barrier (every thread's copies visible, stage kt - 1 consumed by all), issue tile
+ * kt + STAGES - 1 into the freed stage, use(kt, kt % STAGES). */
+template <int STAGES, class Load, class Use>
+static __device__ __forceinline__ void cp_ring(int ktiles, Load load, Use use) {
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; s++) {
+        if (s < ktiles) load(s, s);
+        cp_async_commit();
+    }
+    for (int kt = 0; kt < ktiles; kt++) {
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        if (kt + STAGES - 1 < ktiles) load(kt + STAGES - 1, (kt + STAGES - 1) % STAGES);
+        cp_async_commit();
+        use(kt, kt % STAGES);
+    }
+}
+
 /* Every value of an M x N array of m16n8 accumulator fragments = 0. */
 template <int M, int N> static __device__ __forceinline__ void zero_frags(float (&acc)[M][N][4]) {
 #pragma unroll
@@ -248,11 +281,7 @@ static __device__ __forceinline__ void mma_epilogue(const Args &a, const float (
         const int64_t col = nt * 64 + j;
         if (r >= rows || col >= N) continue;
         const float gv = Cs[r * (BN + 4) + j], uv = Cs[r * (BN + 4) + 64 + j];
-        const float hv = gv / (1.0f + expf(-gv)) * uv; /* silu(g) * u, as the CPU backend */
-        const __nv_bfloat16 hb = __float2bfloat16_rn(hv);
-        __nv_bfloat16 *hr = H + (row0 + r) * ldh;
-        hr[col] = hb;
-        if (split == 2) hr[N + col] = __float2bfloat16_rn(hv - __bfloat162float(hb));
+        put_bf16(H + (row0 + r) * ldh, N, split, col, silu_mul(gv, uv));
     }
 }
 
@@ -260,6 +289,12 @@ static __device__ __forceinline__ void mma_epilogue(const Args &a, const float (
 static __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<uint32_t *>(&v);
+}
+/* The rests of the same two floats once rounded to `packed` (pack_bf16(lo, hi)): bf16x2 of
+ * lo - its bf16, hi - its bf16 (put_bf16's split, two values at a time). */
+static __device__ __forceinline__ uint32_t pack_bf16_rest(float lo, float hi, uint32_t packed) {
+    const __nv_bfloat162 h = *reinterpret_cast<const __nv_bfloat162 *>(&packed);
+    return pack_bf16(lo - __low2float(h), hi - __high2float(h));
 }
 
 #endif

@@ -497,19 +497,9 @@ __global__ void __launch_bounds__(QTHREADS, MINB) qgemm3_kernel(const ck_qgemm_a
     uint32_t zz[NI]; /* bf16x2 (128 + zero) of the current group, per half */
 #pragma unroll
     for (int ni = 0; ni < NI; ni++) zz[ni] = 0x43084308u; /* symmetric: 136 = 128 + 8 */
-    const int ktiles = (int)((K + QBK - 1) / QBK);
-#pragma unroll
-    for (int s = 0; s < QSTAGES - 1; s++) {
-        if (s < ktiles) load_stage(s, s);
-        cp_async_commit();
-    }
-    for (int kt = 0; kt < ktiles; kt++) {
-        cp_async_wait<QSTAGES - 2>(); /* this thread's copies of stage kt landed */
-        __syncthreads();              /* every thread's copies of kt visible; stage kt-1 fully consumed */
-        if (kt + QSTAGES - 1 < ktiles) load_stage(kt + QSTAGES - 1, (kt + QSTAGES - 1) % QSTAGES);
-        cp_async_commit();
-        const bf16 *as = As + (kt % QSTAGES) * SPLIT * A_TILE;
-        const unsigned char *bs = Bq + (kt % QSTAGES) * WSTAGE;
+    cp_ring<QSTAGES>((int)((K + QBK - 1) / QBK), load_stage, [&](int kt, int stage) {
+        const bf16 *as = As + stage * SPLIT * A_TILE;
+        const unsigned char *bs = Bq + stage * WSTAGE;
         uint4 bw[NA]; /* this lane's 16 bytes of each atom of the warp: its B fragments of the 4 chunks */
         uint2 sw[NA]; /* NVFP4: its 8 scale bytes of each atom (chunk kc: 16-bit half kc % 2 of word kc / 2) */
 #pragma unroll
@@ -584,7 +574,7 @@ __global__ void __launch_bounds__(QTHREADS, MINB) qgemm3_kernel(const ck_qgemm_a
                 fold_frags(acc, part, sc);
             }
         }
-    }
+    });
     cp_async_wait<0>();
 
     /* NVFP4: the per-tensor global of the warp's matrix (v2's epilogue) */

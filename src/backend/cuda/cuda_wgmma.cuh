@@ -13,6 +13,8 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 
+#include "backend/cuda/cuda_ptx.cuh" /* put_bf16, silu_mul (wg_epilogue) */
+
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) || !defined(__CUDA_ARCH__)
 #define CLEF_WGMMA_DEVICE 1
 #endif
@@ -151,11 +153,8 @@ static __device__ __forceinline__ void wg_epilogue(const float (&acc)[NR], bool 
             for (int q = 0; q < 2; q++) {
                 const int64_t col = nt * HALF + j * 8 + t * 2 + q;
                 if (col >= N) continue;
-                const float gv = fin(acc[4 * j + 2 * h + q], 0), uv = fin(acc[4 * (j + HALF / 8) + 2 * h + q], 1);
-                const float hv = gv / (1.0f + expf(-gv)) * uv; /* silu(g) * u, as the CPU backend */
-                const __nv_bfloat16 hb = __float2bfloat16_rn(hv);
-                hr[col] = hb;
-                if (SPLIT == 2) hr[N + col] = __float2bfloat16_rn(hv - __bfloat162float(hb));
+                put_bf16(hr, N, SPLIT, col,
+                         silu_mul(fin(acc[4 * j + 2 * h + q], 0), fin(acc[4 * (j + HALF / 8) + 2 * h + q], 1)));
             }
     }
 }
