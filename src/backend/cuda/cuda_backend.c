@@ -2242,9 +2242,8 @@ static int ctx_init(cuda_ctx *c, clef_err *err) {
     if (lt_check(cublasLtMatmulDescSetAttribute(c->lt_desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "desc", err) ||
         lt_check(cublasLtMatmulDescSetAttribute(c->lt_desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "desc", err))
         return -1;
-    if (c->wgmma && !(ck_wgmma_built() && prop.major == 9 && prop.minor == 0)) c->wgmma = 0;
-    if (c->fp8_mma && !(ck_wgmma_built() && prop.major == 9 && prop.minor == 0)) c->fp8_mma = 0;
-    if (c->tma && !(ck_wgmma_built() && prop.major == 9 && prop.minor == 0)) c->tma = 0;
+    /* the sm_90a kernels (wgmma, FP8 MMA, TMA) need that build and a compute capability 9.0 device */
+    if (!(ck_wgmma_built() && prop.major == 9 && prop.minor == 0)) c->wgmma = c->fp8_mma = c->tma = 0;
     /* 64 MiB, allocated once: split-K algorithms whose reduction goes through the workspace
      * (COMPUTE_TYPE / OUTPUT_TYPE partials, split x rows x N floats) are called on as many rows as
      * fit (lt_plan.max_rows); the others need at most a few counters. */
