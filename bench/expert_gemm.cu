@@ -24,6 +24,7 @@
 
 extern "C" {
 #include "backend/cuda/cuda_kernels.h"
+#include "tensor/dtype.h"
 }
 
 #include "bench_cuda.h"
@@ -36,17 +37,6 @@ static uint32_t rng = 12345u;
 static float frand(void) { /* uniform in [-1, 1) */
     rng = rng * 1664525u + 1013904223u;
     return (float)(rng >> 8) / 8388608.0f - 1.0f;
-}
-static uint16_t to_bf16(float f) { /* round to nearest even */
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-static float from_bf16(uint16_t h) {
-    const uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
 }
 
 typedef cudaError_t (*kernel_fn)(const ck_gemm_args *, cudaStream_t);
@@ -86,7 +76,8 @@ static size_t count_diff(const void *got, const void *ref, size_t n, int esz, in
             int t = 0;
             while (t + 1 < tiles && trow[t + 1] <= r) t++;
             double gv, rv;
-            if (esz == 2) gv = from_bf16(((const uint16_t *)got)[i]), rv = from_bf16(((const uint16_t *)ref)[i]);
+            if (esz == 2)
+                gv = clef_bf16_to_f32(((const uint16_t *)got)[i]), rv = clef_bf16_to_f32(((const uint16_t *)ref)[i]);
             else gv = ((const float *)got)[i], rv = ((const float *)ref)[i];
             printf("    %s %s: row %lld (tile %d, expert %d, row %lld of the tile) col %lld: %.9g vs %.9g\n", kname,
                    what, (long long)r, t, texp[t], (long long)(r - trow[t]), (long long)c, gv, rv);
@@ -161,7 +152,7 @@ int main(int argc, char **argv) {
     uint16_t *hw = (uint16_t *)malloc(per * 2), *arena;
     CK(cudaMalloc(&arena, wbytes));
     for (int m = 0; m < 3 * E; m++) {
-        for (size_t i = 0; i < per; i++) hw[i] = to_bf16(0.03f * frand());
+        for (size_t i = 0; i < per; i++) hw[i] = clef_f32_to_bf16(0.03f * frand());
         CK(cudaMemcpy(arena + (size_t)m * per, hw, per * 2, cudaMemcpyHostToDevice));
     }
     const uint16_t *ptrs[3 * E];
@@ -184,9 +175,9 @@ int main(int argc, char **argv) {
     for (int64_t t = 0; t < T; t++)
         for (int64_t c = 0; c < H; c++) {
             const float v = frand();
-            const uint16_t hi = to_bf16(v);
+            const uint16_t hi = clef_f32_to_bf16(v);
             ha[t * H * split + c] = hi;
-            if (split == 2) ha[t * H * split + H + c] = to_bf16(v - from_bf16(hi));
+            if (split == 2) ha[t * H * split + H + c] = clef_f32_to_bf16(v - clef_bf16_to_f32(hi));
         }
     float *Y;
     CK(cudaMalloc(&A, (size_t)T * H * split * 2));
