@@ -14,7 +14,7 @@ const char *clef_backend_auto_name(void) {
     return clef_cuda_device_count() > 0 ? "cuda" : "cpu";
 }
 
-clef_backend *clef_backend_open(const char *device, int n_threads, clef_err *err) {
+clef_backend *clef_backend_open(const char *device, int n_threads, clef_numerics numerics, clef_err *err) {
     if (!device || !*device) device = clef_backend_auto_name();
     if (strcmp(device, "cpu") == 0) return clef_backend_cpu_create(n_threads, err);
     if (strncmp(device, "cuda", 4) == 0 && (device[4] == '\0' || device[4] == ':')) {
@@ -28,7 +28,7 @@ clef_backend *clef_backend_open(const char *device, int n_threads, clef_err *err
                 return NULL;
             }
         }
-        return clef_cuda_backend_create((int)n, err);
+        return clef_cuda_backend_create((int)n, numerics, err);
     }
     clef_fail(err, 500, CLEF_E_INTERNAL, "device", "unknown device '%s' (want cpu, cuda or cuda:N)", device);
     return NULL;

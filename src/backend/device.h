@@ -5,6 +5,7 @@
 #define CLEF_BACKEND_DEVICE_H
 
 #include "backend/backend.h"
+#include "backend/numerics.h"
 #include "util/err.h"
 
 /* A new backend for `device`:
@@ -12,10 +13,12 @@
  *   "cuda", "cuda:N"   CUDA device 0 / N (backend/cuda/cuda.h)
  *   NULL or ""         automatic: the CLEF_DEVICE environment variable when set, else CUDA
  *                      device 0 when a GPU is present, else the CPU
- * Returns NULL + err: 500 with param "device" for an unknown name, a device
- * that does not exist, or a build without CUDA.  Release with
+ * `numerics` is the GPU's numeric mode (backend/numerics.h; CLEF_NUMERICS_ENV
+ * = the environment, else fast); the CPU backend computes in f32 whatever it
+ * says.  Returns NULL + err: 500 with param "device" for an unknown name, a
+ * device that does not exist, or a build without CUDA.  Release with
  * be->ops->destroy(be) (or hand it to clef_model_create_on with own = 1). */
-clef_backend *clef_backend_open(const char *device, int n_threads, clef_err *err);
+clef_backend *clef_backend_open(const char *device, int n_threads, clef_numerics numerics, clef_err *err);
 
 /* The name the automatic choice resolves to now ("cuda" or "cpu"). */
 const char *clef_backend_auto_name(void);

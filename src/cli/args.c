@@ -30,6 +30,17 @@ int arg_str(int argc, char **argv, int *i, const char *name, const char **out) {
     return 1;
 }
 
+int arg_numerics(int argc, char **argv, int *i, const char *name, clef_numerics *out) {
+    const char *v;
+    int r = arg_str(argc, argv, i, name, &v);
+    if (r <= 0) return r;
+    if (clef_numerics_parse(v, out) != 0) {
+        fprintf(stderr, "clef: %s must be fast, balanced or precise (got '%.40s')\n", name, v);
+        return -1;
+    }
+    return 1;
+}
+
 int arg_size(int argc, char **argv, int *i, const char *name, size_t *out) {
     const char *v;
     int r = arg_str(argc, argv, i, name, &v);

@@ -4,12 +4,19 @@
 
 #include <stddef.h>
 
+#include "backend/numerics.h"
+
 /* If argv[*i] is `name`, consume its value (argv[*i+1]) into *out and return 1;
  * a missing value prints an error and returns -1; otherwise returns 0.
  * Also accepts `name=value`. */
 int arg_str(int argc, char **argv, int *i, const char *name, const char **out);
 /* Same for a non-negative integer (rejects junk, signs and overflow). */
 int arg_size(int argc, char **argv, int *i, const char *name, size_t *out);
+
+/* Same for a numeric mode (backend/numerics.h): `name` (e.g. "--numerics")
+ * takes fast, balanced or precise; any other value prints
+ * "clef: <name> must be fast, balanced or precise (got '<v>')" and returns -1. */
+int arg_numerics(int argc, char **argv, int *i, const char *name, clef_numerics *out);
 
 /* Read a whole file (or stdin for "-") into a heap buffer; returns NULL and
  * prints an error on failure. */

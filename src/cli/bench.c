@@ -24,7 +24,8 @@ static void bench_usage(FILE *f) {
     fprintf(f,
             "usage: clef bench (--model DIR | --synthetic tiny|small|full [--seed N] [--tokenizer PATH])\n"
             "                  [--tokens N] [--batch N] [--runs BxT,...] [--iters N] [--threads N]\n"
-            "                  [--device D] [--profile] [--image-mp X] [--audio-s S] [--towers-only]\n"
+            "                  [--device D] [--numerics M] [--profile] [--image-mp X] [--audio-s S]\n"
+            "                  [--towers-only]\n"
             "  Builds --batch triage-style requests whose states are cut so each record is --tokens\n"
             "  tokens (default 300), packs them into one forward (the engine's batch path), runs it\n"
             "  twice to warm up (CUDA: the second records the batch's CUDA graph) and --iters times\n"
@@ -34,6 +35,8 @@ static void bench_usage(FILE *f) {
             "  --runs 1x300,8x1000  several measurements on one loaded model (each block starts with\n"
             "                  \"run BxT\"); replaces --batch/--tokens\n"
             "  --device D      cpu, cuda, cuda:N (default: automatic)\n"
+            "  --numerics M    GPU numerics: fast (default), balanced or precise (see `clef decide --help`);\n"
+            "                  printed as \"numerics M\"; the CPU is always f32\n"
             "  --profile       CUDA: after each run's timing, 3 more forwards with per-op GPU timing and\n"
             "                  a table of where the time goes (\"profile BxT\" block)\n"
             "  --synthetic P   random weights of preset P drawn in memory (no files; full needs ~61 GB)\n"
@@ -106,6 +109,7 @@ typedef struct bench_run {
 typedef struct bench_args {
     const char *model, *synthetic, *tokenizer, *device, *runs_spec, *quant, *image_mp, *audio_s;
     size_t seed, tokens, batch, iters, threads;
+    clef_numerics numerics;
     int profile, towers_only, text_only;
     size_t n_runs;
     bench_run runs[MAX_RUNS];
@@ -152,6 +156,7 @@ static int parse_args(int argc, char **argv, bench_args *a) {
             (r = arg_str(argc, argv, &i, "--quant", &a->quant)) ||
             (r = arg_str(argc, argv, &i, "--tokenizer", &a->tokenizer)) ||
             (r = arg_str(argc, argv, &i, "--device", &a->device)) ||
+            (r = arg_numerics(argc, argv, &i, "--numerics", &a->numerics)) ||
             (r = arg_str(argc, argv, &i, "--runs", &a->runs_spec)) ||
             (r = arg_str(argc, argv, &i, "--image-mp", &a->image_mp)) ||
             (r = arg_str(argc, argv, &i, "--audio-s", &a->audio_s)) ||
@@ -325,7 +330,7 @@ static int bench_towers_only(const bench_args *a) {
     double t0 = clef_now();
     if (clef_synth_towers_checkpoint(a->synthetic, a->seed, stderr, &ck, &err) != 0)
         return fprintf(stderr, "clef bench: %s\n", err.message), 1;
-    clef_backend *be = clef_backend_open(a->device, (int)a->threads, &err);
+    clef_backend *be = clef_backend_open(a->device, (int)a->threads, a->numerics, &err);
     if (!be) {
         clef_checkpoint_close(&ck);
         return fprintf(stderr, "clef bench: %s\n", err.message), 1;
@@ -458,7 +463,8 @@ int cli_bench(int argc, char **argv) {
     size_t max_tokens = 0;
     for (size_t i = 0; i < a.n_runs; i++) max_tokens = a.runs[i].tokens > max_tokens ? a.runs[i].tokens : max_tokens;
     clef_engine_options opt = {.model_dir = a.model, .synthetic = a.synthetic, .seed = a.seed,
-                               .synthetic_quant = a.quant, .tokenizer = a.tokenizer, .device = a.device, .max_length = max_tokens,
+                               .synthetic_quant = a.quant, .tokenizer = a.tokenizer, .device = a.device,
+                               .numerics = a.numerics, .max_length = max_tokens,
                                .truncate_state = 1, .n_threads = (int)a.threads, .verbose = 1,
                                .text_only = a.text_only};
     clef_err err;
@@ -476,6 +482,7 @@ int cli_bench(int argc, char **argv) {
     char detail[256];
     clef_cuda_describe(clef_model_backend(clef_engine_model(e)), detail, sizeof detail);
     if (*detail) printf("device_detail %s\n", detail);
+    printf("numerics %s\n", clef_numerics_of(clef_model_backend(clef_engine_model(e))));
     printf("load_s %.3f\n", clef_engine_load_seconds(e));
     int rc = 0;
     for (size_t i = 0; i < a.n_runs && rc == 0; i++) rc = bench_one(e, &a.runs[i], a.iters, a.profile);

@@ -73,6 +73,7 @@ static int inline_media_paths(char **body, size_t *len, size_t max_file_bytes) {
 typedef struct model_source {
     const char *model, *synthetic, *tokenizer, *device, *quant;
     size_t seed;
+    clef_numerics numerics;
 } model_source;
 
 static clef_engine *open_engine(const model_source *src, size_t max_length, int threads) {
@@ -80,7 +81,7 @@ static clef_engine *open_engine(const model_source *src, size_t max_length, int 
                                .synthetic_quant = src->quant,
                                .tokenizer = src->synthetic && !src->tokenizer ? cli_default_tokenizer() : src->tokenizer,
                                .max_length = max_length, .truncate_state = 1, .n_threads = threads,
-                               .device = src->device};
+                               .device = src->device, .numerics = src->numerics};
     clef_err err;
     clef_err_clear(&err);
     clef_engine *e = clef_engine_open(&opt, &err);
@@ -92,7 +93,8 @@ static clef_engine *open_engine(const model_source *src, size_t max_length, int 
 
 static void decide_usage(FILE *f) {
     fprintf(f,
-            "usage: clef decide --model DIR|--synthetic P [--device D] [--max-length N] [--threads N] [--max-body-mb N] [--debug] FILE|-\n"
+            "usage: clef decide --model DIR|--synthetic P [--device D] [--numerics M] [--max-length N] [--threads N]\n"
+            "                   [--max-body-mb N] [--debug] FILE|-\n"
             "  Answers one SystemOne request (JSON body in FILE, or stdin for -) and prints the\n"
             "  response JSON.  A rejected request prints {\"error\":{...}} and exits with status 2.\n"
             "  Entries of \"images\", \"audio\" and \"videos\" may be file paths (relative to the current\n"
@@ -107,6 +109,9 @@ static void decide_usage(FILE *f) {
             "                   to fit, as the reference does\n"
             "  --threads N      compute threads, 1..%d (default: all cores, or OMP_NUM_THREADS)\n"
             "  --device D       cpu, cuda, cuda:N (default: CUDA when a GPU is present, else cpu)\n"
+            "  --numerics M     GPU numerics: fast (default; bf16 activations, closer to f32 than the\n"
+            "                   reference's own bf16), balanced, or precise (f32-level agreement, slower);\n"
+            "                   wins over CLEF_CUDA_NUMERICS / CLEF_CUDA_PRECISE; the CPU is always f32\n"
             "  --max-body-mb N  refuse a request file (or a media file it names) larger than N MiB\n"
             "                   (default %d)\n"
             "  --debug          add a \"debug\" object: input_ids and per question spans, option ids, raw logits\n",
@@ -125,6 +130,7 @@ int cli_decide(int argc, char **argv) {
             (r = arg_str(argc, argv, &i, "--quant", &src.quant)) ||
             (r = arg_str(argc, argv, &i, "--tokenizer", &src.tokenizer)) ||
             (r = arg_str(argc, argv, &i, "--device", &src.device)) ||
+            (r = arg_numerics(argc, argv, &i, "--numerics", &src.numerics)) ||
             (r = arg_size(argc, argv, &i, "--seed", &src.seed)) || (r = arg_size(argc, argv, &i, "--threads", &threads)) ||
             (r = arg_size(argc, argv, &i, "--max-body-mb", &body_mb))) {
             if (r < 0) return 2;

@@ -18,29 +18,31 @@ static void devcheck_usage(FILE *f) {
     fprintf(f,
             "usage: clef devcheck (--model DIR | --synthetic tiny|small|full [--seed N] [--quant F] [--tokenizer F])\n"
             "                     --requests FILE.jsonl [--device cuda[:N]] [--batches 1,8,64] [--threads N]\n"
-            "                     [--min-agreement 0.995] [--max-mean-tv 0.005]\n"
+            "                     [--min-agreement F] [--max-mean-tv F]\n"
             "                     [--reference ANSWERS.jsonl | --save-reference ANSWERS.jsonl]\n"
-            "                     [--numerics precise|balanced|fast]\n"
+            "                     [--numerics fast|balanced|precise]\n"
             "  Answers every request with the CPU backend (f32 reference) and with --device (default cuda),\n"
             "  reports top-1 agreement and mean/max total-variation distance over all questions, then\n"
             "  runs the first max(--batches) answerable requests on the device alone and packed into\n"
             "  batches of each size and checks every record's logits are bitwise identical.\n"
             "  Exit status 0 when agreement >= --min-agreement, mean TV <= --max-mean-tv and every\n"
-            "  batch size is bitwise identical; 1 otherwise.\n"
+            "  batch size is bitwise identical; 1 otherwise.  The bar defaults to the device's numerics:\n"
+            "  precise 0.995 / 0.001 (f32-level agreement); fast and balanced 0.871 / 0.0159 (the\n"
+            "  reference's own bf16 deployment against f32 on bench/parity/requests_200.jsonl).\n"
             "  --save-reference F  only answer the requests on the CPU and save the answers to F\n"
             "  --reference F       use answers saved by --save-reference instead of running the CPU\n"
             "  --quant F           with --synthetic: experts quantized in memory to F (int4, fp8-block,\n"
             "                      nvfp4, nvfp4-modelopt) for both backends\n"
             "  --cpu-batch N       CPU records packed per forward (default 16; bitwise the answers alone)\n"
             "                      (same weights and requests; the CPU side is slow on big presets)\n"
-            "  --numerics M        CUDA numerics, precise (default), balanced or fast: sets CLEF_CUDA_NUMERICS\n"
-            "                      (src/backend/cuda/cuda.h)\n");
+            "  --numerics M        GPU numerics: fast (default), balanced or precise (src/backend/numerics.h);\n"
+            "                      wins over CLEF_CUDA_NUMERICS / CLEF_CUDA_PRECISE\n");
 }
 
 typedef struct dc_args {
     const char *model, *synthetic, *tokenizer, *requests, *device, *batches, *reference, *save_reference;
     const char *quant;    /* --quant: synthetic experts quantized in memory, or NULL */
-    const char *numerics; /* "precise" / "fast" or NULL (environment) */
+    clef_numerics numerics; /* the device's numerics; CLEF_NUMERICS_ENV = the environment, else fast */
     size_t seed, threads, cpu_batch;
     double min_agree, max_tv;
 } dc_args;
@@ -48,7 +50,7 @@ typedef struct dc_args {
 static clef_engine *open_engine(const dc_args *a, const char *device) {
     clef_engine_options opt = {.model_dir = a->model, .synthetic = a->synthetic, .seed = a->seed,
                                .synthetic_quant = a->quant, .tokenizer = a->tokenizer, .device = device, .truncate_state = 1,
-                               .n_threads = (int)a->threads, .verbose = 1};
+                               .n_threads = (int)a->threads, .numerics = a->numerics, .verbose = 1};
     clef_err err;
     clef_err_clear(&err);
     double t0 = clef_now();
@@ -324,8 +326,7 @@ static int load_reference(const char *path, clef_parity_answers *out) {
 }
 
 int cli_devcheck(int argc, char **argv) {
-    dc_args a = {.seed = 1, .device = "cuda", .batches = "1,8,64", .min_agree = 0.995, .max_tv = 0.005,
-                 .cpu_batch = 16};
+    dc_args a = {.seed = 1, .device = "cuda", .batches = "1,8,64", .min_agree = -1, .max_tv = -1, .cpu_batch = 16};
     for (int i = 1; i < argc; i++) {
         int r;
         const char *num = NULL;
@@ -338,7 +339,7 @@ int cli_devcheck(int argc, char **argv) {
             (r = arg_str(argc, argv, &i, "--batches", &a.batches)) ||
             (r = arg_str(argc, argv, &i, "--reference", &a.reference)) ||
             (r = arg_str(argc, argv, &i, "--save-reference", &a.save_reference)) ||
-            (r = arg_str(argc, argv, &i, "--numerics", &a.numerics)) ||
+            (r = arg_numerics(argc, argv, &i, "--numerics", &a.numerics)) ||
             (r = arg_size(argc, argv, &i, "--seed", &a.seed)) ||
             (r = arg_size(argc, argv, &i, "--threads", &a.threads)) ||
             (r = arg_size(argc, argv, &i, "--cpu-batch", &a.cpu_batch))) {
@@ -357,15 +358,6 @@ int cli_devcheck(int argc, char **argv) {
     if (!a.model == !a.synthetic || !a.requests || (a.quant && !a.synthetic)) {
         devcheck_usage(stderr);
         return 2;
-    }
-    if (a.numerics) {
-        if (strcmp(a.numerics, "precise") != 0 && strcmp(a.numerics, "fast") != 0 &&
-            strcmp(a.numerics, "balanced") != 0) {
-            fprintf(stderr, "clef devcheck: --numerics must be precise, balanced or fast\n");
-            return 2;
-        }
-        setenv("CLEF_CUDA_NUMERICS", a.numerics, 1); /* read when the CUDA backend is created */
-        unsetenv("CLEF_CUDA_PRECISE");                /* which would win over it */
     }
     if (a.synthetic && !a.tokenizer) a.tokenizer = cli_default_tokenizer();
     if (!a.cpu_batch) a.cpu_batch = 1;
@@ -386,6 +378,14 @@ int cli_devcheck(int argc, char **argv) {
         char d[256];
         clef_cuda_describe(clef_model_backend(clef_engine_model(dev)), d, sizeof d);
         printf("device %s: %s\n", a.device, *d ? d : "(not CUDA)");
+        /* the bar of the numerics the device runs (an option, else the environment, else fast) */
+        const char *num = clef_numerics_of(clef_model_backend(clef_engine_model(dev)));
+        double bar_agree, bar_tv;
+        clef_numerics_bar(!strcmp(num, "precise") || !strcmp(num, "f32") ? CLEF_NUMERICS_PRECISE : CLEF_NUMERICS_FAST,
+                          &bar_agree, &bar_tv);
+        if (a.min_agree < 0) a.min_agree = bar_agree;
+        if (a.max_tv < 0) a.max_tv = bar_tv;
+        printf("numerics %s: bar top-1 >= %.2f%%, mean TV <= %.4f\n", num, 100.0 * a.min_agree, a.max_tv);
         clef_parity_answers pa = {0}, pb = {0};
         clef_parity_report rep = {0};
         clef_err err;

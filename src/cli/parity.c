@@ -16,7 +16,7 @@ static void parity_usage(FILE *f) {
     fprintf(f,
             "usage: clef parity (--model A --model B | --synthetic P [--seed N] [--quant-a F] [--quant-b F]\n"
             "                   [--tokenizer F]) --requests FILE.jsonl [--device D] [--max-length N] [--threads N]\n"
-            "                   [--json]\n"
+            "                   [--numerics M] [--numerics-a M] [--numerics-b M] [--json]\n"
             "  Answers every request of FILE (one SystemOne request per line, or an object with \"request\",\n"
             "  optional \"name\" and \"max_length\", as in goldens.jsonl) with both models and reports, over all\n"
             "  questions: top-1 agreement, mean and max total-variation distance between the per-option\n"
@@ -34,9 +34,9 @@ static void parity_usage(FILE *f) {
             "                  Tokenizer --tokenizer F (default\n"
             "                  " CLI_DEFAULT_TOKENIZER ")\n"
             "  --device D      cpu, cuda, cuda:N for both models (default: automatic)\n"
-            "  --numerics-a / --numerics-b fast|balanced|precise  CUDA numerics of that side (CLEF_CUDA_NUMERICS\n"
-            "                  while it\n"
-            "                  loads; default precise): e.g. BF16 precise vs BF16 fast\n"
+            "  --numerics M    GPU numerics of both sides: fast (default), balanced or precise (see `clef\n"
+            "                  decide --help`); --numerics-a / --numerics-b M set one side's (they win over\n"
+            "                  --numerics): e.g. BF16 precise vs BF16 fast\n"
             "  --json prints the report as one JSON object.  Exit status 1 if a model cannot be loaded.\n");
 }
 
@@ -44,7 +44,7 @@ static void parity_usage(FILE *f) {
  * when quant is NULL). */
 typedef struct parity_side {
     const char *dir, *quant;
-    const char *numerics; /* NULL, or CLEF_CUDA_NUMERICS for this side's backend ("fast", "precise") */
+    clef_numerics numerics; /* this side's GPU numerics; CLEF_NUMERICS_ENV = the environment, else fast */
     char label[256]; /* printed as "A <label>" */
 } parity_side;
 
@@ -55,7 +55,8 @@ typedef struct parity_common {
 
 static clef_engine *open_model(const parity_side *side, const parity_common *c) {
     clef_engine_options opt = {.model_dir = side->dir, .max_length = c->max_length, .truncate_state = 1,
-                               .n_threads = (int)c->threads, .device = c->device, .verbose = c->synthetic != NULL};
+                               .n_threads = (int)c->threads, .device = c->device, .numerics = side->numerics,
+                               .verbose = c->synthetic != NULL};
     if (!side->dir) {
         opt.synthetic = c->synthetic;
         opt.seed = c->seed;
@@ -64,17 +65,7 @@ static clef_engine *open_model(const parity_side *side, const parity_common *c) 
     }
     clef_err err;
     clef_err_clear(&err);
-    /* the CUDA backend reads its numerics when it is created (backend/cuda/cuda.h); the
-     * caller's own CLEF_CUDA_NUMERICS is put back for the other side */
-    const char *env = getenv("CLEF_CUDA_NUMERICS");
-    char *saved = env ? clef_xstrndup(env, strlen(env)) : NULL;
-    if (side->numerics) setenv("CLEF_CUDA_NUMERICS", side->numerics, 1);
     clef_engine *e = clef_engine_open(&opt, &err);
-    if (side->numerics) {
-        if (saved) setenv("CLEF_CUDA_NUMERICS", saved, 1);
-        else unsetenv("CLEF_CUDA_NUMERICS");
-    }
-    free(saved);
     if (!e) fprintf(stderr, "clef parity: cannot load %s: %s\n", side->label, err.message);
     return e;
 }
@@ -115,8 +106,8 @@ static void print_report(const char *a, const char *b, const clef_parity_report 
 }
 
 int cli_parity(int argc, char **argv) {
-    const char *models[2] = {NULL, NULL}, *requests = NULL, *m = NULL, *quant[2] = {NULL, NULL},
-               *numerics[2] = {NULL, NULL};
+    const char *models[2] = {NULL, NULL}, *requests = NULL, *m = NULL, *quant[2] = {NULL, NULL};
+    clef_numerics numerics[2] = {CLEF_NUMERICS_ENV, CLEF_NUMERICS_ENV}, both = CLEF_NUMERICS_ENV;
     parity_common c = {.seed = 1, .tokenizer = cli_default_tokenizer()};
     size_t n_models = 0;
     int as_json = 0;
@@ -134,8 +125,9 @@ int cli_parity(int argc, char **argv) {
                    (r = arg_str(argc, argv, &i, "--synthetic", &c.synthetic)) ||
                    (r = arg_str(argc, argv, &i, "--quant-a", &quant[0])) ||
                    (r = arg_str(argc, argv, &i, "--quant-b", &quant[1])) ||
-                   (r = arg_str(argc, argv, &i, "--numerics-a", &numerics[0])) ||
-                   (r = arg_str(argc, argv, &i, "--numerics-b", &numerics[1])) ||
+                   (r = arg_numerics(argc, argv, &i, "--numerics-a", &numerics[0])) ||
+                   (r = arg_numerics(argc, argv, &i, "--numerics-b", &numerics[1])) ||
+                   (r = arg_numerics(argc, argv, &i, "--numerics", &both)) ||
                    (r = arg_str(argc, argv, &i, "--tokenizer", &c.tokenizer)) ||
                    (r = arg_str(argc, argv, &i, "--device", &c.device)) ||
                    (r = arg_size(argc, argv, &i, "--seed", &c.seed)) ||
@@ -161,13 +153,7 @@ int cli_parity(int argc, char **argv) {
         return 2;
     }
     for (int k = 0; k < 2; k++)
-        if (numerics[k] && strcmp(numerics[k], "fast") && strcmp(numerics[k], "precise") &&
-            strcmp(numerics[k], "balanced")) {
-            fprintf(stderr, "clef parity: --numerics-%c must be fast, balanced or precise\n", 'a' + k);
-            return 2;
-        }
-    if (numerics[0] && getenv("CLEF_CUDA_PRECISE"))
-        fprintf(stderr, "clef parity: note: CLEF_CUDA_PRECISE is set and overrides --numerics-a/-b\n");
+        if (numerics[k] == CLEF_NUMERICS_ENV) numerics[k] = both;
     /* B: one side, or one per format of a --quant-b list */
     char bq[256] = "";
     const char *bquants[8] = {quant[1]};
@@ -199,7 +185,8 @@ int cli_parity(int argc, char **argv) {
                  c.seed);
     else
         snprintf(a.label, sizeof a.label, "%s", models[0]);
-    if (numerics[0]) snprintf(a.label + strlen(a.label), sizeof a.label - strlen(a.label), " (%s)", numerics[0]);
+    if (numerics[0])
+        snprintf(a.label + strlen(a.label), sizeof a.label - strlen(a.label), " (%s)", clef_numerics_name(numerics[0]));
     size_t len = 0;
     char *text = read_all(requests, &len);
     if (!text) return 2;
@@ -221,7 +208,9 @@ int cli_parity(int argc, char **argv) {
                      bquants[k] ? bquants[k] : "bf16", c.seed);
         else
             snprintf(b.label, sizeof b.label, "%s", models[1]);
-        if (numerics[1]) snprintf(b.label + strlen(b.label), sizeof b.label - strlen(b.label), " (%s)", numerics[1]);
+        if (numerics[1])
+            snprintf(b.label + strlen(b.label), sizeof b.label - strlen(b.label), " (%s)",
+                     clef_numerics_name(numerics[1]));
         clef_parity_answers ans_b;
         memset(&ans_b, 0, sizeof ans_b);
         rc = answer_all(&b, &c, text, len, &ans_b);

@@ -45,6 +45,9 @@ static void serve_usage(FILE *f) {
             "  --text-only               do not load the media towers (their memory, ~2.4 GB on the full\n"
             "                            model, stays free); requests with media get 422\n"
             "  --device D                cpu, cuda, cuda:N (default: CUDA when a GPU is present, else cpu)\n"
+            "  --numerics M              GPU numerics: fast (default; bf16 activations, closer to f32 than\n"
+            "                            the reference's own bf16), balanced, or precise (f32-level\n"
+            "                            agreement, slower); the CPU is always f32\n"
             "  --max-questions N         questions per request (default %zu)\n"
             "  --max-options N           options per choice question (default %zu)\n"
             "  --min-score-levels N      levels per score question, minimum (default %zu)\n"
@@ -156,6 +159,7 @@ int cli_serve(int argc, char **argv) {
             (r = arg_size(argc, argv, &i, "--max-connections", &o.max_connections)) ||
             (r = arg_size(argc, argv, &i, "--threads", &threads)) ||
             (r = arg_str(argc, argv, &i, "--device", &o.device)) ||
+            (r = arg_numerics(argc, argv, &i, "--numerics", &o.numerics)) ||
             (r = arg_size(argc, argv, &i, "--max-questions", &o.limits.max_questions)) ||
             (r = arg_size(argc, argv, &i, "--max-options", &o.limits.max_choice_options)) ||
             (r = arg_size(argc, argv, &i, "--min-score-levels", &o.limits.min_score_levels)) ||

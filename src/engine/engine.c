@@ -89,7 +89,7 @@ clef_engine *clef_engine_open(const clef_engine_options *opt, clef_err *err) {
         goto fail;
     }
     progress(opt, "tokenizer loaded", t0);
-    clef_backend *be = clef_backend_open(opt->device, opt->n_threads, err); /* cpu, cuda[:N] or automatic */
+    clef_backend *be = clef_backend_open(opt->device, opt->n_threads, opt->numerics, err); /* cpu, cuda[:N] or automatic */
     e->model = be ? clef_model_create_on(&e->ck, be, 1, err) : NULL;
     if (!e->model) goto fail;
     progress(opt, "model bound", t0);

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend/numerics.h"
 #include "decision/encode.h"
 #include "decision/request.h"
 #include "io/checkpoint.h"
@@ -30,6 +31,8 @@ typedef struct clef_engine_options {
     const char *device;      /* "cpu", "cuda", "cuda:N"; NULL = automatic: $CLEF_DEVICE when set, else CUDA
                                 device 0 when a GPU is present, else the CPU (backend/device.h) */
     int n_threads;           /* CPU threads; <= 0 = all cores */
+    clef_numerics numerics;  /* GPU numerics (backend/numerics.h); CLEF_NUMERICS_ENV (0) = the environment,
+                                else fast; the CPU computes in f32 whatever it says */
     size_t max_length;       /* token budget per record; 0 = CLEF_DEFAULT_MAX_LENGTH; must not exceed
                                 max_position_embeddings */
     int truncate_state;      /* default when the request says nothing: 1 = cut the state (reference,

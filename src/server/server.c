@@ -92,6 +92,7 @@ static void *load_model(void *arg) {
                               .tokenizer = s->opt.tokenizer,
                               .n_threads = s->opt.n_threads,
                               .device = s->opt.device,
+                              .numerics = s->opt.numerics,
                               .max_length = s->opt.max_length,
                               .truncate_state = s->opt.truncate_state, .text_only = s->opt.text_only,
                               .limits = s->opt.limits,

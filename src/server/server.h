@@ -26,6 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend/numerics.h"
 #include "decision/request.h"
 
 #define CLEF_SERVER_DEFAULT_PORT 8000
@@ -54,6 +55,7 @@ typedef struct clef_server_options {
     size_t max_connections;        /* concurrent connections; 0 = CLEF_SERVER_DEFAULT_MAX_CONNECTIONS */
     int n_threads;                 /* compute threads of the model; <= 0 = all cores */
     const char *device;            /* "cpu", "cuda", "cuda:N"; NULL = automatic (backend/device.h) */
+    clef_numerics numerics;        /* GPU numerics (backend/numerics.h); 0 = environment, else fast */
     int text_only;                 /* 1: do not load the media towers; media requests get 422 */
     int truncate_state;            /* 0 (default): refuse over-long records with 422; 1: cut the state
                                       like the reference.  A request's "truncate_state" wins. */

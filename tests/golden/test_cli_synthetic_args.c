@@ -127,10 +127,24 @@ static void test_synth_out_not_empty(void **state) {
 static void test_numerics_names(void **state) {
     (void)state;
     expect("devcheck --synthetic tiny --requests /nonexistent.jsonl --numerics bogus", 2,
-           "--numerics must be precise, balanced or fast", NULL);
+           "--numerics must be fast, balanced or precise", NULL);
     expect("parity --synthetic tiny --quant-b int4 --requests /nonexistent.jsonl --numerics-b bogus", 2,
            "--numerics-b must be fast, balanced or precise", NULL);
-    expect("devcheck --help", 0, "precise|balanced|fast", NULL);
+    expect("devcheck --help", 0, "fast|balanced|precise", NULL);
+    /* every command that runs a model takes --numerics, checks the name before any work, and documents it */
+    static const char *const cmds[] = {
+        "decide --model " MODEL " /nonexistent.json", "bench --model " MODEL, "serve --model " MODEL " --port 0",
+        "parity --synthetic tiny --requests /nonexistent.jsonl", "devcheck --synthetic tiny --requests /x.jsonl"};
+    static const char *const names[] = {"decide", "bench", "serve", "parity", "devcheck"};
+    for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
+        char args[512], help[64];
+        snprintf(args, sizeof args, "%s --numerics exact", cmds[i]);
+        expect(args, 2, "clef: --numerics must be fast, balanced or precise (got 'exact')", NULL);
+        snprintf(help, sizeof help, "%s --help", names[i]);
+        expect(help, 0, "--numerics M", NULL);
+    }
+    /* the CPU computes in f32 whatever the mode; bench says which numerics ran */
+    expect("bench --model " MODEL " --device cpu --numerics precise --iters 1", 0, "numerics f32", NULL);
 }
 
 int main(void) {

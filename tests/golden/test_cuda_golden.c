@@ -3,10 +3,10 @@
  * packed-vs-alone bitwise equality on the GPU.  Skipped without a device.
  *
  * Tolerances against the reference logits (goldens.jsonl):
- *   precise mode (the default: split-bf16 activations and attention):
+ *   precise mode (--numerics precise: split-bf16 activations and attention):
  *     the CPU backend's rules — |dlogit| <= 1e-4 where the case's
  *     min_router_logit_gap >= 1e-3, <= 2e-3 otherwise.
- *   fast mode (opt-in, CLEF_CUDA_NUMERICS=fast: bf16 activations into the
+ *   fast mode (the default numerics, CLEF_CUDA_NUMERICS=fast: bf16 activations into the
  *   tensor cores): |dlogit| <= 0.1 and
  *     per-question total-variation distance <= 0.02.  Rounding every
  *     activation of the tiny model (hidden 32) to bf16 on the CPU moved the

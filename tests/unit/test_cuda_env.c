@@ -46,7 +46,7 @@ static void test_defaults(void **state) {
     clef_cuda_env e;
     clef_err err;
     assert_int_equal(read_with(NULL, NULL, &e, &err), 0);
-    assert_int_equal(e.precise_parts, CLEF_PRECISE_ALL);
+    assert_int_equal(e.precise_parts, 0 /* fast: the default numerics (backend/numerics.h) */);
     assert_int_equal(e.gemm_custom, 0);
     assert_int_equal(e.profile, 0);
     assert_int_equal(e.tune, 7);
@@ -176,8 +176,45 @@ static void test_kernel_switches(void **state) {
     expect_error("CLEF_CUDA_GEMM", "cublas", "CUDA settings: CLEF_CUDA_GEMM must be cublaslt or custom (got 'cublas')");
 }
 
+/* The mode names every command's --numerics takes (backend/numerics.c), their parts and bars. */
+static void test_numerics_modes(void **state) {
+    (void)state;
+    clef_numerics m = CLEF_NUMERICS_ENV;
+    assert_int_equal(clef_numerics_parse("fast", &m), 0);
+    assert_int_equal(m, CLEF_NUMERICS_FAST);
+    assert_int_equal(clef_numerics_parse("balanced", &m), 0);
+    assert_int_equal(m, CLEF_NUMERICS_BALANCED);
+    assert_int_equal(clef_numerics_parse("precise", &m), 0);
+    assert_int_equal(m, CLEF_NUMERICS_PRECISE);
+    static const char *const bad[] = {"", "Fast", "exact", "default", "fast ", "f32"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        m = CLEF_NUMERICS_BALANCED;
+        assert_int_equal(clef_numerics_parse(bad[i], &m), -1);
+        assert_int_equal(m, CLEF_NUMERICS_BALANCED); /* left alone */
+    }
+    assert_int_equal(clef_numerics_parse(NULL, &m), -1);
+    assert_string_equal(clef_numerics_name(CLEF_NUMERICS_FAST), "fast");
+    assert_string_equal(clef_numerics_name(CLEF_NUMERICS_PRECISE), "precise");
+    assert_string_equal(clef_numerics_name(CLEF_NUMERICS_ENV), "default");
+    /* the default is fast: no precise part; a zeroed option means the default */
+    assert_int_equal(CLEF_NUMERICS_DEFAULT, CLEF_NUMERICS_FAST);
+    assert_int_equal(clef_numerics_parts(CLEF_NUMERICS_ENV), 0);
+    assert_int_equal(clef_numerics_parts(CLEF_NUMERICS_FAST), 0);
+    assert_int_equal(clef_numerics_parts(CLEF_NUMERICS_BALANCED), CLEF_PRECISE_DENSE | CLEF_PRECISE_ATTN);
+    assert_int_equal(clef_numerics_parts(CLEF_NUMERICS_PRECISE), CLEF_PRECISE_ALL);
+    /* bars: precise f32-level; fast and balanced the reference's bf16 deployment */
+    double agree = 0, tv = 0;
+    clef_numerics_bar(CLEF_NUMERICS_PRECISE, &agree, &tv);
+    assert_true(agree == 0.995 && tv == 0.001);
+    clef_numerics_bar(CLEF_NUMERICS_FAST, &agree, &tv);
+    assert_true(agree == 0.871 && tv == 0.0159);
+    clef_numerics_bar(CLEF_NUMERICS_ENV, &agree, &tv);
+    assert_true(agree == 0.871 && tv == 0.0159);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_numerics_modes),
         cmocka_unit_test_setup(test_defaults, clear_env),
         cmocka_unit_test_setup(test_numerics, clear_env),
         cmocka_unit_test_setup(test_kernel_switches, clear_env),

@@ -2278,7 +2278,9 @@ clef_backend *clef_cuda_backend_create_ex(const clef_cuda_options *opt, clef_err
         free(c);
         return NULL;
     }
-    c->precise_parts = (unsigned)(opt->precise >= 0 ? (opt->precise ? PRECISE_ALL : 0) : env.precise_parts);
+    c->precise_parts = (unsigned)(opt->precise >= 0                      ? (opt->precise ? PRECISE_ALL : 0)
+                                  : opt->numerics != CLEF_NUMERICS_ENV ? clef_numerics_parts(opt->numerics)
+                                                                       : (unsigned)env.precise_parts);
     c->precise = c->precise_parts == PRECISE_ALL;
     if (opt->gemm >= 0) {
         c->gemm_custom = opt->gemm == 1;
@@ -2309,9 +2311,16 @@ clef_backend *clef_cuda_backend_create_ex(const clef_cuda_options *opt, clef_err
     return be;
 }
 
-clef_backend *clef_cuda_backend_create(int device, clef_err *err) {
-    clef_cuda_options o = {.device = device, .precise = -1, .gemm = -1, .profile = -1};
+clef_backend *clef_cuda_backend_create(int device, clef_numerics numerics, clef_err *err) {
+    clef_cuda_options o = {.device = device, .precise = -1, .numerics = numerics, .gemm = -1, .profile = -1};
     return clef_cuda_backend_create_ex(&o, err);
+}
+
+const char *clef_numerics_of(clef_backend *be) {
+    if (!clef_backend_is_cuda(be)) return "f32";
+    static const char *const names[8] = {"fast",    "dense",           "experts",           "dense,experts",
+                                         "attention", "balanced", "experts,attention", "precise"};
+    return names[cu_of(be)->precise_parts & 7];
 }
 
 void clef_cuda_describe(clef_backend *be, char *buf, size_t cap) {
@@ -2384,8 +2393,8 @@ clef_backend *clef_cuda_backend_create_ex(const clef_cuda_options *opt, clef_err
     return NULL;
 }
 
-clef_backend *clef_cuda_backend_create(int device, clef_err *err) {
-    clef_cuda_options o = {.device = device, .precise = -1, .gemm = -1, .profile = -1};
+clef_backend *clef_cuda_backend_create(int device, clef_numerics numerics, clef_err *err) {
+    clef_cuda_options o = {.device = device, .precise = -1, .numerics = numerics, .gemm = -1, .profile = -1};
     return clef_cuda_backend_create_ex(&o, err);
 }
 
@@ -2393,6 +2402,7 @@ void clef_cuda_describe(clef_backend *be, char *buf, size_t cap) {
     (void)be;
     if (cap) buf[0] = '\0';
 }
+const char *clef_numerics_of(clef_backend *be) { return (void)be, "f32"; }
 size_t clef_cuda_peak_bytes(clef_backend *be) { return (void)be, 0; }
 size_t clef_cuda_used_bytes(clef_backend *be) { return (void)be, 0; }
 size_t clef_cuda_weight_bytes(clef_backend *be) { return (void)be, 0; }

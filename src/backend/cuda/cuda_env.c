@@ -73,11 +73,13 @@ static int read_numerics(clef_cuda_env *e, clef_err *err) {
                              v);
         return 0;
     }
-    static const char *const modes[] = {"fast", "balanced", "precise"};
-    static const int parts[] = {0, CLEF_PRECISE_DENSE | CLEF_PRECISE_ATTN, CLEF_PRECISE_ALL};
-    int m = 2;
-    if (env_choice("numerics", "CLEF_CUDA_NUMERICS", modes, 3, 2, "fast, balanced or precise", &m, err)) return -1;
-    e->precise_parts = parts[m];
+    /* indexed by clef_numerics: the names numerics.c parses */
+    static const char *const modes[] = {NULL, "fast", "balanced", "precise"};
+    int m = CLEF_NUMERICS_DEFAULT;
+    if (env_choice("numerics", "CLEF_CUDA_NUMERICS", modes, 4, CLEF_NUMERICS_DEFAULT, "fast, balanced or precise", &m,
+                   err))
+        return -1;
+    e->precise_parts = (int)clef_numerics_parts((clef_numerics)m);
     return 0;
 }
 

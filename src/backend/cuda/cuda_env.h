@@ -5,15 +5,13 @@
 #ifndef CLEF_BACKEND_CUDA_ENV_H
 #define CLEF_BACKEND_CUDA_ENV_H
 
+#include "backend/numerics.h" /* CLEF_PRECISE_* bits of precise_parts */
 #include "util/err.h"
-
-/* Bits of clef_cuda_env.precise_parts: which products run precise (split bf16). */
-enum { CLEF_PRECISE_DENSE = 1, CLEF_PRECISE_EXPERTS = 2, CLEF_PRECISE_ATTN = 4, CLEF_PRECISE_ALL = 7 };
 
 typedef struct clef_cuda_env {
     /* CLEF_CUDA_PRECISE ("0", "none", "fast" = 0; "1", "all" = every part; or a comma list of dense,
      * experts, attention), else CLEF_CUDA_NUMERICS (fast = 0, balanced = dense + attention,
-     * precise = all); default all */
+     * precise = all); default: the parts of CLEF_NUMERICS_DEFAULT (fast: none) */
     int precise_parts;
     int gemm_custom; /* CLEF_CUDA_GEMM: cublaslt (default, 0) or custom (1): the dense products' kernel */
     int profile;     /* CLEF_CUDA_PROFILE: 0 (default) or 1 = per-op timing */
