@@ -298,16 +298,30 @@ void tu_print_cuda_device(clef_backend *be) {
 
 clef_backend *tu_cuda_backend_env(const clef_cuda_options *o, const char *const *env, clef_err *err) {
     enum { MAX_VARS = 8 };
+    /* kernel switches: this test program's environment, then the list's (cuda_env.h); any other
+     * variable (a user setting, which the backend reads itself) is set around its creation */
+    clef_cuda_knobs knobs;
+    if (clef_cuda_knobs_from_env(&knobs, err)) return NULL;
     char *old[MAX_VARS];
-    int n = 0;
+    int set[MAX_VARS], n = 0;
     for (; env[2 * n]; n++) {
         if (n == MAX_VARS) fail_msg("tu_cuda_backend_env: more than %d variables", MAX_VARS);
+        old[n] = NULL;
+        set[n] = 0;
+        if (!env[2 * n + 1]) continue; /* left as the environment has it */
+        const int r = clef_cuda_knobs_set(&knobs, env[2 * n], env[2 * n + 1], err);
+        if (r < 0) return NULL;
+        if (r > 0) continue;
         const char *v = getenv(env[2 * n]);
         old[n] = v ? strdup(v) : NULL;
-        if (env[2 * n + 1]) setenv(env[2 * n], env[2 * n + 1], 1);
+        set[n] = 1;
+        setenv(env[2 * n], env[2 * n + 1], 1);
     }
-    clef_backend *be = clef_cuda_backend_create_ex(o, err);
+    clef_cuda_options oo = *o;
+    if (!oo.knobs) oo.knobs = &knobs;
+    clef_backend *be = clef_cuda_backend_create_ex(&oo, err);
     for (int i = 0; i < n; i++) {
+        if (!set[i]) continue;
         if (old[i]) setenv(env[2 * i], old[i], 1);
         else unsetenv(env[2 * i]);
         free(old[i]);

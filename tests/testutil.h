@@ -164,12 +164,17 @@ int tu_cuda_devices(void **state);
  * capability of the CUDA backend `be`). */
 void tu_print_cuda_device(clef_backend *be);
 
-/* clef_cuda_backend_create_ex(o) with CUDA settings from the environment
- * given for this one backend: env holds NAME, VALUE pairs ended by a NULL
- * name (a NULL value leaves that variable as it is); each is set while the
- * backend is made (the backend reads them then) and put back to its previous
- * value, or unset, afterwards.  NULL + err when creation fails. */
+/* clef_cuda_backend_create_ex(o) with CUDA settings given for this one
+ * backend: env holds NAME, VALUE pairs ended by a NULL name (a NULL value
+ * leaves that setting as the environment has it).  Kernel switches
+ * (CLEF_CUDA_WGMMA, ... : backend/cuda/cuda_env.h) start from this test
+ * program's environment and go to the backend as o->knobs (unless o sets
+ * knobs); any other variable (a user setting) is set while the backend is
+ * made and put back to its previous value, or unset, afterwards.  NULL + err
+ * when creation fails. */
 clef_backend *tu_cuda_backend_env(const clef_cuda_options *o, const char *const *env, clef_err *err);
+/* An empty settings list for tu_cuda_backend_env: the kernel switches of this program's environment. */
+#define TU_NO_ENV ((const char *const[]){NULL})
 
 /* Thinker prefill + joint schema head over one record on model m (hidden
  * size H): returns the heap array of clef_record_total_options(r) option

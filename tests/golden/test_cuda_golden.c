@@ -41,7 +41,7 @@ static int setup(void **state) {
     if (tu_open_fixture("tiny-clef-omni", &f->ck) != 0) return -1;
     for (int i = 0; i < 2; i++) {
         clef_cuda_options o = {.device = 0, .precise = i, .gemm = -1, .profile = 0};
-        clef_backend *be = clef_cuda_backend_create_ex(&o, &err);
+        clef_backend *be = tu_cuda_backend_env(&o, TU_NO_ENV, &err);
         if (!be || !(f->m[i] = clef_model_create_on(&f->ck, be, 1, &err))) {
             fprintf(stderr, "cuda model: %s\n", err.message);
             return -1;

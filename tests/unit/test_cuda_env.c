@@ -41,29 +41,75 @@ static void expect_error(const char *name, const char *value, const char *messag
     assert_string_equal(err.message, message);
 }
 
+/* Read the kernel switches with one variable set (clef_cuda_knobs_from_env, as test programs do). */
+static int knobs_with(const char *name, const char *value, clef_cuda_knobs *k, clef_err *err) {
+    clear_env(NULL);
+    if (name) setenv(name, value, 1);
+    clef_err_clear(err);
+    const int rc = clef_cuda_knobs_from_env(k, err);
+    clear_env(NULL);
+    return rc;
+}
+
+static void expect_knob_error(const char *name, const char *value, const char *message) {
+    clef_cuda_knobs k;
+    clef_err err;
+    assert_int_equal(knobs_with(name, value, &k, &err), -1);
+    assert_int_equal(err.status, 500);
+    assert_string_equal(err.message, message);
+    /* clef_cuda_knobs_set gives the same error for the same pair */
+    clef_cuda_knobs_default(&k);
+    clef_err_clear(&err);
+    assert_int_equal(clef_cuda_knobs_set(&k, name, value, &err), -1);
+    assert_string_equal(err.message, message);
+}
+
 static void test_defaults(void **state) {
     (void)state;
     clef_cuda_env e;
     clef_err err;
     assert_int_equal(read_with(NULL, NULL, &e, &err), 0);
     assert_int_equal(e.precise_parts, 0 /* fast: the default numerics (backend/numerics.h) */);
-    assert_int_equal(e.gemm_custom, 0);
     assert_int_equal(e.profile, 0);
-    assert_int_equal(e.tune, 7);
-    assert_int_equal(e.wgmma, 2);
-    assert_int_equal(e.qwgmma, 1);
-    assert_int_equal(e.int4, 3);
-    assert_int_equal(e.nvfp4, 3);
-    assert_int_equal(e.lt_splitk, 1);
-    assert_int_equal(e.attn, 0);
     assert_int_equal(e.graphs, 1);
-    assert_int_equal(e.tma, 1);
-    assert_int_equal(e.wgmma_rows, 8192);
-    assert_int_equal(e.qwgmma_rows, 8192);
     assert_int_equal(e.fp8_mma, 0);
+    clef_cuda_knobs k;
+    clef_cuda_knobs_default(&k);
+    assert_int_equal(k.gemm_custom, 0);
+    assert_int_equal(k.tune, 7);
+    assert_int_equal(k.wgmma, 2);
+    assert_int_equal(k.qwgmma, 1);
+    assert_int_equal(k.int4, 3);
+    assert_int_equal(k.nvfp4, 3);
+    assert_int_equal(k.lt_splitk, 1);
+    assert_int_equal(k.attn, 0);
+    assert_int_equal(k.tma, 1);
+    assert_int_equal(k.wgmma_rows, 8192);
+    assert_int_equal(k.qwgmma_rows, 8192);
+    clef_cuda_knobs from_env;
+    assert_int_equal(knobs_with(NULL, NULL, &from_env, &err), 0);
+    assert_memory_equal(&from_env, &k, sizeof k);
     /* an empty value is the default too */
-    assert_int_equal(read_with("CLEF_CUDA_WGMMA", "", &e, &err), 0);
-    assert_int_equal(e.wgmma, 2);
+    assert_int_equal(knobs_with("CLEF_CUDA_WGMMA", "", &from_env, &err), 0);
+    assert_int_equal(from_env.wgmma, 2);
+}
+
+/* The backend reads only user settings from the environment: a kernel switch there, even a bad
+ * value, is not looked at by clef_cuda_env_read (test and bench programs read those themselves). */
+static void test_switches_not_user_settings(void **state) {
+    (void)state;
+    clef_cuda_env e;
+    clef_err err;
+    assert_int_equal(read_with("CLEF_CUDA_WGMMA", "yes", &e, &err), 0);
+    assert_int_equal(read_with("CLEF_CUDA_ATTN", "v9", &e, &err), 0);
+    clef_cuda_knobs k;
+    clef_cuda_knobs_default(&k);
+    assert_int_equal(clef_cuda_knobs_set(&k, "CLEF_CUDA_PRECISE", "1", &err), 0); /* not a switch */
+    assert_int_equal(clef_cuda_knobs_set(&k, "CLEF_CUDA_FP8_MMA", "1", &err), 0);
+    assert_int_equal(clef_cuda_knobs_set(&k, "CLEF_CUDA_WGMMA", "1", &err), 1);
+    assert_int_equal(k.wgmma, 1);
+    assert_int_equal(clef_cuda_knobs_set(&k, "CLEF_CUDA_WGMMA", NULL, &err), 1); /* back to the default */
+    assert_int_equal(k.wgmma, 2);
 }
 
 static void test_numerics(void **state) {
@@ -111,69 +157,70 @@ static void test_numerics(void **state) {
 
 static void test_kernel_switches(void **state) {
     (void)state;
-    clef_cuda_env e;
+    clef_cuda_knobs e;
+    clef_cuda_env u;
     clef_err err;
-    assert_int_equal(read_with("CLEF_CUDA_WGMMA", "0", &e, &err), 0);
+    assert_int_equal(knobs_with("CLEF_CUDA_WGMMA", "0", &e, &err), 0);
     assert_int_equal(e.wgmma, 0);
-    assert_int_equal(read_with("CLEF_CUDA_QWGMMA", "2", &e, &err), 0);
+    assert_int_equal(knobs_with("CLEF_CUDA_QWGMMA", "2", &e, &err), 0);
     assert_int_equal(e.qwgmma, 2);
-    assert_int_equal(read_with("CLEF_CUDA_TUNE", "0", &e, &err), 0);
+    assert_int_equal(knobs_with("CLEF_CUDA_TUNE", "0", &e, &err), 0);
     assert_int_equal(e.tune, 0);
-    assert_int_equal(read_with("CLEF_CUDA_LT_SPLITK", "2", &e, &err), 0);
+    assert_int_equal(knobs_with("CLEF_CUDA_LT_SPLITK", "2", &e, &err), 0);
     assert_int_equal(e.lt_splitk, 2);
-    assert_int_equal(read_with("CLEF_CUDA_PROFILE", "1", &e, &err), 0);
-    assert_int_equal(e.profile, 1);
-    assert_int_equal(read_with("CLEF_CUDA_GEMM", "custom", &e, &err), 0);
+    assert_int_equal(read_with("CLEF_CUDA_PROFILE", "1", &u, &err), 0);
+    assert_int_equal(u.profile, 1);
+    assert_int_equal(knobs_with("CLEF_CUDA_GEMM", "custom", &e, &err), 0);
     assert_int_equal(e.gemm_custom, 1);
-    assert_int_equal(read_with("CLEF_CUDA_GEMM", "cublaslt", &e, &err), 0);
+    assert_int_equal(knobs_with("CLEF_CUDA_GEMM", "cublaslt", &e, &err), 0);
     assert_int_equal(e.gemm_custom, 0);
-    assert_int_equal(read_with("CLEF_CUDA_GRAPHS", "0", &e, &err), 0);
-    assert_int_equal(e.graphs, 0);
-    assert_int_equal(read_with("CLEF_CUDA_TMA", "0", &e, &err), 0);
+    assert_int_equal(read_with("CLEF_CUDA_GRAPHS", "0", &u, &err), 0);
+    assert_int_equal(u.graphs, 0);
+    assert_int_equal(knobs_with("CLEF_CUDA_TMA", "0", &e, &err), 0);
     assert_int_equal(e.tma, 0);
     const char *int4[] = {"v2", "v3", "v3-2blk"};
     const int int4_want[] = {2, 3, 4};
     for (int i = 0; i < 3; i++) {
-        assert_int_equal(read_with("CLEF_CUDA_QGEMM_INT4", int4[i], &e, &err), 0);
+        assert_int_equal(knobs_with("CLEF_CUDA_QGEMM_INT4", int4[i], &e, &err), 0);
         assert_int_equal(e.int4, int4_want[i]);
     }
     const char *nvfp4[] = {"v2", "v3"};
     for (int i = 0; i < 2; i++) {
-        assert_int_equal(read_with("CLEF_CUDA_QGEMM_NVFP4", nvfp4[i], &e, &err), 0);
+        assert_int_equal(knobs_with("CLEF_CUDA_QGEMM_NVFP4", nvfp4[i], &e, &err), 0);
         assert_int_equal(e.nvfp4, i + 2);
         assert_int_equal(e.int4, 3); /* the INT4 switch is its own */
     }
     const char *attn[] = {"v1", "v2", "v2w"};
     for (int i = 0; i < 3; i++) {
-        assert_int_equal(read_with("CLEF_CUDA_ATTN", attn[i], &e, &err), 0);
+        assert_int_equal(knobs_with("CLEF_CUDA_ATTN", attn[i], &e, &err), 0);
         assert_int_equal(e.attn, i + 1);
     }
-    assert_int_equal(read_with("CLEF_CUDA_FP8_MMA", "1", &e, &err), 0);
-    assert_int_equal(e.fp8_mma, 1);
-    assert_int_equal(read_with("CLEF_CUDA_FP8_MMA", "0", &e, &err), 0);
-    assert_int_equal(e.fp8_mma, 0);
+    assert_int_equal(read_with("CLEF_CUDA_FP8_MMA", "1", &u, &err), 0);
+    assert_int_equal(u.fp8_mma, 1);
+    assert_int_equal(read_with("CLEF_CUDA_FP8_MMA", "0", &u, &err), 0);
+    assert_int_equal(u.fp8_mma, 0);
     expect_error("CLEF_CUDA_FP8_MMA", "2", "CUDA settings: CLEF_CUDA_FP8_MMA must be an integer from 0 to 1 (got '2')");
     expect_error("CLEF_CUDA_FP8_MMA", "on", "CUDA settings: CLEF_CUDA_FP8_MMA must be an integer from 0 to 1 (got 'on')");
-    expect_error("CLEF_CUDA_WGMMA", "yes", "CUDA settings: CLEF_CUDA_WGMMA must be an integer from 0 to 2 (got 'yes')");
-    expect_error("CLEF_CUDA_WGMMA", "3", "CUDA settings: CLEF_CUDA_WGMMA must be an integer from 0 to 2 (got '3')");
-    expect_error("CLEF_CUDA_WGMMA", "-1", "CUDA settings: CLEF_CUDA_WGMMA must be an integer from 0 to 2 (got '-1')");
-    expect_error("CLEF_CUDA_TUNE", "99999999999999999999",
+    expect_knob_error("CLEF_CUDA_WGMMA", "yes", "CUDA settings: CLEF_CUDA_WGMMA must be an integer from 0 to 2 (got 'yes')");
+    expect_knob_error("CLEF_CUDA_WGMMA", "3", "CUDA settings: CLEF_CUDA_WGMMA must be an integer from 0 to 2 (got '3')");
+    expect_knob_error("CLEF_CUDA_WGMMA", "-1", "CUDA settings: CLEF_CUDA_WGMMA must be an integer from 0 to 2 (got '-1')");
+    expect_knob_error("CLEF_CUDA_TUNE", "99999999999999999999",
                  "CUDA settings: CLEF_CUDA_TUNE must be an integer from 0 to 7 (got '99999999999999999999')");
-    expect_error("CLEF_CUDA_QWGMMA", "1 ", "CUDA settings: CLEF_CUDA_QWGMMA must be an integer from 0 to 2 (got '1 ')");
+    expect_knob_error("CLEF_CUDA_QWGMMA", "1 ", "CUDA settings: CLEF_CUDA_QWGMMA must be an integer from 0 to 2 (got '1 ')");
     expect_error("CLEF_CUDA_PROFILE", "on", "CUDA settings: CLEF_CUDA_PROFILE must be an integer from 0 to 1 (got 'on')");
-    assert_int_equal(read_with("CLEF_CUDA_QWGMMA_ROWS", "2048", &e, &err), 0);
+    assert_int_equal(knobs_with("CLEF_CUDA_QWGMMA_ROWS", "2048", &e, &err), 0);
     assert_int_equal(e.qwgmma_rows, 2048);
-    expect_error("CLEF_CUDA_WGMMA_ROWS", "0",
+    expect_knob_error("CLEF_CUDA_WGMMA_ROWS", "0",
                  "CUDA settings: CLEF_CUDA_WGMMA_ROWS must be an integer from 1 to 1073741824 (got '0')");
-    expect_error("CLEF_CUDA_TMA", "2", "CUDA settings: CLEF_CUDA_TMA must be an integer from 0 to 1 (got '2')");
+    expect_knob_error("CLEF_CUDA_TMA", "2", "CUDA settings: CLEF_CUDA_TMA must be an integer from 0 to 1 (got '2')");
     expect_error("CLEF_CUDA_GRAPHS", "yes", "CUDA settings: CLEF_CUDA_GRAPHS must be an integer from 0 to 1 (got 'yes')");
-    expect_error("CLEF_CUDA_ATTN", "v3", "CUDA settings: CLEF_CUDA_ATTN must be v1, v2 or v2w (got 'v3')");
-    expect_error("CLEF_CUDA_QGEMM_INT4", "marlin",
+    expect_knob_error("CLEF_CUDA_ATTN", "v3", "CUDA settings: CLEF_CUDA_ATTN must be v1, v2 or v2w (got 'v3')");
+    expect_knob_error("CLEF_CUDA_QGEMM_INT4", "marlin",
                  "CUDA settings: CLEF_CUDA_QGEMM_INT4 must be v2, v3 or v3-2blk (got 'marlin')");
-    expect_error("CLEF_CUDA_QGEMM_NVFP4", "v3-2blk",
+    expect_knob_error("CLEF_CUDA_QGEMM_NVFP4", "v3-2blk",
                  "CUDA settings: CLEF_CUDA_QGEMM_NVFP4 must be v2 or v3 (got 'v3-2blk')");
-    expect_error("CLEF_CUDA_QGEMM_NVFP4", "V3", "CUDA settings: CLEF_CUDA_QGEMM_NVFP4 must be v2 or v3 (got 'V3')");
-    expect_error("CLEF_CUDA_GEMM", "cublas", "CUDA settings: CLEF_CUDA_GEMM must be cublaslt or custom (got 'cublas')");
+    expect_knob_error("CLEF_CUDA_QGEMM_NVFP4", "V3", "CUDA settings: CLEF_CUDA_QGEMM_NVFP4 must be v2 or v3 (got 'V3')");
+    expect_knob_error("CLEF_CUDA_GEMM", "cublas", "CUDA settings: CLEF_CUDA_GEMM must be cublaslt or custom (got 'cublas')");
 }
 
 /* The mode names every command's --numerics takes (backend/numerics.c), their parts and bars. */
@@ -216,6 +263,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_numerics_modes),
         cmocka_unit_test_setup(test_defaults, clear_env),
+        cmocka_unit_test_setup(test_switches_not_user_settings, clear_env),
         cmocka_unit_test_setup(test_numerics, clear_env),
         cmocka_unit_test_setup(test_kernel_switches, clear_env),
     };

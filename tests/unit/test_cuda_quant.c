@@ -1691,7 +1691,7 @@ static void test_fixtures(void **state) {
         const size_t H = (size_t)ck.config.text.hidden_size;
         for (int precise = 0; precise < 2; precise++) {
             clef_cuda_options o = {.device = 0, .precise = precise, .gemm = -1, .profile = 0};
-            clef_backend *be = clef_cuda_backend_create_ex(&o, &err);
+            clef_backend *be = tu_cuda_backend_env(&o, TU_NO_ENV, &err);
             clef_model *m = be ? clef_model_create_on(&ck, be, 1, &err) : NULL;
             if (!m) fail_msg("%s on cuda: %s", QF_FORMATS[fi], err.message);
             double worst = 0, worst_tv = 0;

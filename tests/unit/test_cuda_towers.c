@@ -52,9 +52,9 @@ static int setup(void **state) {
     clef_err_clear(&err);
     f->cpu = clef_backend_cpu_create(2, &err);
     clef_cuda_options o = {.device = 0, .precise = 0, .gemm = -1, .profile = 0};
-    f->gpu = clef_cuda_backend_create_ex(&o, &err);
+    f->gpu = tu_cuda_backend_env(&o, TU_NO_ENV, &err);
     o.precise = 1;
-    f->precise = f->gpu ? clef_cuda_backend_create_ex(&o, &err) : NULL;
+    f->precise = f->gpu ? tu_cuda_backend_env(&o, TU_NO_ENV, &err) : NULL;
     if (!f->cpu || !f->gpu || !f->precise) {
         fprintf(stderr, "backend: %s\n", err.message);
         return -1;

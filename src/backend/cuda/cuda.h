@@ -31,8 +31,13 @@
  *   CLEF_CUDA_PRECISE may also name parts: a comma list of "dense" (the
  *   matmul op), "experts" (the moe op), "attention"; the others are fast.
  *   CLEF_CUDA_PRECISE wins over CLEF_CUDA_NUMERICS.  An unknown value of
- *   any CLEF_CUDA_* setting below makes clef_cuda_backend_create fail (500,
- *   naming the variable; cuda_env.h parses them).
+ *   a user setting (numerics, CLEF_CUDA_FP8_MMA, _GRAPHS, _PROFILE) makes
+ *   clef_cuda_backend_create fail (500, naming the variable; cuda_env.h
+ *   parses them).
+ * Kernel switches (cuda_env.h clef_cuda_knobs; clef_cuda_options.knobs,
+ * else the defaults: the backend does not read them from the environment;
+ * test and bench programs do, by these names; which kernel runs is
+ * cuda_select.h's choice from them and the device):
  *   CLEF_CUDA_TUNE (bits, default 7) picks kernel shapes of the precise
  *   mode, never values: 1 = 32-row expert tiles when the experts average
  *   <= 32 rows, 2 = one K/V buffer in the split attention (two blocks/SM),
@@ -138,6 +143,7 @@
 #include <stdio.h>
 
 #include "backend/backend.h"
+#include "backend/cuda/cuda_env.h"
 #include "backend/numerics.h"
 
 /* Number of usable CUDA devices; 0 when the build has no CUDA, no driver is
@@ -154,6 +160,8 @@ typedef struct clef_cuda_options {
                     2 = cuBLASLt wherever it has a batch-invariant algorithm (tests);
                     -1 = from CLEF_CUDA_GEMM ("cublaslt" = 0 / "custom" = 1) */
     int profile; /* 1 = time every op with CUDA events (clef_cuda_profile_dump); -1 = from CLEF_CUDA_PROFILE */
+    const clef_cuda_knobs *knobs; /* kernel switches (cuda_env.h; copied); NULL = the defaults.  The backend never
+                                     reads them from the environment: test and bench programs set them */
 } clef_cuda_options;
 
 /* A CUDA backend on device `device` in numerics `numerics` (CLEF_NUMERICS_ENV:

@@ -20,6 +20,7 @@
 
 #include "backend/cuda/cuda_env.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_select.h"
 #include "backend/cuda/cuda_qbits.h"
 
 /* Scratch slots (device memory kept by the backend, grown on demand). */
@@ -127,39 +128,15 @@ typedef struct cuda_ctx {
     int device;
     int precise, gemm_custom, profile;
     int gemm_lt_only; /* options gemm = 2: never pick the custom kernel for a shape that has a cuBLASLt algorithm */
-    /* CLEF_CUDA_LT_SPLITK, read at creation: 0 = no split-K cuBLASLt algorithms, 1 (default) = they
-     * compete with the others, 2 = only split-K ones where a shape has any (tests: exercises them) */
-    int lt_splitk;
-    /* CLEF_CUDA_TUNE bits (default 7; results are bitwise the same either way): 1 = precise expert
-     * GEMMs on 32-row tiles when the experts average <= 32 rows, 2 = precise attention with one K/V
-     * buffer (two blocks per SM), 4 = precise expert GEMMs of big batches on 64-row tiles (two blocks
-     * per SM) instead of 128-row tiles (one) */
-    unsigned tune;
-    /* expert GEMMs on Hopper warpgroup MMAs (cuda_wgmma.cu): 0 = never (mma.sync kernel), 1 = at every
-     * size, 2 = for passes of >= wgmma_rows (BF16) / qwgmma_rows (packed) expert rows (the mma.sync
-     * kernel is faster below: at 300 tokens it streams the weights at ~3.1 TB/s, the wgmma one at ~2.5).  Mixing is batch invariant
-     * because the two give bitwise the same sums (same k16 chunk order, hi then lo; measured on the
-     * H200 and asserted by tests/unit/test_cuda_ops).  CLEF_CUDA_WGMMA, default 2 where built for
-     * sm_90a and the device is compute capability 9.0, else 0. */
-    int wgmma;
-    int wgmma_rows, qwgmma_rows; /* CLEF_CUDA_WGMMA_ROWS / CLEF_CUDA_QWGMMA_ROWS: see wgmma_pass */
-    /* tensor-core attention kernel (CLEF_CUDA_ATTN): 0 = per mode (default: v2 fast; precise: v2 for
-     * segments of at most ATTN_SHORT queries, v2w for longer ones),
-     * 1 = v1, 2 = v2 (64-row tiles when precise), 3 = v2w (128-row tiles in the precise mode too; see
-     * ck_attn_tc_rows) */
-    int attn_variant;
-    /* packed experts on the wgmma kernel too (ck_qgemm_wgmma) where wgmma is used for the pass and the
-     * format qualifies (bitwise the same results as ck_qgemm): CLEF_CUDA_QWGMMA 0 = never, 1 (default) =
-     * NVFP4 and INT4 (FP8 blocks stay on mma.sync: 18.6 vs 22.4 ms per layer at 32,000 tokens on the
-     * H200, while NVFP4 17.0 vs 18.5 and INT4 15.1 vs 18.4 gain), 2 = every format */
-    int qwgmma;
-    /* BF16 expert passes below the wgmma threshold on the warp-specialised TMA kernel (ck_gemm_tma, same
-     * sums): CLEF_CUDA_TMA, default 1; cleared where the build lacks sm_90a or the device is not compute
-     * capability 9.0 */
+    /* what the device and the binary can run, and the kernel switches (clef_cuda_options.knobs, else the
+     * defaults): every kernel choice is ck_pick_* of these (cuda_select.h) */
+    ck_caps caps;
+    clef_cuda_knobs k;
+    /* the layers' tensor maps are built for the TMA kernel: k.tma on a Hopper device (ck_caps_hopper) */
     int tma;
     /* FP8-block experts as W8A8 on the FP8 tensor cores (cuda_fp8mma.cu): CLEF_CUDA_FP8_MMA, default 0;
      * cleared where the build lacks sm_90a or the device is not compute capability 9.0 */
-    int fp8_mma;
+    int fp8_mma; /* CLEF_CUDA_FP8_MMA (a user setting: it changes numerics), where ck_caps_hopper */
     /* the q and k rows qk_norm_rope also left as attention's bf16 rows in SLOT_ATT16 (the q16 / k16 layout
      * of cu_attention), valid until the next op other than attention: att_valid */
     att_stage att;
@@ -186,9 +163,9 @@ typedef struct cuda_ctx {
     moe_ptrs *moe;
     size_t n_moe, cap_moe;
     qmoe_tab *qmoe; /* packed-expert tables (quantized checkpoints) */
-    int int4_v2;    /* CLEF_CUDA_QGEMM_INT4=v2: INT4 kept in the GPTQ layout, kernel v2; else reordered, v3 */
-    int int4_2blk;  /* CLEF_CUDA_QGEMM_INT4=v3-2blk: v3 with 32-row tiles bounded for 2 blocks/SM (tuning) */
-    int nvfp4_v2;   /* CLEF_CUDA_QGEMM_NVFP4=v2: NVFP4 kept in the checkpoint layout, kernel v2; else reordered, v3 */
+    int int4_v2;    /* knob QGEMM_INT4=v2: INT4 kept in the GPTQ layout, kernel v2; else reordered, v3 */
+    int int4_2blk;  /* knob QGEMM_INT4=v3-2blk: v3 with 32-row tiles bounded for 2 blocks/SM (tuning) */
+    int nvfp4_v2;   /* knob QGEMM_NVFP4=v2: NVFP4 kept in the checkpoint layout, kernel v2; else reordered, v3 */
     size_t n_qmoe, cap_qmoe;
     /* the last activation rows converted to bf16 (reused by consecutive
      * matmuls of the same input, e.g. q/k/v); any other op clears it */
@@ -828,7 +805,7 @@ static int lt_admit(cuda_ctx *c, lt_plan *p, const cublasLtMatmulAlgo_t *a, cons
     uint32_t splitk, scheme;
     lt_algo_split(a, &splitk, &scheme);
     if (splitk > 1) {
-        if (!c->lt_splitk || p->K % (128 * (int64_t)splitk)) return 0;
+        if (!c->k.lt_splitk || p->K % (128 * (int64_t)splitk)) return 0;
         if (scheme != CUBLASLT_REDUCTION_SCHEME_INPLACE && scheme != CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE &&
             scheme != CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE)
             return 0;
@@ -862,7 +839,7 @@ static int lt_candidates(cuda_ctx *c, lt_plan *p, cublasLtMatmulAlgo_t *out, int
     if (cublasLtMatmulPreferenceCreate(&pref) != CUBLAS_STATUS_SUCCESS) return 0;
     uint64_t ws = c->lt_ws_bytes;
     uint32_t al_ab = 256, al_cd = 16;
-    uint32_t mask = c->lt_splitk ? CUBLASLT_REDUCTION_SCHEME_MASK : CUBLASLT_REDUCTION_SCHEME_NONE;
+    uint32_t mask = c->k.lt_splitk ? CUBLASLT_REDUCTION_SCHEME_MASK : CUBLASLT_REDUCTION_SCHEME_NONE;
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &mask, sizeof mask);
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_ab, sizeof al_ab);
@@ -895,7 +872,7 @@ static int lt_candidates(cuda_ctx *c, lt_plan *p, cublasLtMatmulAlgo_t *out, int
     cublasLtMatmulPreferenceDestroy(pref);
     static const uint32_t splits[] = {2, 4, 8, 16};
     static const uint32_t schemes[] = {CUBLASLT_REDUCTION_SCHEME_INPLACE, CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE};
-    for (int b = 0; b < nb && c->lt_splitk; b++)
+    for (int b = 0; b < nb && c->k.lt_splitk; b++)
         for (size_t s = 0; s < sizeof splits / sizeof *splits; s++)
             for (size_t r = 0; r < sizeof schemes / sizeof *schemes; r++) {
                 cublasLtMatmulAlgo_t a = base[b];
@@ -1111,7 +1088,7 @@ static lt_plan *lt_plan_for(cuda_ctx *c, int64_t N, int64_t K, int split, const 
             if (t[i][j] < best[j]) best[j] = t[i][j];
     }
     cudaFreeAsync(buf, c->st);
-    const int only_splitk = c->lt_splitk == 2 && any_splitk;
+    const int only_splitk = c->k.lt_splitk == 2 && any_splitk;
     int pick = -1;
     double pick_cost = 1e30;
     for (int i = 0; i <= nc; i++) {
@@ -1347,17 +1324,16 @@ static int att_stage_eq(const att_stage *x, const att_stage *y) {
            x->nq == y->nq && x->nk == y->nk && x->D == y->D && x->split == y->split;
 }
 
-/* Segments of at most ATTN_SHORT queries run the 64-row attention kernel (v2) in the precise mode
+/* Segments of at most CK_ATTN_SHORT queries run the 64-row attention kernel (v2) in the precise mode
  * by default, longer ones the 128-row one (v2w): for a 300-token record 32 heads x 3 tiles of 128
  * rows leave most of the H200 idle (precise 1 x 300: 26.8 -> 26.0 ms with v2 everywhere, 1 x 1,000:
  * 56.7 -> 57.1).  A segment's variant depends on its own length only, so its result does not depend
  * on the batch around it. */
-enum { ATTN_SHORT = 512 };
 
-/* The attention variant of segment s (ck_attn_tc_rows): `fixed` when set, else v2 in the fast mode and for
- * the precise mode's short segments, v2w for its long ones. */
+/* The attention variant of segment s (ck_attn_tc_rows): `fixed` when set, else ck_pick_attention's. */
 static int attn_variant_of(const clef_attn_desc *a, int64_t s, int fixed, int split) {
-    return fixed ? fixed : split == 2 && a->q_off[s + 1] - a->q_off[s] > ATTN_SHORT ? 3 : 2;
+    const clef_cuda_knobs none = {.attn = 0};
+    return fixed ? fixed : ck_pick_attention(&none, split, a->q_off[s + 1] - a->q_off[s], 1);
 }
 
 /* Query tiles of the segments of variant `want` (rows bm) into t (pairs segment, first row; NULL: count
@@ -1389,8 +1365,8 @@ static int cu_attention(clef_backend *be, const float *q, const float *k, const 
     /* default: v2 in the fast mode, v2w (128-row tiles) in the precise one for long segments: the fastest of
      * each on the H200 (CLEF_ATTN_BENCH: 8 x 4096 fast v2 214 vs v1 176 TFLOP/s; precise v2w 112, v1 108,
      * v2 95), v2 for the precise mode's short segments (ATTN_SHORT) */
-    const int ksplit = split == 2 && (c->tune & 2) ? 3 : split;
-    const int fixed = !(a->scale > 0.0f) ? 1 : c->attn_variant;
+    const int ksplit = ck_attention_ksplit(&c->k, split);
+    const int fixed = !(a->scale > 0.0f) ? 1 : c->k.attn;
     for (int64_t s = 0; s < ns; s++) {
         int64_t ql = a->q_off[s + 1] - a->q_off[s], kl = a->kv_off[s + 1] - a->kv_off[s];
         if (ql < 0 || kl < 0 || (ql > 0 && kl == 0) || (a->causal && ql != kl) || kl > INT32_MAX)
@@ -1563,14 +1539,6 @@ typedef struct moe_plan {
     int64_t max_tiles;
 } moe_plan;
 
-/* Whether an expert pass of TK rows runs on the wgmma kernel by CLEF_CUDA_WGMMA: with 2 (the
- * default) from CLEF_CUDA_WGMMA_ROWS expert rows per pass for BF16 experts, CLEF_CUDA_QWGMMA_ROWS for
- * packed ones (`packed`); each caller adds the shape limits of its kernel.  Both kernels give bitwise
- * the same sums, so the thresholds choose speed only. */
-static int wgmma_pass(const cuda_ctx *c, int64_t TK, int packed) {
-    return c->wgmma == 1 || (c->wgmma == 2 && TK >= (packed ? c->qwgmma_rows : c->wgmma_rows));
-}
-
 static int moe_plan_make(cuda_ctx *c, const int32_t *idx, int64_t T, int64_t k, int64_t E, int BM, moe_plan *p,
                          clef_err *err) {
     const int64_t TK = T * k;
@@ -1619,17 +1587,11 @@ static int moe_pass(cuda_ctx *c, const float *x, int64_t T, const int32_t *idx, 
     const int64_t E = ex->n_experts, H = ex->hidden, NI = ex->inter, TK = T * k;
     op_begin(c, "moe: permutation", 1);
     const int split = split_of(c, PRECISE_EXPERTS);
-    /* tile rows: 128 for big batches; 32 when split and the experts average <= 32 rows (four pipeline
-     * stages of hi + lo + weights fit there, as for the fast mode's 64-row tiles); else 64 */
-    /* wgmma: 128-row tiles for big batches, else 64 (CLEF_CUDA_TUNE=0: always 64; same results) */
-    const int wg = wgmma_pass(c, TK, 0) && H % 64 == 0 && NI % 64 == 0;
-    const int big = wg ? (TK >= 8192 && c->tune ? 1 : 0)
-                    : TK >= 8192 ? (split == 2 && (c->tune & 4) ? 0 : 1)
-                    : split == 2 && (c->tune & 1) && TK <= 32 * E ? 2
-                                                                   : 0,
-              BM = ck_gemm_bm(big);
-    /* the warp-specialised TMA kernel for the 32- and 64-row tiles (bitwise the mma.sync kernel's sums) */
-    const int tma = !wg && c->tma && tab->maps_ok && big != 1;
+    /* kernel and tile rows (cuda_select.h): wgmma for big passes, the TMA kernel (32- and 64-row tiles)
+     * below, mma.sync where neither runs; bitwise the same sums */
+    const ck_experts_pick pick = ck_pick_experts(&c->caps, &c->k, TK, E, H, NI, split, tab->maps_ok);
+    const int wg = pick.kernel == CK_EXPERTS_WGMMA, tma = pick.kernel == CK_EXPERTS_TMA, big = pick.big,
+              BM = pick.bm;
     moe_plan pl;
     const uint16_t *a16 = moe_pass_begin(c, x, T, idx, k, E, H, BM, split, &pl, err);
     if (!a16) return -1;
@@ -1736,14 +1698,15 @@ static int moe_pass_packed(cuda_ctx *c, const float *x, int64_t T, const int32_t
     ck_qgemm_args fmt = {0};
     qargs_format(c, &fmt, &ex->gate[0]);
     const int split = split_of(c, PRECISE_EXPERTS);
-    /* the wgmma kernel (128-row tiles) under the bf16 rule of moe_pass, when both products qualify */
+    /* the wgmma kernel (128-row tiles) under the bf16 rule of moe_pass, when both products qualify
+     * (cuda_select.h ck_pick_packed) */
     ck_qgemm_args fg = {.mode = CK_GEMM_GATEUP, .lda = H * split, .K = H, .split = split, .N = NI},
                   fd = {.mode = CK_GEMM_DOWN, .lda = NI * split, .K = NI, .split = split, .N = H};
     qargs_format(c, &fg, &ex->gate[0]);
     qargs_format(c, &fd, &ex->down[0]);
-    const int wg = c->qwgmma && (c->qwgmma == 2 || fmt.qtype != CK_QT_FP8) && wgmma_pass(c, TK, 1) &&
-                   ck_qgemm_wgmma_fits(&fg) && ck_qgemm_wgmma_fits(&fd);
-    const int BM = wg ? 128 : ck_qgemm_bm(fmt.qtype, TK, E);
+    const ck_packed_pick pick = ck_pick_packed(&c->caps, &c->k, fmt.qtype, TK, E,
+                                               ck_qgemm_wgmma_fits(&fg) && ck_qgemm_wgmma_fits(&fd), 0, 0);
+    const int wg = pick.kernel == CK_PACKED_WGMMA, BM = pick.bm;
     moe_plan pl;
     const uint16_t *a16 = moe_pass_begin(c, x, T, idx, k, E, H, BM, split, &pl, err);
     if (!a16) return -1;
@@ -1829,12 +1792,14 @@ static int moe_pass_fp8mma(cuda_ctx *c, const float *x, int64_t T, const int32_t
     return moe_combine(c, yp, idx, w, pl.slot_pos, T, k, H, y, err);
 }
 
-/* Whether a layer's packed experts run as W8A8 (moe_pass_fp8mma). */
+/* Whether a layer's packed experts run as W8A8 (moe_pass_fp8mma): ck_pick_packed's choice. */
 static int fp8mma_layer(const cuda_ctx *c, const clef_moe_weights *ex) {
     const clef_weight *g = &ex->gate[0], *d = &ex->down[0];
-    return c->fp8_mma && g->quant.type == CLEF_QT_FP8_BLOCK &&
-           ck_fp8mma_fits(ex->hidden, ex->inter, g->quant.block_r, g->quant.block_c) &&
-           ck_fp8mma_fits(ex->inter, ex->hidden, d->quant.block_r, d->quant.block_c);
+    if (g->quant.type != CLEF_QT_FP8_BLOCK) return 0;
+    const int fits = ck_fp8mma_fits(ex->hidden, ex->inter, g->quant.block_r, g->quant.block_c) &&
+                     ck_fp8mma_fits(ex->inter, ex->hidden, d->quant.block_r, d->quant.block_c);
+    return ck_pick_packed(&c->caps, &c->k, CK_QT_FP8, 0, ex->n_experts, 0, c->fp8_mma, fits).kernel ==
+           CK_PACKED_FP8MMA;
 }
 
 /* The moe op with packed experts (called by cu_moe after its checks). */
@@ -2242,8 +2207,11 @@ static int ctx_init(cuda_ctx *c, clef_err *err) {
     if (lt_check(cublasLtMatmulDescSetAttribute(c->lt_desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "desc", err) ||
         lt_check(cublasLtMatmulDescSetAttribute(c->lt_desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "desc", err))
         return -1;
-    /* the sm_90a kernels (wgmma, FP8 MMA, TMA) need that build and a compute capability 9.0 device */
-    if (!(ck_wgmma_built() && prop.major == 9 && prop.minor == 0)) c->wgmma = c->fp8_mma = c->tma = 0;
+    /* the sm_90a kernels (wgmma, FP8 MMA, TMA) need that build and a compute capability 9.0 device:
+     * ck_pick_* ask ck_caps_hopper; the TMA maps and W8A8 follow it here */
+    c->caps = (ck_caps){.cc_major = prop.major, .cc_minor = prop.minor, .sm90a_built = ck_wgmma_built()};
+    c->tma = c->k.tma && ck_caps_hopper(&c->caps);
+    if (!ck_caps_hopper(&c->caps)) c->fp8_mma = 0;
     /* 64 MiB, allocated once: split-K algorithms whose reduction goes through the workspace
      * (COMPUTE_TYPE / OUTPUT_TYPE partials, split x rows x N floats) are called on as many rows as
      * fit (lt_plan.max_rows); the others need at most a few counters. */
@@ -2282,26 +2250,20 @@ clef_backend *clef_cuda_backend_create_ex(const clef_cuda_options *opt, clef_err
                                   : opt->numerics != CLEF_NUMERICS_ENV ? clef_numerics_parts(opt->numerics)
                                                                        : (unsigned)env.precise_parts);
     c->precise = c->precise_parts == PRECISE_ALL;
+    if (opt->knobs) c->k = *opt->knobs;
+    else clef_cuda_knobs_default(&c->k);
     if (opt->gemm >= 0) {
         c->gemm_custom = opt->gemm == 1;
         c->gemm_lt_only = opt->gemm == 2;
     } else {
-        c->gemm_custom = env.gemm_custom;
+        c->gemm_custom = c->k.gemm_custom;
     }
     c->profile = opt->profile >= 0 ? opt->profile : env.profile;
-    c->tune = (unsigned)env.tune;
-    c->wgmma = env.wgmma;
-    c->qwgmma = env.qwgmma;
     c->fp8_mma = env.fp8_mma;
-    c->tma = env.tma;
-    c->int4_v2 = env.int4 == 2;
-    c->int4_2blk = env.int4 == 4;
-    c->nvfp4_v2 = env.nvfp4 == 2;
-    c->lt_splitk = env.lt_splitk;
-    c->attn_variant = env.attn; /* 0: per mode, see cu_attention */
+    c->int4_v2 = c->k.int4 == 2;
+    c->int4_2blk = c->k.int4 == 4;
+    c->nvfp4_v2 = c->k.nvfp4 == 2;
     c->graphs_on = env.graphs;
-    c->wgmma_rows = env.wgmma_rows;
-    c->qwgmma_rows = env.qwgmma_rows;
     be->ops = &cuda_ops;
     be->ctx = c;
     if (ctx_init(c, err) != 0) {
@@ -2331,19 +2293,21 @@ void clef_cuda_describe(clef_backend *be, char *buf, size_t cap) {
     }
     cuda_ctx *c = cu_of(be);
     char wg[96] = "";
-    if (c->wgmma == 1) snprintf(wg, sizeof wg, ", wgmma experts");
-    else if (c->wgmma == 2)
-        snprintf(wg, sizeof wg, ", wgmma experts from %d rows (packed %d)", c->wgmma_rows, c->qwgmma_rows);
+    const int hopper = ck_caps_hopper(&c->caps);
+    if (hopper && c->k.wgmma == 1) snprintf(wg, sizeof wg, ", wgmma experts");
+    else if (hopper && c->k.wgmma == 2)
+        snprintf(wg, sizeof wg, ", wgmma experts from %d rows (packed %d)", c->k.wgmma_rows, c->k.qwgmma_rows);
     snprintf(buf, cap, "%s%s%s%s%s%s%s%s%s%s%s%s", c->desc, c->precise ? ", precise" : !c->precise_parts ? ", fast (bf16)" : "",
              !c->precise && (c->precise_parts & PRECISE_DENSE) ? ", precise dense" : "",
              !c->precise && (c->precise_parts & PRECISE_EXPERTS) ? ", precise experts" : "",
              !c->precise && (c->precise_parts & PRECISE_ATTN) ? ", precise attention" : "",
              c->gemm_custom ? ", custom dense GEMM" : ", cuBLASLt dense GEMM", wg,
-             c->wgmma && !c->qwgmma ? " (packed: mma.sync)" : "", c->tma ? ", TMA expert kernel below" : "",
+             hopper && c->k.wgmma && !c->k.qwgmma ? " (packed: mma.sync)" : "",
+             c->tma ? ", TMA expert kernel below" : "",
              c->fp8_mma ? ", fp8-block experts W8A8 (fp8 wgmma)" : "",
-             c->attn_variant == 1   ? ", attention v1"
-             : c->attn_variant == 2 ? ", attention v2"
-             : c->attn_variant == 3 ? ", attention v2w"
+             c->k.attn == 1   ? ", attention v1"
+             : c->k.attn == 2 ? ", attention v2"
+             : c->k.attn == 3 ? ", attention v2w"
                                     : "",
              c->graphs_on ? "" : ", CUDA graphs off");
 }

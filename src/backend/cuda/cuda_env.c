@@ -1,8 +1,9 @@
-/* cuda_env.c — the CUDA backend's environment settings (cuda_env.h).  Plain
- * C with no CUDA dependency: compiled in every build so the parsing is tested
- * on machines without a GPU. */
+/* cuda_env.c — the CUDA backend's user settings and kernel switches
+ * (cuda_env.h).  Plain C with no CUDA dependency: compiled in every build so
+ * the parsing is tested on machines without a GPU. */
 #include "backend/cuda/cuda_env.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,10 +13,9 @@ static const char *env(const char *name) {
     return v && *v ? v : NULL;
 }
 
-/* `name` as a whole decimal integer in [lo, hi] (default dflt when unset). */
-static int env_int(const char *name, int lo, int hi, int dflt, int *out, clef_err *err) {
-    const char *v = env(name);
-    if (!v) {
+/* `v` (the value of variable `name`; NULL = unset) as a whole decimal integer in [lo, hi] (dflt when unset). */
+static int parse_int(const char *name, const char *v, int lo, int hi, int dflt, int *out, clef_err *err) {
+    if (!v || !*v) {
         *out = dflt;
         return 0;
     }
@@ -29,12 +29,11 @@ static int env_int(const char *name, int lo, int hi, int dflt, int *out, clef_er
     return 0;
 }
 
-/* `name` as one of names[0..n) (its index; dflt when unset); an unknown value
+/* `v` as one of names[0..n) (its index; dflt when unset); an unknown value
  * fails with param `what` and the message "CUDA <what>: <name> must be ...". */
-static int env_choice(const char *what, const char *name, const char *const *names, int n, int dflt,
-                      const char *accepts, int *out, clef_err *err) {
-    const char *v = env(name);
-    if (!v) {
+static int parse_choice(const char *what, const char *name, const char *v, const char *const *names, int n, int dflt,
+                        const char *accepts, int *out, clef_err *err) {
+    if (!v || !*v) {
         *out = dflt;
         return 0;
     }
@@ -76,8 +75,8 @@ static int read_numerics(clef_cuda_env *e, clef_err *err) {
     /* indexed by clef_numerics: the names numerics.c parses */
     static const char *const modes[] = {NULL, "fast", "balanced", "precise"};
     int m = CLEF_NUMERICS_DEFAULT;
-    if (env_choice("numerics", "CLEF_CUDA_NUMERICS", modes, 4, CLEF_NUMERICS_DEFAULT, "fast, balanced or precise", &m,
-                   err))
+    if (parse_choice("numerics", "CLEF_CUDA_NUMERICS", env("CLEF_CUDA_NUMERICS"), modes, 4, CLEF_NUMERICS_DEFAULT,
+                     "fast, balanced or precise", &m, err))
         return -1;
     e->precise_parts = (int)clef_numerics_parts((clef_numerics)m);
     return 0;
@@ -85,24 +84,66 @@ static int read_numerics(clef_cuda_env *e, clef_err *err) {
 
 int clef_cuda_env_read(clef_cuda_env *e, clef_err *err) {
     memset(e, 0, sizeof *e);
-    static const char *const gemm[] = {"cublaslt", "custom"};
-    static const char *const int4[] = {NULL, NULL, "v2", "v3", "v3-2blk"};
-    static const char *const nvfp4[] = {NULL, NULL, "v2", "v3"};
-    static const char *const attn[] = {NULL, "v1", "v2", "v2w"};
-    int v3 = 3;
     if (read_numerics(e, err) ||
-        env_choice("settings", "CLEF_CUDA_GEMM", gemm, 2, 0, "cublaslt or custom", &e->gemm_custom, err) ||
-        env_int("CLEF_CUDA_PROFILE", 0, 1, 0, &e->profile, err) ||
-        env_int("CLEF_CUDA_TUNE", 0, 7, 7, &e->tune, err) || env_int("CLEF_CUDA_WGMMA", 0, 2, 2, &e->wgmma, err) ||
-        env_int("CLEF_CUDA_QWGMMA", 0, 2, 1, &e->qwgmma, err) ||
-        env_choice("settings", "CLEF_CUDA_QGEMM_INT4", int4, 5, v3, "v2, v3 or v3-2blk", &e->int4, err) ||
-        env_choice("settings", "CLEF_CUDA_QGEMM_NVFP4", nvfp4, 4, v3, "v2 or v3", &e->nvfp4, err) ||
-        env_int("CLEF_CUDA_LT_SPLITK", 0, 2, 1, &e->lt_splitk, err) ||
-        env_choice("settings", "CLEF_CUDA_ATTN", attn, 4, 0, "v1, v2 or v2w", &e->attn, err) ||
-        env_int("CLEF_CUDA_WGMMA_ROWS", 1, 1 << 30, 8192, &e->wgmma_rows, err) ||
-        env_int("CLEF_CUDA_QWGMMA_ROWS", 1, 1 << 30, 8192, &e->qwgmma_rows, err) ||
-        env_int("CLEF_CUDA_GRAPHS", 0, 1, 1, &e->graphs, err) || env_int("CLEF_CUDA_TMA", 0, 1, 1, &e->tma, err) ||
-        env_int("CLEF_CUDA_FP8_MMA", 0, 1, 0, &e->fp8_mma, err))
+        parse_int("CLEF_CUDA_PROFILE", env("CLEF_CUDA_PROFILE"), 0, 1, 0, &e->profile, err) ||
+        parse_int("CLEF_CUDA_GRAPHS", env("CLEF_CUDA_GRAPHS"), 0, 1, 1, &e->graphs, err) ||
+        parse_int("CLEF_CUDA_FP8_MMA", env("CLEF_CUDA_FP8_MMA"), 0, 1, 0, &e->fp8_mma, err))
         return -1;
+    return 0;
+}
+
+/* The kernel switches: name, kind (integer range or a name list), default, field. */
+typedef struct knob_def {
+    const char *name;
+    int lo, hi, dflt;           /* integers lo..hi (names == NULL) */
+    const char *const *names;   /* else the accepted names, indexed by value (NULL entries: none) */
+    int n_names;
+    const char *accepts;
+    size_t offset;              /* of the int in clef_cuda_knobs */
+} knob_def;
+
+static const char *const GEMM_NAMES[] = {"cublaslt", "custom"};
+static const char *const INT4_NAMES[] = {NULL, NULL, "v2", "v3", "v3-2blk"};
+static const char *const NVFP4_NAMES[] = {NULL, NULL, "v2", "v3"};
+static const char *const ATTN_NAMES[] = {NULL, "v1", "v2", "v2w"};
+
+#define KNOB_INT(n, lo, hi, d, f) {n, lo, hi, d, NULL, 0, NULL, offsetof(clef_cuda_knobs, f)}
+#define KNOB_NAMES(n, names, cnt, d, acc, f) {n, 0, 0, d, names, cnt, acc, offsetof(clef_cuda_knobs, f)}
+static const knob_def KNOBS[] = {
+    KNOB_NAMES("CLEF_CUDA_GEMM", GEMM_NAMES, 2, 0, "cublaslt or custom", gemm_custom),
+    KNOB_INT("CLEF_CUDA_TUNE", 0, 7, 7, tune),
+    KNOB_INT("CLEF_CUDA_WGMMA", 0, 2, 2, wgmma),
+    KNOB_INT("CLEF_CUDA_QWGMMA", 0, 2, 1, qwgmma),
+    KNOB_NAMES("CLEF_CUDA_QGEMM_INT4", INT4_NAMES, 5, 3, "v2, v3 or v3-2blk", int4),
+    KNOB_NAMES("CLEF_CUDA_QGEMM_NVFP4", NVFP4_NAMES, 4, 3, "v2 or v3", nvfp4),
+    KNOB_INT("CLEF_CUDA_LT_SPLITK", 0, 2, 1, lt_splitk),
+    KNOB_NAMES("CLEF_CUDA_ATTN", ATTN_NAMES, 4, 0, "v1, v2 or v2w", attn),
+    KNOB_INT("CLEF_CUDA_WGMMA_ROWS", 1, 1 << 30, 8192, wgmma_rows),
+    KNOB_INT("CLEF_CUDA_QWGMMA_ROWS", 1, 1 << 30, 8192, qwgmma_rows),
+    KNOB_INT("CLEF_CUDA_TMA", 0, 1, 1, tma),
+};
+enum { N_KNOBS = sizeof KNOBS / sizeof *KNOBS };
+
+static int knob_apply(const knob_def *d, clef_cuda_knobs *k, const char *value, clef_err *err) {
+    int *field = (int *)((char *)k + d->offset);
+    return d->names ? parse_choice("settings", d->name, value, d->names, d->n_names, d->dflt, d->accepts, field, err)
+                    : parse_int(d->name, value, d->lo, d->hi, d->dflt, field, err);
+}
+
+void clef_cuda_knobs_default(clef_cuda_knobs *k) {
+    memset(k, 0, sizeof *k);
+    for (int i = 0; i < N_KNOBS; i++) *(int *)((char *)k + KNOBS[i].offset) = KNOBS[i].dflt;
+}
+
+int clef_cuda_knobs_set(clef_cuda_knobs *k, const char *name, const char *value, clef_err *err) {
+    for (int i = 0; i < N_KNOBS; i++)
+        if (!strcmp(name, KNOBS[i].name)) return knob_apply(&KNOBS[i], k, value, err) ? -1 : 1;
+    return 0;
+}
+
+int clef_cuda_knobs_from_env(clef_cuda_knobs *k, clef_err *err) {
+    clef_cuda_knobs_default(k);
+    for (int i = 0; i < N_KNOBS; i++)
+        if (knob_apply(&KNOBS[i], k, env(KNOBS[i].name), err)) return -1;
     return 0;
 }

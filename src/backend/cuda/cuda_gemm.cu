@@ -659,7 +659,6 @@ cudaError_t ck_rows_to_bf16_multi(const ck_rows_bf16_job *jobs, int n, int split
     return cudaGetLastError();
 }
 
-int ck_gemm_bm(int big) { return big == 2 ? 32 : big ? 128 : 64; }
 
 cudaError_t ck_gemm(const ck_gemm_args *a, cudaStream_t st) {
     if (a->big < 0 || a->big > 2) return cudaErrorInvalidValue;

@@ -14,6 +14,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include "backend/cuda/cuda_select.h" /* CK_QT_*, ck_gemm_bm, ck_qgemm_bm */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -114,9 +116,6 @@ cudaError_t ck_tmap_bf16(ck_tmap *m, const void *base, int64_t rows, int64_t col
  * condition), cudaErrorInvalidValue on other arguments. */
 cudaError_t ck_gemm_tma(const ck_gemm_args *a, cudaStream_t st);
 
-/* Rows per M tile of a tile shape (ck_moe_plan must use the same). */
-int ck_gemm_bm(int big);
-
 cudaError_t ck_gemm(const ck_gemm_args *a, cudaStream_t st);
 
 /* 1 when this build holds the sm_90a warpgroup-MMA kernels of ck_gemm_wgmma
@@ -136,7 +135,6 @@ cudaError_t ck_gemm_wgmma(const ck_gemm_args *a, cudaStream_t st);
 /* ---- packed quantized weights (cuda_qgemm.cu) ---------------------------- */
 
 /* Formats (the values of clef_wqtype in quant/qweight.h). */
-enum { CK_QT_NVFP4 = 1, CK_QT_FP8 = 2, CK_QT_INT4 = 3 };
 
 /* One packed weight [N rows, K cols] on the device, laid out as in the
  * checkpoint (quant/qweight.h):
@@ -195,10 +193,8 @@ typedef struct ck_qgemm_args {
                             same results */
 } ck_qgemm_args;
 
-/* Rows per M tile of the packed-weight GEMM for `rows` (permuted) rows over
- * `n_experts` experts (DENSE: 1): 32, 64 or 128 (NVFP4 only).  Every shape
- * gives bitwise the same results, so the choice may depend on the batch. */
-int ck_qgemm_bm(int qtype, int64_t rows, int64_t n_experts);
+/* (Rows per M tile of the packed-weight GEMM: ck_qgemm_bm, cuda_select.h.  Every
+ * shape gives bitwise the same results, so the choice may depend on the batch.) */
 
 cudaError_t ck_qgemm(const ck_qgemm_args *a, cudaStream_t st);
 

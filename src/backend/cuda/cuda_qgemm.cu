@@ -641,12 +641,6 @@ __global__ void nvfp4_scale_reorder_kernel(const unsigned char *src, int64_t K, 
 
 extern "C" {
 
-int ck_qgemm_bm(int qtype, int64_t rows, int64_t n_experts) {
-    if (rows <= 32 * n_experts) return 32;              /* <= 32 rows per expert on average: weight streaming */
-    if (qtype == CK_QT_NVFP4 && rows >= 8192) return 128; /* no fold accumulators: room for 128-row tiles */
-    return 64;
-}
-
 cudaError_t ck_qgemm(const ck_qgemm_args *a, cudaStream_t st) {
     if (a->K < 16 || a->K % 16 || a->split < 1 || a->split > 2 || a->N < 1 || a->N > 0x7fff0000LL)
         return cudaErrorInvalidValue;

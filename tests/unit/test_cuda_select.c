@@ -1,0 +1,145 @@
+/* test_cuda_select.c — the CUDA backend's kernel choice
+ * (src/backend/cuda/cuda_select.c) for every device generation, pass size,
+ * format and numerics split, without a GPU: the function the backend asks,
+ * so a table here is what an H200, an A100 or an RTX 50xx would run. */
+#include <stdio.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_select.h"
+#include "testutil.h"
+
+static const ck_caps H200 = {9, 0, 1};      /* Hopper, sm_90a kernels built */
+static const ck_caps H100_PTX = {9, 0, 0};  /* Hopper, a build without sm_90a */
+static const ck_caps A100 = {8, 0, 1};
+static const ck_caps L40S = {8, 9, 1};
+static const ck_caps B200 = {10, 0, 1};
+static const ck_caps RTX5090 = {12, 0, 1};
+
+enum { E = 128, H = 2048, NI = 768 }; /* Clef-Omni's experts */
+
+static void expect_experts(const ck_caps *caps, const clef_cuda_knobs *k, int64_t rows, int64_t hid, int split,
+                           int maps, ck_experts_kernel kernel, int bm) {
+    const ck_experts_pick p = ck_pick_experts(caps, k, rows, E, hid, NI, split, maps);
+    if (p.kernel != kernel || p.bm != bm || ck_gemm_bm(p.big) != p.bm)
+        fail_msg("cc %d.%d rows %lld split %d maps %d: kernel %d bm %d big %d, want kernel %d bm %d", caps->cc_major,
+                 caps->cc_minor, (long long)rows, split, maps, p.kernel, p.bm, p.big, kernel, bm);
+}
+
+static void test_caps(void **state) {
+    (void)state;
+    assert_true(ck_caps_hopper(&H200));
+    assert_false(ck_caps_hopper(&H100_PTX));
+    assert_false(ck_caps_hopper(&A100));
+    assert_false(ck_caps_hopper(&L40S));
+    assert_false(ck_caps_hopper(&B200)); /* sm_90a code runs on 9.0 only */
+    assert_false(ck_caps_hopper(&RTX5090));
+}
+
+static void test_bf16_experts(void **state) {
+    (void)state;
+    clef_cuda_knobs k;
+    clef_cuda_knobs_default(&k);
+    /* H200, defaults: 300 tokens x 8 = 2,400 rows, 1,000 tokens 8,000, 4,000 tokens 32,000 */
+    expect_experts(&H200, &k, 2400, H, 1, 1, CK_EXPERTS_TMA, 64);
+    expect_experts(&H200, &k, 2400, H, 2, 1, CK_EXPERTS_TMA, 32); /* precise, <= 32 rows per expert */
+    expect_experts(&H200, &k, 4097, H, 2, 1, CK_EXPERTS_TMA, 64);
+    expect_experts(&H200, &k, 8000, H, 1, 1, CK_EXPERTS_TMA, 64);
+    expect_experts(&H200, &k, 8191, H, 2, 1, CK_EXPERTS_TMA, 64);
+    expect_experts(&H200, &k, 8192, H, 1, 1, CK_EXPERTS_WGMMA, 128);
+    expect_experts(&H200, &k, 32000, H, 2, 1, CK_EXPERTS_WGMMA, 128);
+    expect_experts(&H200, &k, 2400, H, 1, 0, CK_EXPERTS_MMA, 64);    /* no tensor maps */
+    expect_experts(&H200, &k, 32000, 2000, 1, 1, CK_EXPERTS_MMA, 128); /* hidden % 64 != 0: no wgmma */
+    /* every other device (and a Hopper build without sm_90a): the portable mma.sync kernel */
+    const ck_caps *portable[] = {&H100_PTX, &A100, &L40S, &B200, &RTX5090};
+    for (size_t i = 0; i < sizeof portable / sizeof *portable; i++) {
+        expect_experts(portable[i], &k, 2400, H, 1, 1, CK_EXPERTS_MMA, 64);
+        expect_experts(portable[i], &k, 2400, H, 2, 1, CK_EXPERTS_MMA, 32);
+        expect_experts(portable[i], &k, 8000, H, 1, 1, CK_EXPERTS_MMA, 64);
+        expect_experts(portable[i], &k, 32000, H, 1, 1, CK_EXPERTS_MMA, 128);
+    }
+    /* the switches */
+    k.tune = 0; /* wgmma always on 64-row tiles; precise small passes not on 32 */
+    expect_experts(&H200, &k, 32000, H, 1, 1, CK_EXPERTS_WGMMA, 64);
+    expect_experts(&H200, &k, 2400, H, 2, 1, CK_EXPERTS_TMA, 64);
+    clef_cuda_knobs_default(&k);
+    k.wgmma = 0;
+    expect_experts(&H200, &k, 32000, H, 1, 1, CK_EXPERTS_MMA, 128); /* 128-row tiles: mma.sync, not TMA */
+    expect_experts(&H200, &k, 32000, H, 2, 1, CK_EXPERTS_TMA, 64);  /* precise big pass, tune bit 4 */
+    k.wgmma = 1;
+    expect_experts(&H200, &k, 2400, H, 1, 1, CK_EXPERTS_WGMMA, 64);
+    expect_experts(&A100, &k, 2400, H, 1, 1, CK_EXPERTS_MMA, 64); /* a switch cannot ask for what the device lacks */
+    k.wgmma = 2;
+    k.wgmma_rows = 2048;
+    expect_experts(&H200, &k, 2400, H, 1, 1, CK_EXPERTS_WGMMA, 64);
+    clef_cuda_knobs_default(&k);
+    k.tma = 0;
+    expect_experts(&H200, &k, 2400, H, 1, 1, CK_EXPERTS_MMA, 64);
+}
+
+static void expect_packed(const ck_caps *caps, const clef_cuda_knobs *k, int qt, int64_t rows, int fits, int fp8,
+                          int fp8_fits, ck_packed_kernel kernel, int bm) {
+    const ck_packed_pick p = ck_pick_packed(caps, k, qt, rows, E, fits, fp8, fp8_fits);
+    if (p.kernel != kernel || p.bm != bm)
+        fail_msg("cc %d.%d qtype %d rows %lld fits %d fp8 %d/%d: kernel %d bm %d, want kernel %d bm %d",
+                 caps->cc_major, caps->cc_minor, qt, (long long)rows, fits, fp8, fp8_fits, p.kernel, p.bm, kernel, bm);
+}
+
+static void test_packed_experts(void **state) {
+    (void)state;
+    clef_cuda_knobs k;
+    clef_cuda_knobs_default(&k);
+    expect_packed(&H200, &k, CK_QT_NVFP4, 2400, 1, 0, 0, CK_PACKED_MMA, 32);
+    expect_packed(&H200, &k, CK_QT_NVFP4, 8000, 1, 0, 0, CK_PACKED_MMA, 64);
+    expect_packed(&H200, &k, CK_QT_NVFP4, 8192, 1, 0, 0, CK_PACKED_WGMMA, 128);
+    expect_packed(&H200, &k, CK_QT_INT4, 32000, 1, 0, 0, CK_PACKED_WGMMA, 128);
+    expect_packed(&H200, &k, CK_QT_INT4, 32000, 0, 0, 0, CK_PACKED_MMA, 64); /* does not fit wgmma */
+    expect_packed(&H200, &k, CK_QT_FP8, 32000, 1, 0, 0, CK_PACKED_MMA, 64);  /* FP8 stays on mma.sync */
+    expect_packed(&A100, &k, CK_QT_NVFP4, 32000, 1, 0, 0, CK_PACKED_MMA, 128);
+    expect_packed(&RTX5090, &k, CK_QT_INT4, 32000, 1, 0, 0, CK_PACKED_MMA, 64);
+    /* W8A8 where asked for, on Hopper only, at every pass size */
+    expect_packed(&H200, &k, CK_QT_FP8, 300, 1, 1, 1, CK_PACKED_FP8MMA, 128);
+    expect_packed(&H200, &k, CK_QT_FP8, 32000, 1, 1, 0, CK_PACKED_MMA, 64); /* blocks do not fit */
+    expect_packed(&H200, &k, CK_QT_INT4, 300, 1, 1, 1, CK_PACKED_MMA, 32);  /* W8A8 is for FP8 blocks */
+    expect_packed(&L40S, &k, CK_QT_FP8, 32000, 1, 1, 1, CK_PACKED_MMA, 64);
+    k.qwgmma = 2;
+    expect_packed(&H200, &k, CK_QT_FP8, 32000, 1, 0, 0, CK_PACKED_WGMMA, 128);
+    k.qwgmma = 0;
+    expect_packed(&H200, &k, CK_QT_NVFP4, 32000, 1, 0, 0, CK_PACKED_MMA, 128);
+    clef_cuda_knobs_default(&k);
+    k.qwgmma_rows = 1024;
+    expect_packed(&H200, &k, CK_QT_NVFP4, 2400, 1, 0, 0, CK_PACKED_WGMMA, 128);
+    /* the tile rule itself */
+    assert_int_equal(ck_qgemm_bm(CK_QT_NVFP4, 4096, 128), 32);
+    assert_int_equal(ck_qgemm_bm(CK_QT_NVFP4, 4097, 128), 64);
+    assert_int_equal(ck_qgemm_bm(CK_QT_NVFP4, 8192, 128), 128);
+    assert_int_equal(ck_qgemm_bm(CK_QT_INT4, 8192, 128), 64);
+    assert_int_equal(ck_qgemm_bm(CK_QT_FP8, 300, 1), 64); /* a dense product of 300 rows */
+}
+
+static void test_attention(void **state) {
+    (void)state;
+    clef_cuda_knobs k;
+    clef_cuda_knobs_default(&k);
+    assert_int_equal(ck_pick_attention(&k, 1, 300, 1), 2);
+    assert_int_equal(ck_pick_attention(&k, 1, 4000, 1), 2);
+    assert_int_equal(ck_pick_attention(&k, 2, 300, 1), 2);
+    assert_int_equal(ck_pick_attention(&k, 2, CK_ATTN_SHORT, 1), 2);
+    assert_int_equal(ck_pick_attention(&k, 2, CK_ATTN_SHORT + 1, 1), 3);
+    assert_int_equal(ck_pick_attention(&k, 2, 1000, 0), 1); /* no positive scale: v1 */
+    k.attn = 3;
+    assert_int_equal(ck_pick_attention(&k, 1, 300, 1), 3);
+    assert_int_equal(ck_attention_ksplit(&k, 2), 3); /* tune bit 2: one K/V buffer */
+    assert_int_equal(ck_attention_ksplit(&k, 1), 1);
+    k.tune = 0;
+    assert_int_equal(ck_attention_ksplit(&k, 2), 2);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_caps),
+        cmocka_unit_test(test_bf16_experts),
+        cmocka_unit_test(test_packed_experts),
+        cmocka_unit_test(test_attention),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
