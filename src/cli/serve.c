@@ -1,5 +1,6 @@
 /* clef serve — the SystemOne HTTP server (src/server/server.h). */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,15 @@ static void serve_usage(FILE *f) {
             "  --api-key KEY             require 'Authorization: Bearer KEY' on every route except\n"
             "                            /healthz (default: env CLEF_API_KEY; unset = no auth)\n"
             "  --max-body-mb N           request body limit in MiB (default %zu); larger bodies get 413\n"
+            "  --body-budget-mb N        request bodies held in memory across all connections, MiB\n"
+            "                            (default %d x --max-body-mb; 0 = unlimited; at least\n"
+            "                            --max-body-mb); a body that does not fit gets 503\n"
+            "  --media-budget-mb N       decoded media across all requests, MiB, charged from each\n"
+            "                            item's header before decoding (default %zu; 0 = unlimited); a\n"
+            "                            request that does not fit gets 503; one larger than the budget\n"
+            "                            runs when nothing else holds it\n"
+            "  --budget-wait-ms N        how long a request waits for room in either budget before its\n"
+            "                            503 (default %d; 0 = no wait; at most 60000)\n"
             "  --max-length N            token budget per record (default 64000, at most\n"
             "                            max_position_embeddings)\n"
             "  --truncate-state          cut an over-long state's tail like the reference; by default the\n"
@@ -52,7 +62,8 @@ static void serve_usage(FILE *f) {
             "  --max-options N           options per choice question (default %zu)\n"
             "  --min-score-levels N      levels per score question, minimum (default %zu)\n"
             "  --max-score-levels N      levels per score question, maximum (default %zu)\n",
-            8000, CLEF_SERVER_DEFAULT_MAX_BODY >> 20, CLEF_SCHED_DEFAULT_MAX_BATCH_TOKENS,
+            8000, CLEF_SERVER_DEFAULT_MAX_BODY >> 20, CLEF_SERVER_DEFAULT_BODY_BUDGET_BODIES,
+            CLEF_SERVER_DEFAULT_MEDIA_BUDGET >> 20, CLEF_SERVER_DEFAULT_BUDGET_WAIT_MS, CLEF_SCHED_DEFAULT_MAX_BATCH_TOKENS,
             CLEF_SCHED_DEFAULT_MAX_QUEUE, CLEF_SERVER_DEFAULT_MAX_CONNECTIONS, d.max_questions, d.max_choice_options,
             d.min_score_levels, d.max_score_levels);
     const clef_media_limits *m = &d.media;
@@ -80,6 +91,7 @@ static void serve_usage(FILE *f) {
 #define MEDIA_MAX_MB ((size_t)1 << 20)
 #define MEDIA_MAX_MEGAPIXELS ((size_t)1000000)
 #define MEDIA_MAX_SECONDS ((size_t)86400)
+#define BUDGET_MAX_MB ((size_t)1 << 20) /* 1 TiB */
 
 /* Media flags as given (MiB, megapixels, seconds) before they become limits. */
 typedef struct media_flags {
@@ -141,6 +153,8 @@ static int positive(const char *flag, size_t v) {
 int cli_serve(int argc, char **argv) {
     clef_server_options o = {.port = 8000, .limits = clef_limits_default()};
     size_t port = 8000, body_mb = CLEF_SERVER_DEFAULT_MAX_BODY >> 20, threads = 0, seed = 1;
+    size_t media_budget_mb = CLEF_SERVER_DEFAULT_MEDIA_BUDGET >> 20, wait_ms = CLEF_SERVER_DEFAULT_BUDGET_WAIT_MS;
+    size_t body_budget_mb = SIZE_MAX; /* SIZE_MAX = not given: the default multiple of --max-body-mb */
     media_flags mf = media_flags_default(&o.limits.media);
     for (int i = 1; i < argc; i++) {
         int r;
@@ -153,6 +167,9 @@ int cli_serve(int argc, char **argv) {
             (r = arg_str(argc, argv, &i, "--served-model-name", &o.served_model_name)) ||
             (r = arg_str(argc, argv, &i, "--api-key", &o.api_key)) ||
             (r = arg_size(argc, argv, &i, "--max-body-mb", &body_mb)) ||
+            (r = arg_size(argc, argv, &i, "--body-budget-mb", &body_budget_mb)) ||
+            (r = arg_size(argc, argv, &i, "--media-budget-mb", &media_budget_mb)) ||
+            (r = arg_size(argc, argv, &i, "--budget-wait-ms", &wait_ms)) ||
             (r = arg_size(argc, argv, &i, "--max-length", &o.max_length)) ||
             (r = arg_size(argc, argv, &i, "--max-batch-tokens", &o.max_batch_tokens)) ||
             (r = arg_size(argc, argv, &i, "--max-queue", &o.max_queue)) ||
@@ -226,6 +243,24 @@ int cli_serve(int argc, char **argv) {
         return 2;
     }
     if (apply_media_flags(&mf, &o.limits.media)) return 2;
+    if (media_budget_mb > BUDGET_MAX_MB || (body_budget_mb != SIZE_MAX && body_budget_mb > BUDGET_MAX_MB)) {
+        fprintf(stderr, "clef serve: --media-budget-mb and --body-budget-mb are at most %zu\n", BUDGET_MAX_MB);
+        return 2;
+    }
+    if (body_budget_mb != SIZE_MAX && body_budget_mb != 0 && body_budget_mb < body_mb) {
+        fprintf(stderr, "clef serve: --body-budget-mb %zu is below --max-body-mb %zu: a body under the limit could never be held\n",
+                body_budget_mb, body_mb);
+        return 2;
+    }
+    if (wait_ms > 60000) {
+        fprintf(stderr, "clef serve: --budget-wait-ms is at most 60000\n");
+        return 2;
+    }
+    o.media_budget_bytes = media_budget_mb ? media_budget_mb << 20 : CLEF_SERVER_BUDGET_UNLIMITED;
+    o.body_budget_bytes = body_budget_mb == SIZE_MAX ? 0 /* the default */
+                          : body_budget_mb ? body_budget_mb << 20
+                                           : CLEF_SERVER_BUDGET_UNLIMITED;
+    o.budget_wait_ms = wait_ms ? (long)wait_ms : -1;
     o.port = (unsigned)port;
     o.max_body_bytes = body_mb << 20;
     o.n_threads = (int)threads;

@@ -186,6 +186,8 @@ static int decode_media(const json_value *root, const clef_limits *lim, clef_med
     clef_media_source src = {items[0], n[0], items[1], n[1], items[2], n[2]};
     const clef_media_limits *ml = &lim->media;
     clef_media_limits dflt = clef_media_limits_default();
+    dflt.budget = ml->budget;
+    dflt.budget_wait_ms = ml->budget_wait_ms;
     if (!ml->max_image_bytes && !ml->max_audio_bytes && !ml->max_video_bytes) ml = &dflt;
     int rc = clef_media_decode(&src, ml, out, err);
     for (size_t f = 0; f < 3; f++) free(items[f]);

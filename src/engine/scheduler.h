@@ -54,8 +54,7 @@ void clef_scheduler_stop(clef_scheduler *s);
  * clef_scheduler_submit.  NULL is ok. */
 void clef_scheduler_free(clef_scheduler *s);
 
-/* Error type of a refusal because the queue is full or the server stops
- * (503); not one of SPEC §2.2's six because none of them fits. */
-#define CLEF_E_OVERLOADED "overloaded"
+/* A refusal because the queue is full or the server stops is 503
+ * CLEF_E_OVERLOADED (util/err.h). */
 
 #endif

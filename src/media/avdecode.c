@@ -74,7 +74,10 @@ static void av_input_close(av_input *in) {
     }
 }
 
-static int av_input_open(av_input *in, const uint8_t *data, size_t size, char *why, size_t why_len) {
+/* Open `data` as a container: the headers (avformat_open_input), then,
+ * unless `headers_only`, the stream-info pass that may decode a few packets. */
+static int av_input_open_as(av_input *in, const uint8_t *data, size_t size, int headers_only, char *why,
+                            size_t why_len) {
     pthread_once(&av_once, av_quiet);
     memset(in, 0, sizeof *in);
     if (size == 0) {
@@ -104,6 +107,7 @@ static int av_input_open(av_input *in, const uint8_t *data, size_t size, char *w
         snprintf(why, why_len, "not a supported audio/video container");
         return -1;
     }
+    if (headers_only) return 0;
     if (avformat_find_stream_info(in->fmt, NULL) < 0) {
         av_input_close(in);
         snprintf(why, why_len, "unreadable container (no stream information)");
@@ -112,11 +116,59 @@ static int av_input_open(av_input *in, const uint8_t *data, size_t size, char *w
     return 0;
 }
 
+static int av_input_open(av_input *in, const uint8_t *data, size_t size, char *why, size_t why_len) {
+    return av_input_open_as(in, data, size, 0, why, why_len);
+}
+
 /* PyAV's container.streams.<kind>[0]: the first stream of that kind. */
 static int first_stream(const AVFormatContext *fmt, enum AVMediaType type) {
     for (unsigned i = 0; i < fmt->nb_streams; i++)
         if (fmt->streams[i]->codecpar->codec_type == type) return (int)i;
     return -1;
+}
+
+/* Seconds of stream `st` from its own header, else the container's; < 0 unknown. */
+static double stream_seconds(const AVFormatContext *fmt, const AVStream *st) {
+    if (st->duration > 0 && st->time_base.num > 0 && st->time_base.den > 0) return (double)st->duration * av_q2d(st->time_base);
+    if (fmt->duration > 0) return (double)fmt->duration / AV_TIME_BASE;
+    return -1.0;
+}
+
+int clef_av_probe(const uint8_t *data, size_t size, clef_av_header *out) {
+    memset(out, 0, sizeof *out);
+    out->video_seconds = out->audio_seconds = -1.0;
+    av_input in;
+    char why[128];
+    if (av_input_open_as(&in, data, size, 1, why, sizeof why)) return -1;
+    int v = first_stream(in.fmt, AVMEDIA_TYPE_VIDEO), a = first_stream(in.fmt, AVMEDIA_TYPE_AUDIO);
+    if (v >= 0) {
+        const AVStream *st = in.fmt->streams[v];
+        out->has_video = 1;
+        out->width = st->codecpar->width > 0 ? st->codecpar->width : 0;
+        out->height = st->codecpar->height > 0 ? st->codecpar->height : 0;
+        if (out->width && out->height && st->codecpar->format >= 0) {
+            int n = av_image_get_buffer_size((enum AVPixelFormat)st->codecpar->format, out->width, out->height, 64);
+            out->frame_bytes = n > 0 ? (size_t)n : 0;
+        }
+        out->video_seconds = stream_seconds(in.fmt, st);
+    }
+    if (a >= 0) {
+        out->has_audio = 1;
+        out->audio_seconds = stream_seconds(in.fmt, in.fmt->streams[a]);
+    }
+    av_input_close(&in);
+    return 0;
+}
+
+/* Ask `allow` for room before the decoder keeps `held` bytes in all. */
+static int allowance_cover(clef_av_allowance *allow, size_t held, char *why, size_t why_len) {
+    if (!allow || held <= allow->granted) return 0;
+    if (allow->grow(allow->ctx, held - allow->granted)) {
+        snprintf(why, why_len, "decoded-media budget refused more memory");
+        return -1;
+    }
+    allow->granted = held;
+    return 0;
 }
 
 static AVCodecContext *open_decoder(const AVStream *st, size_t max_pixels, char *why, size_t why_len) {
@@ -215,12 +267,14 @@ typedef struct audio_sink {
     int in_format, in_rate;
     float *buf;
     size_t n, cap, max;
+    clef_av_allowance *allow;
 } audio_sink;
 
 static int audio_sink_reserve(audio_sink *s, size_t extra, char *why, size_t why_len) {
     if (s->n + extra <= s->cap) return 0;
     size_t cap = s->cap ? s->cap : 16384;
     while (cap < s->n + extra) cap *= 2;
+    if (allowance_cover(s->allow, cap * sizeof(float), why, why_len)) return -1;
     float *p = realloc(s->buf, cap * sizeof *p);
     if (!p) {
         snprintf(why, why_len, "out of memory");
@@ -281,8 +335,8 @@ static int audio_on_frame(void *user, AVFrame *f, char *why, size_t why_len) {
     return audio_sink_convert(s, (const uint8_t **)f->extended_data, f->nb_samples, why, why_len);
 }
 
-int clef_av_decode_audio(const uint8_t *data, size_t size, double max_seconds, float **samples, size_t *n_samples,
-                         char *why, size_t why_len) {
+int clef_av_decode_audio(const uint8_t *data, size_t size, double max_seconds, clef_av_allowance *allow,
+                         float **samples, size_t *n_samples, char *why, size_t why_len) {
     *samples = NULL;
     *n_samples = 0;
     av_input in;
@@ -300,6 +354,7 @@ int clef_av_decode_audio(const uint8_t *data, size_t size, double max_seconds, f
     }
     audio_sink sink = {0};
     sink.max = (size_t)(max_seconds * CLEF_SAMPLE_RATE);
+    sink.allow = allow;
     int rc = decode_stream(&in, stream, dec, audio_on_frame, &sink, why, why_len);
     if (rc == 0 && sink.swr) rc = audio_sink_convert(&sink, NULL, 0, why, why_len);
     if (rc == 0 && sink.n == 0) {
@@ -339,6 +394,8 @@ typedef struct video_sink {
     struct SwsContext *sws;
     clef_rgb *frames;
     size_t n, cap;
+    size_t held; /* bytes of the kept frames and their array */
+    clef_av_allowance *allow;
 } video_sink;
 
 /* PyAV's frame.time: float(Fraction(pts) * time_base), i.e. pts*num/den
@@ -403,6 +460,8 @@ static int video_on_frame(void *user, AVFrame *f, char *why, size_t why_len) {
     if (!(t + 1e-6 >= (double)s->n / 2.0)) return 0; /* 2 fps by timestamp */
     if (s->n == s->cap) {
         size_t cap = s->cap ? s->cap * 2 : 16;
+        if (allowance_cover(s->allow, s->held + (cap - s->cap) * sizeof(clef_rgb), why, why_len)) return -1;
+        s->held += (cap - s->cap) * sizeof(clef_rgb);
         clef_rgb *p = realloc(s->frames, cap * sizeof *p);
         if (!p) {
             snprintf(why, why_len, "out of memory");
@@ -412,6 +471,10 @@ static int video_on_frame(void *user, AVFrame *f, char *why, size_t why_len) {
         s->cap = cap;
     }
     clef_rgb *out = &s->frames[s->n];
+    int32_t ow, oh;
+    clef_video_frame_size(f->width, f->height, &ow, &oh);
+    if (allowance_cover(s->allow, s->held + (size_t)ow * oh * 3, why, why_len)) return -1;
+    s->held += (size_t)ow * oh * 3;
     if (frame_to_rgb(s, f, out, why, why_len)) return -1;
     s->n++;
     if (out->w != s->frames[0].w || out->h != s->frames[0].h) {
@@ -421,8 +484,8 @@ static int video_on_frame(void *user, AVFrame *f, char *why, size_t why_len) {
     return 0;
 }
 
-int clef_av_decode_video(const uint8_t *data, size_t size, double max_seconds, size_t max_pixels, clef_rgb **frames,
-                         size_t *n_frames, char *why, size_t why_len) {
+int clef_av_decode_video(const uint8_t *data, size_t size, double max_seconds, size_t max_pixels,
+                         clef_av_allowance *allow, clef_rgb **frames, size_t *n_frames, char *why, size_t why_len) {
     *frames = NULL;
     *n_frames = 0;
     av_input in;
@@ -448,6 +511,7 @@ int clef_av_decode_video(const uint8_t *data, size_t size, double max_seconds, s
     sink.tb = in.fmt->streams[stream]->time_base;
     sink.max_seconds = max_seconds;
     sink.max_pixels = max_pixels;
+    sink.allow = allow;
     int rc = decode_stream(&in, stream, dec, video_on_frame, &sink, why, why_len);
     if (rc == 0 && sink.n == 0) {
         snprintf(why, why_len, "video has no frames");

@@ -17,18 +17,24 @@ int clef_av_has_audio(const uint8_t *data, size_t size, char *why, size_t why_le
     return -1;
 }
 
-int clef_av_decode_audio(const uint8_t *data, size_t size, double max_seconds, float **samples, size_t *n_samples,
-                         char *why, size_t why_len) {
-    (void)data, (void)size, (void)max_seconds;
+int clef_av_probe(const uint8_t *data, size_t size, clef_av_header *out) {
+    (void)data, (void)size;
+    *out = (clef_av_header){0, 0, 0, 0, 0, -1.0, -1.0};
+    return -1; /* the decoders refuse every container: nothing to charge */
+}
+
+int clef_av_decode_audio(const uint8_t *data, size_t size, double max_seconds, clef_av_allowance *allow,
+                         float **samples, size_t *n_samples, char *why, size_t why_len) {
+    (void)data, (void)size, (void)max_seconds, (void)allow;
     *samples = NULL;
     *n_samples = 0;
     snprintf(why, why_len, "%s", NOT_BUILT);
     return -1;
 }
 
-int clef_av_decode_video(const uint8_t *data, size_t size, double max_seconds, size_t max_pixels, clef_rgb **frames,
-                         size_t *n_frames, char *why, size_t why_len) {
-    (void)data, (void)size, (void)max_seconds, (void)max_pixels;
+int clef_av_decode_video(const uint8_t *data, size_t size, double max_seconds, size_t max_pixels,
+                         clef_av_allowance *allow, clef_rgb **frames, size_t *n_frames, char *why, size_t why_len) {
+    (void)data, (void)size, (void)max_seconds, (void)max_pixels, (void)allow;
     *frames = NULL;
     *n_frames = 0;
     snprintf(why, why_len, "%s", NOT_BUILT);

@@ -223,6 +223,12 @@ static int decode_png(const uint8_t *data, size_t size, size_t max_pixels, clef_
     }
     png_set_read_fn(png, &src, png_on_read);
     png_set_chunk_malloc_max(png, 8u << 20);
+    /* Text, ICC and suggested-palette chunks change no pixel, but libpng
+     * would keep up to 1000 of them of up to 8 MB each (zTXt / iTXt
+     * decompressed): skip them, so an image costs its pixels
+     * (clef_image_probe counts on it). */
+    static const png_byte ignored[] = "tEXt\0zTXt\0iTXt\0sPLT\0iCCP\0eXIf";
+    png_set_keep_unknown_chunks(png, PNG_HANDLE_CHUNK_NEVER, ignored, 6);
     png_read_info(png, info);
     png_uint_32 w = png_get_image_width(png, info), h = png_get_image_height(png, info);
     if (check_dims(w, h, max_pixels, why, why_len)) {
@@ -285,6 +291,116 @@ static int decode_webp(const uint8_t *data, size_t size, size_t max_pixels, clef
     out->h = f.height;
     out->data = pixels;
     return 0;
+}
+
+/* ---- header probes (clef_image_probe) ------------------------------------ */
+
+/* Bytes libpng holds besides the image: two rows of the stored image (at
+ * most 8 bytes a pixel), zlib's state and window, the structs. */
+#define PNG_LIB_BYTES(w) (2 * (8 * (size_t)(w) + 64) + ((size_t)256 << 10))
+
+static int probe_png(const uint8_t *data, size_t size, size_t max_pixels, clef_image_header *out) {
+    /* libpng refuses a file whose first chunk is not IHDR; decode_png checks
+     * the same 24 bytes first. */
+    char why[160];
+    if (size < 26 || memcmp(data + 12, "IHDR", 4) != 0) return -1;
+    uint32_t w = be32(data + 16), h = be32(data + 20);
+    if (check_dims(w, h, max_pixels, why, sizeof why)) return -1;
+    int depth = data[24], color = data[25];
+    /* Channels after decode_png's transforms: palette expands to RGB, or to
+     * RGBA with a tRNS chunk (counted as 4); grey below 8 bits to 8 bits. */
+    size_t ch = color == PNG_COLOR_TYPE_GRAY         ? 1
+                : color == PNG_COLOR_TYPE_GRAY_ALPHA ? 2
+                : color == PNG_COLOR_TYPE_RGB        ? 3
+                                                     : 4;
+    size_t bps = depth == 16 ? 2 : 1;
+    out->w = (int32_t)w;
+    out->h = (int32_t)h;
+    out->decode_bytes = (size_t)w * h * ch * bps + sizeof(png_bytep) * (size_t)h + (size_t)w * h * 3 + PNG_LIB_BYTES(w);
+    return 0;
+}
+
+/* libjpeg's fixed overhead (tables, Huffman state, the source manager). */
+#define JPEG_LIB_BYTES ((size_t)1 << 20)
+
+static int probe_jpeg(const uint8_t *data, size_t size, size_t max_pixels, clef_image_header *out) {
+    struct jpeg_decompress_struct cinfo;
+    jpeg_fail fail;
+    memset(&cinfo, 0, sizeof cinfo);
+    cinfo.err = jpeg_std_error(&fail.pub);
+    fail.pub.error_exit = jpeg_on_error;
+    fail.pub.emit_message = jpeg_on_message;
+    fail.truncated = 0;
+    fail.msg[0] = '\0';
+    if (setjmp(fail.jb)) {
+        jpeg_destroy_decompress(&cinfo);
+        return -1;
+    }
+    jpeg_create_decompress(&cinfo);
+    jpeg_mem_src(&cinfo, data, (unsigned long)size);
+    jpeg_read_header(&cinfo, TRUE);
+    char why[160];
+    if (check_dims(cinfo.image_width, cinfo.image_height, max_pixels, why, sizeof why) ||
+        cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK || cinfo.num_components < 1) {
+        jpeg_destroy_decompress(&cinfo);
+        return -1;
+    }
+    size_t w = cinfo.image_width, h = cinfo.image_height;
+    int max_h = 1, max_v = 1;
+    for (int c = 0; c < cinfo.num_components; c++) {
+        if (cinfo.comp_info[c].h_samp_factor > max_h) max_h = cinfo.comp_info[c].h_samp_factor;
+        if (cinfo.comp_info[c].v_samp_factor > max_v) max_v = cinfo.comp_info[c].v_samp_factor;
+    }
+    size_t mcu_cols = (w + 8 * max_h - 1) / (8 * max_h), mcu_rows = (h + 8 * max_v - 1) / (8 * max_v);
+    /* Strip buffers (main, context rows, upsampling, colour conversion):
+     * well under 64 rows of the padded width per component. */
+    size_t bytes = w * h * 3 + 64 * mcu_cols * 8 * max_h * (size_t)cinfo.num_components + JPEG_LIB_BYTES;
+    if (jpeg_has_multiple_scans(&cinfo)) /* whole-image coefficient arrays, one JBLOCK per block */
+        for (int c = 0; c < cinfo.num_components; c++)
+            bytes += mcu_cols * (size_t)cinfo.comp_info[c].h_samp_factor * mcu_rows *
+                     (size_t)cinfo.comp_info[c].v_samp_factor * sizeof(JBLOCK);
+    jpeg_destroy_decompress(&cinfo);
+    out->w = (int32_t)w;
+    out->h = (int32_t)h;
+    out->decode_bytes = bytes;
+    return 0;
+}
+
+/* libwebp's fixed overhead and an estimate of a lossless image's Huffman
+ * tables as libwebp touches them (5 root tables of 1 KiB per group, one
+ * group per 4x4 block at most, 65536 groups at most). */
+#define WEBP_LIB_BYTES ((size_t)1 << 20)
+#define WEBP_HUFFMAN_GROUP_BYTES ((size_t)5 << 10)
+
+static int probe_webp(const uint8_t *data, size_t size, size_t max_pixels, clef_image_header *out) {
+    WebPBitstreamFeatures f;
+    char why[160];
+    if (WebPGetFeatures(data, size, &f) != VP8_STATUS_OK || f.has_animation ||
+        check_dims((uint64_t)(f.width < 0 ? 0 : f.width), (uint64_t)(f.height < 0 ? 0 : f.height), max_pixels, why,
+                   sizeof why))
+        return -1;
+    size_t w = (size_t)f.width, h = (size_t)f.height, px = w * h;
+    size_t bytes = px * 3 + WEBP_LIB_BYTES + 64 * w * 4; /* output, lossy planes' rows */
+    if (f.format != 1 || f.has_alpha) {                    /* lossless (or mixed), or an alpha plane (lossless-coded) */
+        size_t groups = ((w + 3) / 4) * ((h + 3) / 4);
+        if (groups > 65536) groups = 65536;
+        bytes += 4 * (px + 32 * w) + px + groups * WEBP_HUFFMAN_GROUP_BYTES;
+    }
+    out->w = f.width;
+    out->h = f.height;
+    out->decode_bytes = bytes;
+    return 0;
+}
+
+int clef_image_probe(const uint8_t *data, size_t size, size_t max_pixels, clef_image_header *out) {
+    memset(out, 0, sizeof *out);
+    if (size == 0) return -1;
+    switch (clef_image_sniff(data, size)) {
+    case CLEF_IMG_PNG: return probe_png(data, size, max_pixels, out);
+    case CLEF_IMG_JPEG: return probe_jpeg(data, size, max_pixels, out);
+    case CLEF_IMG_WEBP: return probe_webp(data, size, max_pixels, out);
+    default: return -1;
+    }
 }
 
 int clef_image_decode(const uint8_t *data, size_t size, size_t max_pixels, clef_rgb *out, char *why, size_t why_len) {

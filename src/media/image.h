@@ -33,6 +33,30 @@ clef_image_format clef_image_sniff(const uint8_t *data, size_t size);
  * "image is 10000x10000 = 100000000 pixels; the limit is 16000000", ...). */
 int clef_image_decode(const uint8_t *data, size_t size, size_t max_pixels, clef_rgb *out, char *why, size_t why_len);
 
+/* From the header only (PNG: IHDR; JPEG: the markers up to the first scan;
+ * WebP: the bitstream features), nothing decoded: the image's size and the
+ * most bytes clef_image_decode holds at once for it, its RGB output
+ * included:
+ *   PNG   the decoded rows (w*h*channels*bytes per sample, channels after
+ *         palette expansion), the row pointers (8*h), the RGB output (3*w*h)
+ *         and libpng's row and zlib buffers;
+ *   JPEG  the RGB output, libjpeg's strip buffers and, for a progressive
+ *         JPEG, its whole-image coefficient arrays (128 bytes per 8x8 block
+ *         of each component);
+ *   WebP  the RGB output and libwebp's planes: for lossless (or alpha) the
+ *         ARGB image (4*w*h) and its Huffman tables, an estimate of what
+ *         libwebp touches (5 KiB per Huffman group, at most 65536 groups).
+ * Returns 0, or -1 when the header cannot be read, is refused (a side of 0,
+ * over `max_pixels`, CMYK, animated) or the format is unknown: then
+ * clef_image_decode fails at that same header step, before any pixel buffer
+ * is allocated. */
+typedef struct clef_image_header {
+    int32_t w, h;
+    size_t decode_bytes;
+} clef_image_header;
+
+int clef_image_probe(const uint8_t *data, size_t size, size_t max_pixels, clef_image_header *out);
+
 void clef_rgb_free(clef_rgb *img);
 
 #endif

@@ -30,6 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "util/budget.h"
 #include "util/err.h"
 
 /* Patch geometry of the Qwen3-Omni processors (SPEC §9). */
@@ -54,6 +55,9 @@ typedef struct clef_media_limits {
     size_t max_videos;        /* 2 */
     size_t max_video_bytes;   /* 16 MiB */
     double max_video_seconds; /* 60 (frames and soundtrack) */
+    clef_budget *budget;      /* server-wide decoded-media budget, borrowed; NULL (the default, and
+                                 the CLI) = no accounting.  See clef_media_decode. */
+    long budget_wait_ms;      /* how long a request waits for room in `budget` (0 = not at all) */
 } clef_media_limits;
 
 clef_media_limits clef_media_limits_default(void);
@@ -116,6 +120,11 @@ typedef struct clef_media {
     size_t video_rows;
     float *input_features;      /* [n_clips, 128, n_frames] */
     size_t n_frames;            /* floor(L_max / 160) */
+
+    /* the decoded-media budget's charge (clef_media_limits.budget) */
+    clef_budget *budget;        /* borrowed; NULL = none */
+    size_t charged;             /* bytes of `budget` held; given back by clef_media_free */
+    long budget_wait_ms;
 } clef_media;
 
 /* Decode every item (SPEC §9): parse the data URL, check the limits, decode
@@ -123,11 +132,38 @@ typedef struct clef_media {
  * 2 fps (rgb24, odd counts padded with the last frame) and, when every video
  * has one, the soundtracks; compute grids, frame counts and token counts.
  * `lim` NULL = defaults.  `out` is zeroed first; on error it is freed and
- * `err` holds 422 invalid_request naming the item (SPEC §2.2 rule 9). */
+ * `err` holds 422 invalid_request naming the item (SPEC §2.2 rule 9).
+ *
+ * With lim->budget, before anything is decoded, every item's header is read
+ * (clef_image_probe, clef_av_probe; nothing decoded) and the request's
+ * worst-case decoded working memory (clef_media_charge_bytes) is taken from
+ * the budget in one charge, waiting up to lim->budget_wait_ms; no room is
+ * 503 "overloaded" (util/budget.h's message, naming the budget and the
+ * numbers), param null, and nothing is decoded.  A container whose decoded
+ * length passes its header's asks the budget for the difference as it
+ * decodes (refused: the same 503).  The charge is held in out->charged:
+ * clef_media_preprocess lowers it to the tensors' bytes, clef_media_free
+ * gives it back. */
 int clef_media_decode(const clef_media_source *src, const clef_media_limits *lim, clef_media *out, clef_err *err);
 
+/* The bytes clef_media_decode charges `src` with: the larger of
+ *   decode:     the payloads + every decoded output kept until preprocessing
+ *               (RGB images, rgb24 video frames, audio sample buffers) + the
+ *               largest decoder's own working memory (clef_image_probe's,
+ *               or FFmpeg's: 18 reference frames of the codec's pixel format,
+ *               its packet buffers up to the payload, 2 MiB of contexts);
+ *   preprocess: the decoded outputs + the tensors (pixel_values,
+ *               pixel_values_videos, input_features) + the largest resize
+ *               working set (resized frames, clef_resize_scratch_bytes).
+ * Durations and frame counts come from the headers, else the limits.  Items
+ * are read in decoding order (images, videos, audio) up to the first whose
+ * header cannot be read: decoding fails at that item anyway.  Returns 0, or
+ * -1 with `err` like clef_media_decode's count checks. */
+int clef_media_charge_bytes(const clef_media_source *src, const clef_media_limits *lim, size_t *bytes, clef_err *err);
+
 /* Build the processor tensors from the decoded media and release the decoded
- * pixels and samples.  Errors: none expected beyond allocation (aborts). */
+ * pixels and samples; a budget charge is lowered to the tensors' bytes.
+ * Errors: none expected beyond allocation (aborts). */
 int clef_media_preprocess(clef_media *m, clef_err *err);
 
 /* LLM tokens of image i / video i: grid t*h*w / 4. */

@@ -155,6 +155,27 @@ static void aa_vertical(const uint8_t *src, int32_t w, int32_t sh, uint8_t *dst,
     aa_axis_free(&ax);
 }
 
+/* Bytes of one pass's tables (aa_axis_init: float weights, then int16
+ * weights and two index arrays). */
+static size_t axis_bytes(int32_t n_in, int32_t n_out) {
+    double scale = (double)n_in / (double)n_out;
+    double support = (scale >= 1.0) ? 2.0 * scale : 2.0;
+    size_t taps = (size_t)ceil(support) * 2 + 1;
+    return (size_t)n_out * taps * (sizeof(double) + sizeof(int16_t)) + 2 * sizeof(int32_t) * (size_t)n_out;
+}
+
+size_t clef_resize_scratch_bytes(int32_t sw, int32_t sh, int32_t dw, int32_t dh) {
+    int need_h = sw != dw, need_v = sh != dh;
+    size_t bytes = 0;
+    if (need_h) bytes = axis_bytes(sw, dw);
+    if (need_v) { /* the vertical pass's tables and its int64 accumulator row */
+        size_t v = axis_bytes(sh, dh) + sizeof(int64_t) * (size_t)(need_h ? dw : sw) * 3;
+        if (v > bytes) bytes = v;
+    }
+    if (need_h && need_v) bytes += (size_t)dw * sh * 3; /* the horizontal pass's output */
+    return bytes;
+}
+
 void clef_resize_bicubic_aa_u8(const uint8_t *src, int32_t sw, int32_t sh, uint8_t *dst, int32_t dw, int32_t dh) {
     int need_h = sw != dw, need_v = sh != dh;
     if (!need_h && !need_v) {

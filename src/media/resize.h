@@ -31,6 +31,10 @@ int clef_smart_resize(int32_t h, int32_t w, int32_t factor, int64_t min_pixels, 
  * src: [sh][sw][3] uint8; dst: [dh][dw][3] uint8 (caller-allocated). */
 void clef_resize_bicubic_aa_u8(const uint8_t *src, int32_t sw, int32_t sh, uint8_t *dst, int32_t dw, int32_t dh);
 
+/* Bytes clef_resize_bicubic_aa_u8 allocates besides `dst` for that resize:
+ * the intermediate image of a two-pass resize and each pass's tap tables. */
+size_t clef_resize_scratch_bytes(int32_t sw, int32_t sh, int32_t dw, int32_t dh);
+
 /* Normalise and patch `n_frames` resized frames (each [h][w][3] uint8, h and
  * w multiples of 32, n_frames a multiple of 2) into rows of 1536 fp32 values:
  * x = (u - 127.5f) / 127.5f, vector order (C, t, y, x), row order

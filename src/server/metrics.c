@@ -132,3 +132,33 @@ void clef_metrics_render(clef_metrics *m, size_t queue_depth, int loaded, double
     header(out, "clef_model_load_seconds", "gauge", "Seconds the model took to load (0 while loading).");
     clef_buf_printf(out, "clef_model_load_seconds %.6f\n", load_seconds);
 }
+
+void clef_metrics_render_budgets(clef_budget *media, clef_budget *body, clef_buf *out) {
+    clef_budget_stats st[2];
+    clef_budget_stats_get(media, &st[0]);
+    clef_budget_stats_get(body, &st[1]);
+    static const char *const names[2] = {"media", "body"};
+    static const char *const what[2] = {"decoded-media", "request-body"};
+    for (int i = 0; i < 2; i++) {
+        char name[64], help[160];
+        snprintf(name, sizeof name, "clef_%s_budget_bytes", names[i]);
+        snprintf(help, sizeof help, "Bytes of the %s budget in use.", what[i]);
+        header(out, name, "gauge", help);
+        clef_buf_printf(out, "%s %zu\n", name, st[i].used);
+        snprintf(name, sizeof name, "clef_%s_budget_capacity_bytes", names[i]);
+        snprintf(help, sizeof help, "Size of the %s budget in bytes (0 = unlimited).", what[i]);
+        header(out, name, "gauge", help);
+        clef_buf_printf(out, "%s %zu\n", name, st[i].capacity);
+        snprintf(name, sizeof name, "clef_%s_budget_peak_bytes", names[i]);
+        snprintf(help, sizeof help, "Most bytes of the %s budget in use at once so far.", what[i]);
+        header(out, name, "gauge", help);
+        clef_buf_printf(out, "%s %zu\n", name, st[i].peak);
+    }
+    header(out, "clef_budget_waits_total", "counter", "Memory-budget charges that had to wait for room, by budget.");
+    for (int i = 0; i < 2; i++)
+        clef_buf_printf(out, "clef_budget_waits_total{budget=\"%s\"} %llu\n", names[i], (unsigned long long)st[i].waited);
+    header(out, "clef_budget_refusals_total", "counter", "Memory-budget charges refused (answered 503), by budget.");
+    for (int i = 0; i < 2; i++)
+        clef_buf_printf(out, "clef_budget_refusals_total{budget=\"%s\"} %llu\n", names[i],
+                        (unsigned long long)st[i].refused);
+}

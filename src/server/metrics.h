@@ -12,6 +12,13 @@
  *   clef_queue_depth                         gauge: records waiting for the engine thread
  *   clef_model_loaded                        gauge: 1 once the model answers
  *   clef_model_load_seconds                  gauge: time clef_engine_open took
+ *   clef_media_budget_bytes / _capacity_bytes / _peak_bytes
+ *                                            gauges: decoded-media budget in use, its size (0 =
+ *                                            unlimited), the most in use so far
+ *   clef_body_budget_bytes / _capacity_bytes / _peak_bytes
+ *                                            gauges: the same for request bodies held in memory
+ *   clef_budget_waits_total{budget}          counter: charges that waited for room ("media", "body")
+ *   clef_budget_refusals_total{budget}       counter: charges refused (answered 503)
  * All functions are thread-safe.
  */
 #ifndef CLEF_SERVER_METRICS_H
@@ -19,6 +26,7 @@
 
 #include <stddef.h>
 
+#include "util/budget.h"
 #include "util/buf.h"
 
 /* Route labels; CLEF_ROUTE_OTHER covers every unknown path. */
@@ -49,5 +57,8 @@ void clef_metrics_batch(clef_metrics *m, size_t n_records, size_t n_tokens, doub
 /* Append the exposition text.  queue_depth, loaded (0/1) and load_seconds
  * are gauges sampled by the caller. */
 void clef_metrics_render(clef_metrics *m, size_t queue_depth, int loaded, double load_seconds, clef_buf *out);
+
+/* Append the two memory budgets' series (read from the budgets themselves). */
+void clef_metrics_render_budgets(clef_budget *media, clef_budget *body, clef_buf *out);
 
 #endif

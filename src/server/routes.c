@@ -32,6 +32,8 @@ typedef struct request_ctx {
     char path[LOG_PATH_MAX + 1];  /* printable copy for the log */
     char id[REQUEST_ID_MAX + 1];
     clef_buf body;
+    size_t body_charged; /* bytes of the body budget `body` holds (its capacity) */
+    clef_err *over_budget; /* a chunked body the body budget refused: the rest is discarded, 503 at the end */
     int too_large;  /* body passed the limit: the rest is discarded, 413 at the end */
     int responded;
     int headers_checked; /* first_call ran (on the first call, or deferred to the last) */
@@ -180,6 +182,7 @@ static enum MHD_Result get_metrics(clef_server *s, struct MHD_Connection *c, req
     clef_buf b = {0};
     clef_metrics_render(s->metrics, ready ? clef_scheduler_queue_depth(s->sched) : 0, ready,
                         ready ? clef_engine_load_seconds(s->engine) : 0.0, &b);
+    clef_metrics_render_budgets(s->media_budget, s->body_budget, &b);
     return respond(s, c, r, 200, "text/plain; version=0.0.4; charset=utf-8", &b, NULL, 0);
 }
 
@@ -227,6 +230,11 @@ static enum MHD_Result systemone_headers(clef_server *s, struct MHD_Connection *
                      s->opt.max_body_bytes);
             return fail_now(s, c, r, 413, CLEF_E_TOO_LARGE, NULL, msg);
         }
+        /* The body budget first: the bytes of every body held in memory. */
+        clef_err e;
+        if (clef_budget_acquire(s->body_budget, (size_t)declared + 1, s->opt.budget_wait_ms, &e))
+            return respond_error(s, c, r, &e, NULL, 0);
+        r->body_charged = (size_t)declared + 1;
         /* Exact-size buffer: no doubling spike for large bodies. */
         r->body.data = clef_xmalloc((size_t)declared + 1);
         r->body.cap = (size_t)declared + 1;
@@ -235,16 +243,45 @@ static enum MHD_Result systemone_headers(clef_server *s, struct MHD_Connection *
     return MHD_YES;
 }
 
-/* Keep a body chunk, or once past the limit drop the buffer and discard the
- * rest (a chunked upload declares no length up front). */
+/* Free the body and give its bytes back to the body budget. */
+static void drop_body(clef_server *s, request_ctx *r) {
+    clef_buf_free(&r->body);
+    r->body = (clef_buf){0};
+    clef_budget_release(s->body_budget, r->body_charged);
+    r->body_charged = 0;
+}
+
+/* Grow a chunked body's buffer to hold `need` bytes (doubling, at most the
+ * limit + 1), charging the growth to the body budget first; -1 when the
+ * budget refuses (the body is dropped, r->over_budget says why). */
+static int grow_body(clef_server *s, request_ctx *r, size_t need) {
+    size_t cap = r->body.cap ? 2 * r->body.cap : 4096;
+    if (cap > s->opt.max_body_bytes + 1) cap = s->opt.max_body_bytes + 1;
+    if (cap < need) cap = need;
+    clef_err e;
+    if (clef_budget_acquire(s->body_budget, cap - r->body_charged, s->opt.budget_wait_ms, &e)) {
+        r->over_budget = clef_xmalloc(sizeof *r->over_budget);
+        *r->over_budget = e;
+        drop_body(s, r);
+        return -1;
+    }
+    r->body.data = clef_xrealloc(r->body.data, cap);
+    r->body.cap = cap;
+    r->body_charged = cap;
+    return 0;
+}
+
+/* Keep a body chunk, or once past the limit (or refused by the body budget)
+ * drop the buffer and discard the rest (a chunked upload declares no length
+ * up front). */
 static void absorb(clef_server *s, request_ctx *r, const char *data, size_t n) {
-    if (r->too_large) return;
+    if (r->too_large || r->over_budget) return;
     if (r->body.len + n > s->opt.max_body_bytes) {
         r->too_large = 1;
-        clef_buf_free(&r->body);
-        r->body = (clef_buf){0};
+        drop_body(s, r);
         return;
     }
+    if (r->body.len + n + 1 > r->body.cap && grow_body(s, r, r->body.len + n + 1)) return;
     clef_buf_append(&r->body, data, n);
 }
 
@@ -263,11 +300,11 @@ static enum MHD_Result systemone_body(clef_server *s, struct MHD_Connection *c, 
                   s->opt.max_body_bytes);
         return respond_error(s, c, r, &err, NULL, 0);
     }
+    if (r->over_budget) return respond_error(s, c, r, r->over_budget, NULL, 0);
     clef_request req;
     if (clef_engine_parse(s->engine, r->body.data ? r->body.data : "", r->body.len, &req, &err) != 0)
         return respond_error(s, c, r, &err, NULL, 0);
-    clef_buf_free(&r->body); /* the request tree holds what is needed */
-    r->body = (clef_buf){0};
+    drop_body(s, r); /* the request tree holds what is needed */
     if (!model_matches(s, &req)) {
         char shown[160];
         size_t n = req.model_len < 120 ? req.model_len : 120;
@@ -381,7 +418,8 @@ void clef_server_completed(void *cls, struct MHD_Connection *c, void **con_cls, 
     clef_server *s = cls;
     request_ctx *r = *con_cls;
     if (!r) return;
-    clef_buf_free(&r->body);
+    drop_body(s, r);
+    free(r->over_budget);
     free(r);
     *con_cls = NULL;
     atomic_fetch_sub(&s->in_flight, 1);

@@ -217,6 +217,29 @@ static void fill_defaults(clef_server_options *o) {
     if (!o->limits.max_questions) o->limits = clef_limits_default();
     if (o->shutdown_grace_s <= 0) o->shutdown_grace_s = 60;
     if (o->api_key && !o->api_key[0]) o->api_key = NULL;
+    if (!o->media_budget_bytes) o->media_budget_bytes = CLEF_SERVER_DEFAULT_MEDIA_BUDGET;
+    if (!o->body_budget_bytes) o->body_budget_bytes = CLEF_SERVER_DEFAULT_BODY_BUDGET_BODIES * o->max_body_bytes;
+    if (!o->budget_wait_ms) o->budget_wait_ms = CLEF_SERVER_DEFAULT_BUDGET_WAIT_MS;
+    if (o->budget_wait_ms < 0) o->budget_wait_ms = 0;
+}
+
+/* The two memory budgets (util/budget.h); UNLIMITED becomes capacity 0. */
+static void open_budgets(clef_server *s) {
+    size_t media = s->opt.media_budget_bytes, body = s->opt.body_budget_bytes;
+    s->media_budget = clef_budget_new("decoded-media", media == CLEF_SERVER_BUDGET_UNLIMITED ? 0 : media);
+    s->body_budget = clef_budget_new("request-body", body == CLEF_SERVER_BUDGET_UNLIMITED ? 0 : body);
+    s->opt.limits.media.budget = s->media_budget;
+    s->opt.limits.media.budget_wait_ms = s->opt.budget_wait_ms;
+}
+
+static void budget_text(size_t bytes, char *out, size_t cap) {
+    if (bytes == CLEF_SERVER_BUDGET_UNLIMITED) snprintf(out, cap, "unlimited");
+    else snprintf(out, cap, "%zu bytes", bytes);
+}
+
+static void close_budgets(clef_server *s) {
+    clef_budget_free(s->media_budget);
+    clef_budget_free(s->body_budget);
 }
 
 int clef_server_run(const clef_server_options *opt) {
@@ -226,6 +249,7 @@ int clef_server_run(const clef_server_options *opt) {
     listed_name(&s->opt, s->listed_name, sizeof s->listed_name);
     release_date(s->opt.model_dir, s->release_date, sizeof s->release_date);
     s->metrics = clef_metrics_new();
+    open_budgets(s);
     atomic_init(&s->state, SERVER_LOADING);
 
     install_signals();
@@ -238,6 +262,7 @@ int clef_server_run(const clef_server_options *opt) {
     s->daemon = start_daemon(s);
     if (!s->daemon) {
         clef_metrics_free(s->metrics);
+        close_budgets(s);
         free(s);
         return 1;
     }
@@ -245,6 +270,11 @@ int clef_server_run(const clef_server_options *opt) {
     say("clef serve: listening on http://%s%s%s:%u (model %s loading from %s%s)", strchr(s->opt.host, ':') ? "[" : "",
         s->opt.host, strchr(s->opt.host, ':') ? "]" : "", di ? di->port : s->opt.port, s->listed_name,
         s->opt.model_dir ? "" : "synthetic preset ", s->opt.model_dir ? s->opt.model_dir : s->opt.synthetic);
+    char media[48], body[48];
+    budget_text(s->opt.media_budget_bytes, media, sizeof media);
+    budget_text(s->opt.body_budget_bytes, body, sizeof body);
+    say("clef serve: memory budgets: decoded media %s, request bodies %s (a request waits up to %ld ms for room)", media,
+        body, s->opt.budget_wait_ms);
     if (pthread_create(&s->loader, NULL, load_model, s) != 0) {
         say("clef serve: cannot start the loader thread");
         MHD_stop_daemon(s->daemon);
@@ -265,6 +295,7 @@ int clef_server_run(const clef_server_options *opt) {
     clef_scheduler_free(s->sched);
     clef_engine_close(s->engine);
     clef_metrics_free(s->metrics);
+    close_budgets(s);
     free(s);
     if (rc == 0) say("clef serve: stopped");
     return rc;

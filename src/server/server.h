@@ -32,6 +32,10 @@
 #define CLEF_SERVER_DEFAULT_PORT 8000
 #define CLEF_SERVER_DEFAULT_MAX_BODY ((size_t)32 << 20)
 #define CLEF_SERVER_DEFAULT_MAX_CONNECTIONS 256
+#define CLEF_SERVER_DEFAULT_MEDIA_BUDGET ((size_t)1024 << 20)
+#define CLEF_SERVER_DEFAULT_BODY_BUDGET_BODIES 4 /* the body budget: 4 x max_body_bytes by default */
+#define CLEF_SERVER_DEFAULT_BUDGET_WAIT_MS 2000
+#define CLEF_SERVER_BUDGET_UNLIMITED SIZE_MAX
 
 typedef struct clef_server_options {
     const char *model_dir;         /* checkpoint directory; required unless `synthetic` is set */
@@ -59,7 +63,19 @@ typedef struct clef_server_options {
     int text_only;                 /* 1: do not load the media towers; media requests get 422 */
     int truncate_state;            /* 0 (default): refuse over-long records with 422; 1: cut the state
                                       like the reference.  A request's "truncate_state" wins. */
-    clef_limits limits;            /* request limits; zeroed = clef_limits_default() */
+    clef_limits limits;            /* request limits; zeroed = clef_limits_default() (limits.media.budget
+                                      is set by the server from media_budget_bytes) */
+    size_t media_budget_bytes;     /* server-wide budget of decoded media (util/budget.h), charged from
+                                      each request's media headers before decoding (media/media.h);
+                                      0 = CLEF_SERVER_DEFAULT_MEDIA_BUDGET, CLEF_SERVER_BUDGET_UNLIMITED
+                                      = none (still counted in the metrics) */
+    size_t body_budget_bytes;      /* server-wide budget of request bodies held in memory, charged from
+                                      Content-Length before the buffer is allocated (a chunked upload:
+                                      as its buffer grows), given back once the body is parsed; 0 =
+                                      CLEF_SERVER_DEFAULT_BODY_BUDGET_BODIES x max_body_bytes,
+                                      CLEF_SERVER_BUDGET_UNLIMITED = none */
+    long budget_wait_ms;           /* how long a request waits for room in either budget before its
+                                      503; 0 = CLEF_SERVER_DEFAULT_BUDGET_WAIT_MS, < 0 = no wait */
     double shutdown_grace_s;       /* on SIGINT/SIGTERM, wait this long for in-flight requests;
                                       0 = 60 s */
 } clef_server_options;

@@ -11,6 +11,7 @@
 #include "engine/scheduler.h"
 #include "server/metrics.h"
 #include "server/server.h"
+#include "util/budget.h"
 #include "util/buf.h"
 
 enum { SERVER_LOADING, SERVER_READY, SERVER_FAILED };
@@ -21,6 +22,8 @@ typedef struct clef_server {
     char release_date[16];    /* YYYY-MM-DD of config.json's mtime (UTC) */
     struct MHD_Daemon *daemon;
     clef_metrics *metrics;
+    clef_budget *media_budget; /* decoded media (opt.limits.media.budget points here) */
+    clef_budget *body_budget;  /* request bodies held in memory (routes.c) */
     atomic_int state;         /* SERVER_*; engine and sched are valid once READY (release/acquire) */
     clef_engine *engine;
     clef_scheduler *sched;

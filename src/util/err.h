@@ -17,7 +17,8 @@ typedef struct clef_err {
     int status;                       /* HTTP-style status (400, 413, 422, 500, 503); 0 = none */
     const char *type;                 /* static string: "invalid_json", "invalid_request",
                                          "capacity_exceeded", "payload_too_large",
-                                         "model_loading", "internal_error"; NULL = none */
+                                         "model_loading", "internal_error",
+                                         "overloaded"; NULL = none */
     char param[CLEF_ERR_PARAM_MAX];   /* dotted path such as "questions.q.criteria"; "" = null */
     char message[CLEF_ERR_MESSAGE_MAX];
 } clef_err;
@@ -29,6 +30,9 @@ typedef struct clef_err {
 #define CLEF_E_TOO_LARGE "payload_too_large"
 #define CLEF_E_LOADING "model_loading"
 #define CLEF_E_INTERNAL "internal_error"
+/* 503: the request queue or a memory budget is full, or the server stops; not
+ * one of SPEC §2.2's six because none of them fits. */
+#define CLEF_E_OVERLOADED "overloaded"
 
 /* Fill `e` (if non-NULL) and return -1, so callers can write
  * `return clef_fail(err, 400, CLEF_E_REQUEST, "model", "model and state are required");`

@@ -6,6 +6,7 @@
  */
 #include "testutil.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -514,6 +515,105 @@ static void test_video_downscale_and_sampling(void **state) {
     free(v);
 }
 
+
+/* ---- the decoded-media budget's probes and allowances --------------------- */
+
+typedef struct grow_log {
+    size_t asked, calls;
+    int refuse;
+} grow_log;
+
+static int grow_cb(void *ctx, size_t extra) {
+    grow_log *g = ctx;
+    g->calls++;
+    if (g->refuse) return -1;
+    g->asked += extra;
+    return 0;
+}
+
+/* Headers read without decoding (clef_av_probe), and decoders that ask their
+ * allowance before keeping more than was charged (and fail when refused). */
+static void test_budget_probes_and_allowances(void **state) {
+    (void)state;
+    size_t wav_n;
+    char *wav = read_fixture("media/tone_440hz_1.6s.wav", &wav_n);
+    clef_av_header hd;
+    assert_int_equal(clef_av_probe((const uint8_t *)wav, wav_n, &hd), 0);
+    assert_int_equal(hd.has_audio, 1);
+    assert_int_equal(hd.has_video, 0);
+    assert_true(fabs(hd.audio_seconds - 1.6) < 1e-3);
+    assert_int_equal(clef_av_probe((const uint8_t *)"<html>", 6, &hd), -1);
+
+    char why[256];
+    float *samples;
+    size_t n;
+    grow_log g = {0, 0, 0};
+    clef_av_allowance a = {0, grow_cb, &g};
+    assert_int_equal(clef_av_decode_audio((const uint8_t *)wav, wav_n, 300, &a, &samples, &n, why, sizeof why), 0);
+    assert_int_equal(n, 25600); /* 1.6 s at 16 kHz */
+    assert_int_equal(a.granted, 32768 * sizeof(float)); /* the buffer: 16384 floats, doubled once */
+    assert_int_equal(g.asked, a.granted);
+    free(samples);
+    g = (grow_log){0, 0, 1};
+    a = (clef_av_allowance){16384 * sizeof(float), grow_cb, &g}; /* room for the first buffer only */
+    assert_int_equal(clef_av_decode_audio((const uint8_t *)wav, wav_n, 300, &a, &samples, &n, why, sizeof why), -1);
+    assert_string_equal(why, "decoded-media budget refused more memory");
+    assert_int_equal(g.calls, 1);
+    assert_null(samples);
+
+    size_t vn;
+    uint8_t *v = make_video(640, 480, 5, 4, 200, 30, 60, &vn); /* keeps 3 frames of 592 x 444 */
+    assert_int_equal(clef_av_probe(v, vn, &hd), 0);
+    assert_int_equal(hd.has_video, 1);
+    assert_int_equal(hd.has_audio, 0);
+    assert_int_equal(hd.width, 640);
+    assert_int_equal(hd.height, 480);
+    assert_int_equal(hd.frame_bytes, 0); /* FFV1's pixel format is in its codec data, not the headers */
+    assert_true(hd.video_seconds >= 1.0 && hd.video_seconds <= 1.5);
+    clef_rgb *frames;
+    g = (grow_log){0, 0, 0};
+    a = (clef_av_allowance){0, grow_cb, &g};
+    assert_int_equal(clef_av_decode_video(v, vn, 60, 16000000, &a, &frames, &n, why, sizeof why), 0);
+    assert_int_equal(n, 3);
+    assert_int_equal(g.asked, 16 * sizeof(clef_rgb) + 3 * (size_t)592 * 444 * 3);
+    for (size_t i = 0; i < n; i++) clef_rgb_free(&frames[i]);
+    free(frames);
+    g = (grow_log){0, 0, 1};
+    a = (clef_av_allowance){16 * sizeof(clef_rgb) + (size_t)592 * 444 * 3, grow_cb, &g}; /* one frame's room */
+    assert_int_equal(clef_av_decode_video(v, vn, 60, 16000000, &a, &frames, &n, why, sizeof why), -1);
+    assert_string_equal(why, "decoded-media budget refused more memory");
+    assert_null(frames);
+
+    /* Through clef_media_decode with a budget: the header's charge covers the
+     * decode (no top-up), is lowered to the tensors, then given back. */
+    char *url = data_url("video/x-matroska", v, vn);
+    clef_media_item it = {url, strlen(url)};
+    clef_media_source src = {0};
+    src.videos = &it, src.n_videos = 1;
+    size_t charge;
+    clef_err err;
+    assert_int_equal(clef_media_charge_bytes(&src, NULL, &charge, &err), 0);
+    clef_budget *b = clef_budget_new("decoded-media", 0);
+    clef_media_limits lim = clef_media_limits_default();
+    lim.budget = b;
+    clef_media m;
+    assert_int_equal(clef_media_decode(&src, &lim, &m, &err), 0);
+    assert_int_equal(m.charged, charge);
+    assert_int_equal(clef_media_preprocess(&m, &err), 0);
+    assert_int_equal(m.charged, (size_t)(1 + 2 * 28 * 36) * 1536 * sizeof(float)); /* image minimum + video rows */
+    clef_budget_stats st;
+    clef_budget_stats_get(b, &st);
+    assert_int_equal(st.used, m.charged);
+    clef_media_free(&m);
+    clef_budget_stats_get(b, &st);
+    assert_int_equal(st.used, 0);
+    assert_int_equal(st.peak, charge);
+    clef_budget_free(b);
+    free(url);
+    free(v);
+    free(wav);
+}
+
 /* ---- formulas ------------------------------------------------------------ */
 
 static void test_formulas(void **state) {
@@ -590,6 +690,7 @@ int main(void) {
         cmocka_unit_test(test_png_conversions), cmocka_unit_test(test_webp_and_sniffing),
         cmocka_unit_test(test_formulas),        cmocka_unit_test(test_resampler),
         cmocka_unit_test(test_video_downscale_and_sampling),
+        cmocka_unit_test(test_budget_probes_and_allowances),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
