@@ -50,7 +50,11 @@ static float frand(void) { /* uniform in [-1, 1) */
 
 typedef cudaError_t (*kernel_fn)(const ck_gemm_args *, cudaStream_t);
 /* ck_gemm_wgmma_ws without its consumers' proxy fence (what the fence costs) */
-static cudaError_t ws_nofence(const ck_gemm_args *a, cudaStream_t st) { return ck_gemm_wgmma_ws_opts(a, 1, st); }
+static cudaError_t ws_nofence(const ck_gemm_args *a, cudaStream_t st) {
+    return ck_gemm_wgmma_ws_opts(a, CK_WS_NOFENCE, st);
+}
+/* ck_gemm_wgmma_ws in CTA pairs sharing each weight tile */
+static cudaError_t ws_pairs(const ck_gemm_args *a, cudaStream_t st) { return ck_gemm_wgmma_ws_opts(a, CK_WS_PAIRS, st); }
 
 /* Best and mean microseconds of reps launches of fn(a) (after one warm-up). */
 static void time_kernel(kernel_fn fn, const ck_gemm_args *a, int reps, double *best, double *mean) {
@@ -228,7 +232,7 @@ int main(int argc, char **argv) {
     printf("expert_gemm: %s; %d tokens x top-%d = %lld expert rows, %d tiles of %lld rows, split %d\n", prop.name, T,
            TOPK, (long long)TK, tiles, (long long)BM, split);
     const int sm90 = ck_wgmma_built() && prop.major == 9 && prop.minor == 0;
-    enum { NK = 5 };
+    enum { NK = 6 };
     const struct {
         const char *name;
         kernel_fn fn;
@@ -237,6 +241,7 @@ int main(int argc, char **argv) {
                 {"tma", ck_gemm_tma, maps_ok && sm90 && big != 1},
                 {"wgmma", ck_gemm_wgmma, sm90 && big != 2},
                 {"wgmma_ws", ck_gemm_wgmma_ws, maps_ok && sm90 && big == 1},
+                {"ws_pairs", ws_pairs, maps_ok && sm90 && big == 1},
                 {"ws_nofnc", ws_nofence, maps_ok && sm90 && big == 1 && getenv("EXPERT_GEMM_NOFENCE") != NULL}};
     const double fl_gu = 2.0 * (double)TK * H * 2 * NI, fl_dn = 2.0 * (double)TK * NI * H;
     const size_t hn = (size_t)TK * NI * split, yn = (size_t)TK * H;
@@ -277,8 +282,8 @@ int main(int argc, char **argv) {
     }
     /* a timing-dependent fault shows as runs that differ from each other: the warp-specialised kernels
      * again, gate+up and down, outputs poisoned before each run (down reads the reference rows) */
-    const int ws_kernels[2] = {1, 3}; /* tma, wgmma_ws */
-    for (int wi = 0; wi < 2; wi++) {
+    const int ws_kernels[3] = {1, 3, 4}; /* tma, wgmma_ws, ws_pairs */
+    for (int wi = 0; wi < 3; wi++) {
         const int i = ws_kernels[wi];
         if (!ks[i].ok) continue;
         size_t lo = (size_t)-1, hi = 0;

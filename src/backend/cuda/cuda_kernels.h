@@ -145,8 +145,14 @@ cudaError_t ck_gemm_wgmma(const ck_gemm_args *a, cudaStream_t st);
  * cudaErrorNotSupported when the build lacks sm_90a, cudaErrorInvalidValue
  * on other arguments. */
 cudaError_t ck_gemm_wgmma_ws(const ck_gemm_args *a, cudaStream_t st);
-/* The same with variant bits for bench/expert_gemm's A/B (0 = ck_gemm_wgmma_ws): 1 = without the
- * consumers' proxy fence between the cp.async rows and the wgmma reads (not for the backend). */
+/* ck_gemm_wgmma_ws in a variant (same results, same requirements; one of):
+ *   0            ck_gemm_wgmma_ws;
+ *   CK_WS_PAIRS  clusters of two CTAs on pairs of m-tiles that share a weight tile, each CTA copying
+ *                half of it into both (TMA multicast: half the weight traffic from L2);
+ *   CK_WS_NOFENCE  without the consumers' proxy fence between the cp.async rows and the wgmma reads
+ *                (bench/expert_gemm's A/B of what the fence costs; not for the backend).
+ * cudaErrorInvalidValue for other opts. */
+enum { CK_WS_NOFENCE = 1, CK_WS_PAIRS = 2 };
 cudaError_t ck_gemm_wgmma_ws_opts(const ck_gemm_args *a, int opts, cudaStream_t st);
 
 /* ---- packed quantized weights (cuda_qgemm.cu) ---------------------------- */

@@ -52,6 +52,9 @@
  * full-barrier wait, each producer thread before its copies into a stage
  * that the MMAs released.
  *
+ * A variant in CTA pairs (CK_WS_PAIRS: two CTAs of a cluster share each weight tile by TMA multicast)
+ * is described at the kernel; it is correct but was slower on the H200 (docs/BENCHMARKS.md).
+ *
  * Built only when the CUDA architectures include sm_90a (CLEF_CUDA_WGMMA);
  * elsewhere ck_gemm_wgmma_ws reports cudaErrorNotSupported. */
 #include <cuda_bf16.h>
@@ -62,10 +65,12 @@
 #include "backend/cuda/cuda_ptx.cuh"
 #include "backend/cuda/cuda_wgmma.cuh"
 
-/* CLEF_WS_WATCHDOG=1: a barrier wait that spins past ~2^26 failed tries traps (a deadlock shows as a
- * launch error instead of a hung device; development builds only). */
+/* CLEF_WS_WATCHDOG (default 1): a barrier wait that spins past ~2^26 failed tries traps, so a deadlock
+ * shows as a launch error instead of a hung device (the builds measured and tested on the H200 had it
+ * on; only a failed try counts, so it costs nothing while the pipeline flows); 0 = mbar_wait's plain
+ * two-instruction loop. */
 #ifndef CLEF_WS_WATCHDOG
-#define CLEF_WS_WATCHDOG 0
+#define CLEF_WS_WATCHDOG 1
 #endif
 
 typedef __nv_bfloat16 bf16;
@@ -106,11 +111,80 @@ __device__ __forceinline__ void ws_wait(uint64_t *b, uint32_t parity) {
     mbar_wait(b, parity);
 #endif
 }
+
+/* CTA pairs (PAIR kernels, clusters of 2 along x). */
+__device__ __forceinline__ uint32_t cluster_rank() {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ uint32_t cluster_id() {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%clusterid.x;\n" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ uint32_t cluster_count() {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%nclusterid.x;\n" : "=r"(r));
+    return r;
+}
+/* Every thread of both CTAs of the cluster: arrive (release), then wait (acquire). */
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+/* One arrival on the mbarrier at the same shared offset as b in CTA `rank` of the cluster. */
+__device__ __forceinline__ void mbar_arrive_cluster(uint64_t *b, uint32_t rank) {
+    uint32_t remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(smem_addr(b)), "r"(rank));
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
+}
+/* mbar_wait with cluster-scope acquire (the empty barriers that the partner CTA's consumers arrive on). */
+__device__ __forceinline__ void ws_wait_cluster(uint64_t *b, uint32_t parity) {
+    const uint32_t addr = smem_addr(b);
+#if CLEF_WS_WATCHDOG
+    for (uint32_t n = 0;; n++) {
+        uint32_t done;
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(addr), "r"(parity)
+                     : "memory");
+        if (done) break;
+        if (n > (1u << 26)) __trap();
+    }
+    __syncwarp();
+#else
+    asm volatile("{\n.reg .pred p;\nWAIT:\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%0], %1;\n"
+                 "@!p bra WAIT;\n}\n" ::"r"(addr),
+                 "r"(parity)
+                 : "memory");
+#endif
+}
+/* tma_load_2d into both CTAs of the pair: the box lands at dst's offset in each, its bytes completing
+ * on the mbarrier at b's offset in each. */
+__device__ __forceinline__ void tma_load_2d_pair(void *dst, const void *map, int x, int y, uint64_t *b) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
+                 "[%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(smem_addr(dst)),
+                 "l"(map), "r"(x), "r"(y), "r"(smem_addr(b)), "h"((uint16_t)3)
+                 : "memory");
+}
 #endif
 
 /* The persistent warp-specialised kernel (see the file comment).  CFENCE = false leaves out the consumers'
- * proxy fence (bench/expert_gemm measures what it costs; the backend always fences). */
-template <int SPLIT, bool CFENCE = true>
+ * proxy fence (bench/expert_gemm measures what it costs; the backend always fences).
+ *
+ * PAIR: launched in clusters of two CTAs (x), which walk the output tiles in pairs: pair q (q = cluster id,
+ * + cluster count, ...) is m-tiles 2 (q / C), 2 (q / C) + 1 (the CTA of rank r takes the second + r; past
+ * the plan's last m-tile a CTA runs a tile of no rows) at column tile q % C.  When both m-tiles are of one
+ * expert (the common case) they need the same weight tile: each CTA copies half of it (GATEUP: rank 0 the
+ * gate rows, rank 1 the up rows; DOWN: rank r rows 128 r ..) into both CTAs' stages at once (TMA
+ * multicast), halving the weight traffic from L2; else each CTA copies its own whole tile.  Either way a
+ * stage of either CTA may be written by both producers, so the consumers release a stage in both CTAs
+ * (empty barriers count 16: the 8 consumer warps of each) and the producers wait on their own empty
+ * barrier with cluster scope; the pair starts and ends with a cluster barrier (no CTA leaves while its
+ * partner may still arrive on its barriers).  Each output element is still one CTA's sum over its own
+ * stages in the same order: bitwise the single-CTA kernel. */
+template <int SPLIT, bool CFENCE = true, bool PAIR = false>
 __global__ void __launch_bounds__(WS_THREADS, 1) wgmma_ws_kernel(const ck_gemm_args a) {
 #ifdef CLEF_WGMMA_DEVICE
     constexpr int STAGES = ws_stages<SPLIT>(), SB = ws_stage_bytes<SPLIT>();
@@ -119,17 +193,54 @@ __global__ void __launch_bounds__(WS_THREADS, 1) wgmma_ws_kernel(const ck_gemm_a
     unsigned char *sm = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const bool gateup = a.mode == CK_GEMM_GATEUP;
-    const int64_t ncol = gemm_col_tiles(a.mode, a.N, WS_BN), total = (int64_t)*a.n_tiles * ncol;
+    const int64_t ncol = gemm_col_tiles(a.mode, a.N, WS_BN), n_mt = *a.n_tiles;
+    /* the work items this CTA walks: output tiles, or with PAIR tile pairs (see above) */
+    const uint32_t rank = PAIR ? cluster_rank() : 0u;
+    const int64_t total = PAIR ? (n_mt + 1) / 2 * ncol : n_mt * ncol;
+    const int64_t first = PAIR ? (int64_t)cluster_id() : (int64_t)blockIdx.x;
+    const int64_t step = PAIR ? (int64_t)cluster_count() : (int64_t)gridDim.x;
     const int64_t K = a.K;
     const int ktiles = (int)(K / WS_BK);
     if (tid == 0) {
         for (int s = 0; s < STAGES; s++) {
             mbar_init(&full[s], 1 + 128);
-            mbar_init(&empty[s], 8);
+            mbar_init(&empty[s], PAIR ? 16 : 8);
         }
     }
     fence_proxy_async(); /* the barriers' initialisation visible to the copy engine */
-    __syncthreads();
+    if (PAIR) {
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        cluster_sync(); /* ... and to the partner CTA */
+    } else {
+        __syncthreads();
+    }
+    /* work item w -> its m-tile, column tile, whether the pair shares its weight tile, and the expert whose
+     * weights this CTA copies (a pair's row-less partner copies its partner's) */
+    auto item = [&](int64_t w, int64_t &mt, int64_t &nt, bool &shared, int &e, int &ew) {
+        nt = w % ncol;
+        if (PAIR) {
+            const int64_t m0 = 2 * (w / ncol);
+            const int e0 = a.tile_expert[m0], e1 = m0 + 1 < n_mt ? a.tile_expert[m0 + 1] : e0;
+            mt = m0 + rank;
+            shared = e0 == e1;
+            e = rank ? e1 : e0;
+        } else {
+            mt = w / ncol;
+            shared = false;
+            e = a.tile_expert[mt];
+        }
+        ew = e;
+    };
+    /* rows of m-tile mt (0 past the plan: a pair's row-less partner) */
+    auto tile_rows = [&](int64_t mt, int e, int64_t &row0) -> int64_t {
+        if (mt >= n_mt) {
+            row0 = 0;
+            return 0;
+        }
+        row0 = a.tile_row0[mt];
+        const int64_t end = a.expert_end[e];
+        return end - row0 < WS_BM ? end - row0 : WS_BM;
+    };
 
     if (warp < 4) { /* ---- producer warpgroup ---- */
         wg_setmaxnreg_dec<WS_PRODUCER_REGS>();
@@ -139,11 +250,12 @@ __global__ void __launch_bounds__(WS_THREADS, 1) wgmma_ws_kernel(const ck_gemm_a
         const uint32_t a_dst = (uint32_t)WS_W_BYTES + sw128(rb, ch); /* + j 2048 (rows 16 j further) */
         int s = 0;
         uint32_t ph = 0;
-        for (int64_t tile = blockIdx.x; tile < total; tile += gridDim.x) {
-            const int64_t mt = tile / ncol, nt = tile % ncol;
-            const int e = a.tile_expert[mt];
-            const int64_t row0 = a.tile_row0[mt], end = a.expert_end[e];
-            const int64_t rows = end - row0 < WS_BM ? end - row0 : WS_BM;
+        for (int64_t w = first; w < total; w += step) {
+            int64_t mt, nt, row0;
+            bool shared;
+            int e, ew;
+            item(w, mt, nt, shared, e, ew);
+            const int64_t rows = tile_rows(mt, e, row0);
             const bf16 *rp[8];
             unsigned vmask = 0;
 #pragma unroll
@@ -158,13 +270,26 @@ __global__ void __launch_bounds__(WS_THREADS, 1) wgmma_ws_kernel(const ck_gemm_a
                     rp[j] = A;
                 }
             }
-            const void *m0 = &a.wmaps[e], *m1 = &a.wmaps[a.n_experts + e];
+            const void *m0 = &a.wmaps[ew], *m1 = &a.wmaps[a.n_experts + ew];
             const int y0 = (int)(gateup ? nt * (WS_BN / 2) : nt * WS_BN);
             for (int kt = 0; kt < ktiles; kt++) {
-                ws_wait(&empty[s], ph ^ 1u);
+                if (PAIR) ws_wait_cluster(&empty[s], ph ^ 1u);
+                else ws_wait(&empty[s], ph ^ 1u);
                 unsigned char *st = sm + s * SB;
                 const int k0 = kt * WS_BK;
-                if (tid == 0) {
+                if (PAIR && shared) {
+                    if (tid == 0) { /* this CTA's half of the shared weight tile, into both CTAs */
+                        mbar_arrive_expect_tx(&full[s], WS_W_BYTES);
+                        unsigned char *hb = st + rank * (WS_W_BYTES / 2);
+                        if (gateup) {
+                            const void *m = rank ? m1 : m0;
+                            tma_load_2d_pair(hb, m, k0, y0, &full[s]);
+                            tma_load_2d_pair(hb + WS_W_BYTES / 4, m, k0, y0 + 64, &full[s]);
+                        } else {
+                            tma_load_2d_pair(hb, m0, k0, y0 + 128 * (int)rank, &full[s]);
+                        }
+                    }
+                } else if (tid == 0) {
                     mbar_arrive_expect_tx(&full[s], WS_W_BYTES);
                     if (gateup) {
                         tma_load_2d(st, m0, k0, y0, &full[s]);
@@ -198,8 +323,11 @@ __global__ void __launch_bounds__(WS_THREADS, 1) wgmma_ws_kernel(const ck_gemm_a
         float acc[WS_BN / 2];
         int s = 0, sprev = 0;
         uint32_t ph = 0;
-        for (int64_t tile = blockIdx.x; tile < total; tile += gridDim.x) {
-            const int64_t mt = tile / ncol, nt = tile % ncol;
+        for (int64_t w = first; w < total; w += step) {
+            int64_t mt, nt, row0;
+            bool shared;
+            int e, ew;
+            item(w, mt, nt, shared, e, ew);
 #pragma unroll
             for (int i = 0; i < WS_BN / 2; i++) acc[i] = 0.0f;
             for (int kt = 0; kt < ktiles; kt++) {
@@ -218,42 +346,74 @@ __global__ void __launch_bounds__(WS_THREADS, 1) wgmma_ws_kernel(const ck_gemm_a
                 wg_commit();
                 wg_wait<1>(); /* the previous stage's group is done: release that stage */
                 acc_fence(acc);
-                if (kt > 0 && lane == 0) mbar_arrive(&empty[sprev]);
+                if (kt > 0 && lane == 0) {
+                    mbar_arrive(&empty[sprev]);
+                    if (PAIR) mbar_arrive_cluster(&empty[sprev], rank ^ 1u);
+                }
                 __syncwarp();
                 sprev = s;
                 if (++s == STAGES) s = 0, ph ^= 1u;
             }
             wg_wait<0>();
             acc_fence(acc);
-            if (lane == 0) mbar_arrive(&empty[sprev]);
+            if (lane == 0) {
+                mbar_arrive(&empty[sprev]);
+                if (PAIR) mbar_arrive_cluster(&empty[sprev], rank ^ 1u);
+            }
             __syncwarp();
-            const int e = a.tile_expert[mt];
-            const int64_t row0 = a.tile_row0[mt], end = a.expert_end[e];
-            const int64_t rows = end - row0 < WS_BM ? end - row0 : WS_BM;
+            const int64_t rows = tile_rows(mt, e, row0);
             wg_epilogue<WS_BN, WS_BN / 2, SPLIT, true>(acc, !gateup, a.Y, a.ldy, reinterpret_cast<bf16 *>(a.H), a.N,
                                                        row0, rows, nt, cwg * 64 + (cw & 3) * 16 + g, t4,
                                                        [](float v, int) { return v; });
         }
     }
+    if (PAIR) cluster_sync(); /* the partner's last arrivals on this CTA's barriers are in */
 #else
     __trap(); /* not built for sm_90a: the host never launches this (ck_gemm_wgmma_ws refuses) */
 #endif
 }
 
 #ifdef CLEF_CUDA_WGMMA
-template <int SPLIT, bool CFENCE> cudaError_t launch_ws(const ck_gemm_args *a, cudaStream_t st) {
+template <int SPLIT, bool CFENCE, bool PAIR> cudaError_t launch_ws(const ck_gemm_args *a, cudaStream_t st) {
     constexpr int smem = ws_smem_bytes<SPLIT>();
+    auto *kernel = wgmma_ws_kernel<SPLIT, CFENCE, PAIR>;
     static unsigned done = 0; /* devices whose limit is raised */
-    cudaError_t e = allow_smem(wgmma_ws_kernel<SPLIT, CFENCE>, smem, &done);
+    cudaError_t e = allow_smem(kernel, smem, &done);
     if (e != cudaSuccess) return e;
     int dev = 0, sms = 0;
     if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;
     if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return e;
-    const int64_t tiles = a->max_tiles * gemm_col_tiles(a->mode, a->N, WS_BN); /* the plan's bound */
-    if (tiles <= 0) return cudaSuccess;
-    const unsigned blocks = (unsigned)(tiles < sms ? tiles : sms);
-    wgmma_ws_kernel<SPLIT, CFENCE><<<blocks, WS_THREADS, smem, st>>>(*a);
-    return cudaGetLastError();
+    const int64_t ncol = gemm_col_tiles(a->mode, a->N, WS_BN);
+    if (a->max_tiles <= 0) return cudaSuccess;
+    if (!PAIR) {
+        const int64_t tiles = a->max_tiles * ncol; /* the plan's bound */
+        const unsigned blocks = (unsigned)(tiles < sms ? tiles : sms);
+        kernel<<<blocks, WS_THREADS, smem, st>>>(*a);
+        return cudaGetLastError();
+    }
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = 2, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
+    cfg.blockDim = dim3(WS_THREADS);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    /* as many pairs as are resident at once (a persistent grid must not run in waves) */
+    static int pairs_of[32]; /* per device, 0 = not asked yet (a benign race: the same value) */
+    if (dev >= 32) return cudaErrorInvalidDevice;
+    if (!pairs_of[dev]) {
+        cfg.gridDim = dim3((unsigned)(sms / 2 * 2));
+        int n = 0;
+        if ((e = cudaOccupancyMaxActiveClusters(&n, kernel, &cfg)) != cudaSuccess) return e;
+        if (n < 1) return cudaErrorInvalidConfiguration;
+        pairs_of[dev] = n;
+    }
+    const int64_t items = (a->max_tiles + 1) / 2 * ncol;
+    cfg.gridDim = dim3(2u * (unsigned)(items < pairs_of[dev] ? items : pairs_of[dev]));
+    e = cudaLaunchKernelEx(&cfg, kernel, *a);
+    return e != cudaSuccess ? e : cudaGetLastError();
 }
 #endif
 
@@ -272,11 +432,11 @@ cudaError_t ck_gemm_wgmma_ws_opts(const ck_gemm_args *a, int opts, cudaStream_t 
         a->N > 0x7fff0000LL)
         return cudaErrorInvalidValue;
     if (a->mode == CK_GEMM_DOWN && (a->ldy % 2 || ((uintptr_t)a->Y & 7))) return cudaErrorInvalidValue; /* float2 stores */
-    if (opts & ~1) return cudaErrorInvalidValue;
-    const bool nofence = opts & 1;
-    if (a->split == 2) return nofence ? launch_ws<2, false>(a, st) : launch_ws<2, true>(a, st);
-    if (a->split != 1) return cudaErrorInvalidValue;
-    return nofence ? launch_ws<1, false>(a, st) : launch_ws<1, true>(a, st);
+    if (opts != 0 && opts != CK_WS_NOFENCE && opts != CK_WS_PAIRS) return cudaErrorInvalidValue;
+    if (a->split != 1 && a->split != 2) return cudaErrorInvalidValue;
+    if (opts == CK_WS_PAIRS) return a->split == 2 ? launch_ws<2, true, true>(a, st) : launch_ws<1, true, true>(a, st);
+    if (opts == CK_WS_NOFENCE) return a->split == 2 ? launch_ws<2, false, false>(a, st) : launch_ws<1, false, false>(a, st);
+    return a->split == 2 ? launch_ws<2, true, false>(a, st) : launch_ws<1, true, false>(a, st);
 #endif
 }
 
