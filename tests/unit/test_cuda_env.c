@@ -15,7 +15,7 @@ static const char *const VARS[] = {"CLEF_CUDA_PRECISE", "CLEF_CUDA_NUMERICS", "C
                                    "CLEF_CUDA_QWGMMA",  "CLEF_CUDA_QGEMM_INT4", "CLEF_CUDA_QGEMM_NVFP4",
                                    "CLEF_CUDA_LT_SPLITK", "CLEF_CUDA_ATTN",    "CLEF_CUDA_GRAPHS",
                                    "CLEF_CUDA_FP8_MMA", "CLEF_CUDA_WGMMA_ROWS", "CLEF_CUDA_QWGMMA_ROWS",
-                                   "CLEF_CUDA_TMA"};
+                                   "CLEF_CUDA_TMA",     "CLEF_CUDA_WGMMA_WS"};
 
 static int clear_env(void **state) {
     (void)state;
@@ -58,7 +58,8 @@ static void test_defaults(void **state) {
     assert_int_equal(e.attn, 0);
     assert_int_equal(e.graphs, 1);
     assert_int_equal(e.tma, 1);
-    assert_int_equal(e.wgmma_rows, 8192);
+    assert_int_equal(e.wgmma_ws, 1);
+    assert_int_equal(e.wgmma_rows, 8000);
     assert_int_equal(e.qwgmma_rows, 8192);
     assert_int_equal(e.fp8_mma, 0);
     /* an empty value is the default too */
@@ -131,6 +132,10 @@ static void test_kernel_switches(void **state) {
     assert_int_equal(e.graphs, 0);
     assert_int_equal(read_with("CLEF_CUDA_TMA", "0", &e, &err), 0);
     assert_int_equal(e.tma, 0);
+    assert_int_equal(read_with("CLEF_CUDA_WGMMA_WS", "0", &e, &err), 0);
+    assert_int_equal(e.wgmma_ws, 0);
+    assert_int_equal(read_with("CLEF_CUDA_WGMMA_WS", "2", &e, &err), 0);
+    assert_int_equal(e.wgmma_ws, 2);
     const char *int4[] = {"v2", "v3", "v3-2blk"};
     const int int4_want[] = {2, 3, 4};
     for (int i = 0; i < 3; i++) {
@@ -166,6 +171,10 @@ static void test_kernel_switches(void **state) {
     expect_error("CLEF_CUDA_WGMMA_ROWS", "0",
                  "CUDA settings: CLEF_CUDA_WGMMA_ROWS must be an integer from 1 to 1073741824 (got '0')");
     expect_error("CLEF_CUDA_TMA", "2", "CUDA settings: CLEF_CUDA_TMA must be an integer from 0 to 1 (got '2')");
+    expect_error("CLEF_CUDA_WGMMA_WS", "on",
+                 "CUDA settings: CLEF_CUDA_WGMMA_WS must be an integer from 0 to 2 (got 'on')");
+    expect_error("CLEF_CUDA_WGMMA_WS", "3",
+                 "CUDA settings: CLEF_CUDA_WGMMA_WS must be an integer from 0 to 2 (got '3')");
     expect_error("CLEF_CUDA_GRAPHS", "yes", "CUDA settings: CLEF_CUDA_GRAPHS must be an integer from 0 to 1 (got 'yes')");
     expect_error("CLEF_CUDA_ATTN", "v3", "CUDA settings: CLEF_CUDA_ATTN must be v1, v2 or v2w (got 'v3')");
     expect_error("CLEF_CUDA_QGEMM_INT4", "marlin",

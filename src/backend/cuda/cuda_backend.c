@@ -54,9 +54,9 @@ typedef struct moe_ptrs {
     int64_t E;
     const void **host; /* [3E] the device pointers as last uploaded (checked on every use) */
     void *dev;
-    /* ck_gemm_tma's tensor maps of the same weights [gate E | up E | down E] (c->tma), encoded and
-     * uploaded with the pointers; maps_ok = 0: some weight has no map (its layout does not allow one):
-     * the layer keeps the mma.sync kernel */
+    /* ck_gemm_tma's (and ck_gemm_wgmma_ws's) tensor maps of the same weights [gate E | up E | down E]
+     * (expert_maps(c)), encoded and uploaded with the pointers; maps_ok = 0: some weight has no map (its
+     * layout does not allow one): the layer keeps the mma.sync / wgmma kernels */
     ck_tmap *maps_host;
     ck_tmap *maps_dev;
     int maps_ok;
@@ -157,6 +157,12 @@ typedef struct cuda_ctx {
      * sums): CLEF_CUDA_TMA, default 1; cleared where the build lacks sm_90a or the device is not compute
      * capability 9.0 */
     int tma;
+    /* BF16 expert passes on the wgmma kernel with 128-row tiles (big batches) on its persistent
+     * warp-specialised form (ck_gemm_wgmma_ws, cuda_wgmma_ws.cu: bitwise the same sums, faster):
+     * CLEF_CUDA_WGMMA_WS, 0 = off, 1 (default) = on, 2 = in CTA pairs sharing each weight tile
+     * (CK_WS_PAIRS); cleared with tma.  Needs the experts' tensor maps, so they are
+     * encoded when tma or wgmma_ws is set (expert_maps) */
+    int wgmma_ws;
     /* FP8-block experts as W8A8 on the FP8 tensor cores (cuda_fp8mma.cu): CLEF_CUDA_FP8_MMA, default 0;
      * cleared where the build lacks sm_90a or the device is not compute capability 9.0 */
     int fp8_mma;
@@ -1473,9 +1479,13 @@ static int cu_router_topk(clef_backend *be, const float *logits, int64_t T, int6
     return op_end(c, cu_check(ck_router_topk(logits, T, E, k, norm, idx, w, c->st), "router", err));
 }
 
-/* Device pointer arrays of a layer's experts (and, with c->tma, their tensor
- * maps), uploaded once and re-checked against the layer's weights on every
- * use (cheap: host memory only). */
+/* Whether the experts' tensor maps are made: a kernel that reads them is on (TMA below the wgmma
+ * threshold, the persistent wgmma kernel above). */
+static int expert_maps(const cuda_ctx *c) { return c->tma || c->wgmma_ws; }
+
+/* Device pointer arrays of a layer's experts (and, with expert_maps(c), their
+ * tensor maps), uploaded once and re-checked against the layer's weights on
+ * every use (cheap: host memory only). */
 static const moe_ptrs *moe_pointers(cuda_ctx *c, const clef_moe_weights *ex, clef_err *err) {
     const int64_t E = ex->n_experts;
     moe_ptrs *m = NULL;
@@ -1495,14 +1505,15 @@ static const moe_ptrs *moe_pointers(cuda_ctx *c, const clef_moe_weights *ex, cle
         m = &c->moe[c->n_moe];
         memset(m, 0, sizeof *m);
         m->host = calloc((size_t)(3 * E), sizeof *m->host);
-        if (c->tma) m->maps_host = aligned_alloc(64, (size_t)(3 * E) * sizeof(ck_tmap));
-        if (!m->host || (c->tma && !m->maps_host)) {
+        if (expert_maps(c)) m->maps_host = aligned_alloc(64, (size_t)(3 * E) * sizeof(ck_tmap));
+        if (!m->host || (expert_maps(c) && !m->maps_host)) {
             free(m->host);
             free(m->maps_host);
             return host_oom(err), NULL;
         }
         if (cu_check(cudaMalloc(&m->dev, (size_t)(3 * E) * sizeof(void *)), "expert table", err) ||
-            (c->tma && cu_check(cudaMalloc((void **)&m->maps_dev, (size_t)(3 * E) * sizeof(ck_tmap)), "expert table", err))) {
+            (expert_maps(c) &&
+             cu_check(cudaMalloc((void **)&m->maps_dev, (size_t)(3 * E) * sizeof(ck_tmap)), "expert table", err))) {
             if (m->dev) cudaFree(m->dev);
             free(m->host);
             free(m->maps_host);
@@ -1533,7 +1544,7 @@ static const moe_ptrs *moe_pointers(cuda_ctx *c, const clef_moe_weights *ex, cle
      * pointers re-encode the maps into the same device buffer between kernel launches (no device-side
      * tensormap fence); test_moe_tma uploads its experts afresh for every run and stays bitwise the
      * mma.sync kernel, and serving never changes a layer's pointers. */
-    if (c->tma) {
+    if (expert_maps(c)) {
         m->maps_ok = 1;
         for (int64_t i = 0; i < 3 * E && m->maps_ok; i++) {
             const clef_weight *w = i < E ? &ex->gate[i] : i < 2 * E ? &ex->up[i - E] : &ex->down[i - 2 * E];
@@ -1610,6 +1621,9 @@ static const uint16_t *moe_pass_begin(cuda_ctx *c, const float *x, int64_t T, co
     return a16;
 }
 
+/* ck_gemm_wgmma_ws in CTA pairs (CLEF_CUDA_WGMMA_WS=2) */
+static cudaError_t ws_pairs(const ck_gemm_args *a, cudaStream_t st) { return ck_gemm_wgmma_ws_opts(a, CK_WS_PAIRS, st); }
+
 /* One pass of the grouped expert block over T tokens: permutation on the
  * device, the gate/up GEMM with SwiGLU fused, the down GEMM, the ordered
  * combine. */
@@ -1621,15 +1635,22 @@ static int moe_pass(cuda_ctx *c, const float *x, int64_t T, const int32_t *idx, 
     const int split = split_of(c, PRECISE_EXPERTS);
     /* tile rows: 128 for big batches; 32 when split and the experts average <= 32 rows (four pipeline
      * stages of hi + lo + weights fit there, as for the fast mode's 64-row tiles); else 64 */
-    /* wgmma: 128-row tiles for big batches, else 64 (CLEF_CUDA_TUNE=0: always 64; same results) */
+    /* wgmma: 128-row tiles for big batches (from the wgmma threshold, at most 8192 rows: the persistent
+     * kernel needs them), else 64 (CLEF_CUDA_TUNE=0: always 64; same results) */
     const int wg = wgmma_pass(c, TK, 0) && H % 64 == 0 && NI % 64 == 0;
-    const int big = wg ? (TK >= 8192 && c->tune ? 1 : 0)
+    const int big = wg ? (TK >= (c->wgmma_rows < 8192 ? c->wgmma_rows : 8192) && c->tune ? 1 : 0)
                     : TK >= 8192 ? (split == 2 && (c->tune & 4) ? 0 : 1)
                     : split == 2 && (c->tune & 1) && TK <= 32 * E ? 2
                                                                    : 0,
               BM = ck_gemm_bm(big);
-    /* the warp-specialised TMA kernel for the 32- and 64-row tiles (bitwise the mma.sync kernel's sums) */
+    /* the warp-specialised TMA kernel for the 32- and 64-row tiles (bitwise the mma.sync kernel's sums);
+     * wgmma's 128-row tiles on its persistent warp-specialised form (bitwise the same too) */
     const int tma = !wg && c->tma && tab->maps_ok && big != 1;
+    const int ws = wg && big == 1 && c->wgmma_ws && tab->maps_ok;
+    cudaError_t (*const gemm)(const ck_gemm_args *, cudaStream_t) = ws    ? (c->wgmma_ws == 2 ? ws_pairs : ck_gemm_wgmma_ws)
+                                                                    : wg  ? ck_gemm_wgmma
+                                                                    : tma ? ck_gemm_tma
+                                                                          : ck_gemm;
     moe_plan pl;
     const uint16_t *a16 = moe_pass_begin(c, x, T, idx, k, E, H, BM, split, &pl, err);
     if (!a16) return -1;
@@ -1645,7 +1666,7 @@ static int moe_pass(cuda_ctx *c, const float *x, int64_t T, const int32_t *idx, 
                       .tile_expert = t_exp, .tile_row0 = t_row, .expert_end = end, .n_tiles = n_tiles,
                       .max_tiles = max_tiles, .row_src = row_tok, .H = hbuf, .big = big, .wmaps = tab->maps_dev,
                       .n_experts = E};
-    if (cu_check(wg ? ck_gemm_wgmma(&g, c->st) : tma ? ck_gemm_tma(&g, c->st) : ck_gemm(&g, c->st), "moe gate/up", err))
+    if (cu_check(gemm(&g, c->st), "moe gate/up", err))
         return op_end(c, -1);
     op_end(c, 0);
 
@@ -1656,7 +1677,7 @@ static int moe_pass(cuda_ctx *c, const float *x, int64_t T, const int32_t *idx, 
                       .W0 = (const uint16_t *const *)(ptrs + 2 * E), .tile_expert = t_exp, .tile_row0 = t_row,
                       .expert_end = end, .n_tiles = n_tiles, .max_tiles = max_tiles, .Y = yp, .ldy = H, .big = big,
                       .wmaps = tab->maps_dev ? tab->maps_dev + 2 * E : NULL, .n_experts = E};
-    if (cu_check(wg ? ck_gemm_wgmma(&d, c->st) : tma ? ck_gemm_tma(&d, c->st) : ck_gemm(&d, c->st), "moe down", err))
+    if (cu_check(gemm(&d, c->st), "moe down", err))
         return op_end(c, -1);
     op_end(c, 0);
 
@@ -2243,7 +2264,7 @@ static int ctx_init(cuda_ctx *c, clef_err *err) {
         lt_check(cublasLtMatmulDescSetAttribute(c->lt_desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "desc", err))
         return -1;
     /* the sm_90a kernels (wgmma, FP8 MMA, TMA) need that build and a compute capability 9.0 device */
-    if (!(ck_wgmma_built() && prop.major == 9 && prop.minor == 0)) c->wgmma = c->fp8_mma = c->tma = 0;
+    if (!(ck_wgmma_built() && prop.major == 9 && prop.minor == 0)) c->wgmma = c->fp8_mma = c->tma = c->wgmma_ws = 0;
     /* 64 MiB, allocated once: split-K algorithms whose reduction goes through the workspace
      * (COMPUTE_TYPE / OUTPUT_TYPE partials, split x rows x N floats) are called on as many rows as
      * fit (lt_plan.max_rows); the others need at most a few counters. */
@@ -2292,6 +2313,7 @@ clef_backend *clef_cuda_backend_create_ex(const clef_cuda_options *opt, clef_err
     c->qwgmma = env.qwgmma;
     c->fp8_mma = env.fp8_mma;
     c->tma = env.tma;
+    c->wgmma_ws = env.wgmma_ws;
     c->int4_v2 = env.int4 == 2;
     c->int4_2blk = env.int4 == 4;
     c->nvfp4_v2 = env.nvfp4 == 2;
@@ -2325,12 +2347,15 @@ void clef_cuda_describe(clef_backend *be, char *buf, size_t cap) {
     if (c->wgmma == 1) snprintf(wg, sizeof wg, ", wgmma experts");
     else if (c->wgmma == 2)
         snprintf(wg, sizeof wg, ", wgmma experts from %d rows (packed %d)", c->wgmma_rows, c->qwgmma_rows);
-    snprintf(buf, cap, "%s%s%s%s%s%s%s%s%s%s%s%s", c->desc, c->precise ? ", precise" : !c->precise_parts ? ", fast (bf16)" : "",
+    snprintf(buf, cap, "%s%s%s%s%s%s%s%s%s%s%s%s%s", c->desc, c->precise ? ", precise" : !c->precise_parts ? ", fast (bf16)" : "",
              !c->precise && (c->precise_parts & PRECISE_DENSE) ? ", precise dense" : "",
              !c->precise && (c->precise_parts & PRECISE_EXPERTS) ? ", precise experts" : "",
              !c->precise && (c->precise_parts & PRECISE_ATTN) ? ", precise attention" : "",
              c->gemm_custom ? ", custom dense GEMM" : ", cuBLASLt dense GEMM", wg,
-             c->wgmma && !c->qwgmma ? " (packed: mma.sync)" : "", c->tma ? ", TMA expert kernel below" : "",
+             c->wgmma && !c->qwgmma ? " (packed: mma.sync)" : "",
+             c->wgmma && c->wgmma_ws ? (c->wgmma_ws == 2 ? ", persistent wgmma experts (CTA pairs)"
+                                                          : ", persistent wgmma experts")
+                                     : "", c->tma ? ", TMA expert kernel below" : "",
              c->fp8_mma ? ", fp8-block experts W8A8 (fp8 wgmma)" : "",
              c->attn_variant == 1   ? ", attention v1"
              : c->attn_variant == 2 ? ", attention v2"

@@ -97,9 +97,10 @@ int clef_cuda_env_read(clef_cuda_env *e, clef_err *err) {
         env_choice("settings", "CLEF_CUDA_QGEMM_NVFP4", nvfp4, 4, v3, "v2 or v3", &e->nvfp4, err) ||
         env_int("CLEF_CUDA_LT_SPLITK", 0, 2, 1, &e->lt_splitk, err) ||
         env_choice("settings", "CLEF_CUDA_ATTN", attn, 4, 0, "v1, v2 or v2w", &e->attn, err) ||
-        env_int("CLEF_CUDA_WGMMA_ROWS", 1, 1 << 30, 8192, &e->wgmma_rows, err) ||
+        env_int("CLEF_CUDA_WGMMA_ROWS", 1, 1 << 30, 8000, &e->wgmma_rows, err) ||
         env_int("CLEF_CUDA_QWGMMA_ROWS", 1, 1 << 30, 8192, &e->qwgmma_rows, err) ||
         env_int("CLEF_CUDA_GRAPHS", 0, 1, 1, &e->graphs, err) || env_int("CLEF_CUDA_TMA", 0, 1, 1, &e->tma, err) ||
+        env_int("CLEF_CUDA_WGMMA_WS", 0, 2, 1, &e->wgmma_ws, err) ||
         env_int("CLEF_CUDA_FP8_MMA", 0, 1, 0, &e->fp8_mma, err))
         return -1;
     return 0;
