@@ -1,20 +1,29 @@
 /* expert_gemm.cu — the grouped expert GEMM kernels of the CUDA backend
  * (cuda_kernels.h: ck_gemm = mma.sync, ck_gemm_tma = warp-specialised TMA,
- * ck_gemm_wgmma = Hopper warpgroup MMA) timed in isolation on one layer of
+ * ck_gemm_wgmma = Hopper warpgroup MMA, ck_gemm_wgmma_ws = its persistent
+ * warp-specialised form for 128-row tiles) timed in isolation on one layer of
  * the full model's experts (128 experts, hidden 2048, inter 768, top-8) for
  * a routing plan of N tokens, and their outputs compared bitwise (the
  * backend mixes them by pass size, so they must agree to the bit).
  *
  * Routing: each token picks k distinct experts uniformly at random (seeded).
  * Weights and activations: random bf16 (weights ~0.03, activations ~1;
- * [hi | lo] rows when --split 2).  Times: CUDA events around each launch,
- * best and mean of --reps after one warm-up; bytes = every expert's weights
- * (at 300 tokens every expert is routed).
+ * [hi | lo] rows when --split 2), drawn from --seed.  Times: CUDA events
+ * around each launch, best and mean of --reps after one warm-up; bytes =
+ * every expert's weights (at 300 tokens every expert is routed); TFLOP/s =
+ * 2 rows K N of each product (gate+up: N = 2 inter) over the best time.
+ * Every output is poisoned (NaN) before each kernel runs, so an element a
+ * kernel leaves unwritten shows as a difference.
  *
  * build: the CMake target expert_gemm (CUDA builds for sm_90a)
- * usage: expert_gemm [--tokens N] [--split 1|2] [--tile 32|64|128] [--reps R]
+ * usage: expert_gemm [--tokens N] [--split 1|2] [--tile 32|64|128] [--reps R] [--seed S]
+ *                    [--counts FILE] [--reruns N]
  *   --tile: rows per tile (ck_gemm_bm: 32 = big 2, 64 = big 0, 128 = big 1;
- *           the TMA kernel takes 32 and 64, wgmma 64 and 128)
+ *           the TMA kernel takes 32 and 64, wgmma 64 and 128, wgmma_ws 128)
+ *   --counts: write the routing's rows per expert (E lines) to FILE, for
+ *           bench/grouped_mm.py (torch._grouped_mm on the same sizes)
+ *   --reruns: runs of each warp-specialised kernel (tma, wgmma_ws) after the
+ *           timed ones, each compared bitwise again (default 10)
  * exit status: 0, 1 on a CUDA error or when two kernels' outputs differ. */
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -40,6 +49,12 @@ static float frand(void) { /* uniform in [-1, 1) */
 }
 
 typedef cudaError_t (*kernel_fn)(const ck_gemm_args *, cudaStream_t);
+/* ck_gemm_wgmma_ws without its consumers' proxy fence (what the fence costs) */
+static cudaError_t ws_nofence(const ck_gemm_args *a, cudaStream_t st) {
+    return ck_gemm_wgmma_ws_opts(a, CK_WS_NOFENCE, st);
+}
+/* ck_gemm_wgmma_ws in CTA pairs sharing each weight tile */
+static cudaError_t ws_pairs(const ck_gemm_args *a, cudaStream_t st) { return ck_gemm_wgmma_ws_opts(a, CK_WS_PAIRS, st); }
 
 /* Best and mean microseconds of reps launches of fn(a) (after one warm-up). */
 static void time_kernel(kernel_fn fn, const ck_gemm_args *a, int reps, double *best, double *mean) {
@@ -104,21 +119,26 @@ static size_t count_diff(const void *got, const void *ref, size_t n, int esz, in
 }
 
 int main(int argc, char **argv) {
-    int T = 300, split = 2, tile = 32, reps = 20;
+    int T = 300, split = 2, tile = 32, reps = 20, reruns = 10;
+    const char *counts_path = NULL;
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(argv[i], "--tokens") && v) T = atoi(v), i++;
         else if (!strcmp(argv[i], "--split") && v) split = atoi(v), i++;
         else if (!strcmp(argv[i], "--tile") && v) tile = atoi(v), i++;
         else if (!strcmp(argv[i], "--reps") && v) reps = atoi(v), i++;
+        else if (!strcmp(argv[i], "--seed") && v) rng = (uint32_t)strtoul(v, NULL, 10), i++;
+        else if (!strcmp(argv[i], "--counts") && v) counts_path = v, i++;
+        else if (!strcmp(argv[i], "--reruns") && v) reruns = atoi(v), i++;
         else {
-            fprintf(stderr, "usage: expert_gemm [--tokens N] [--split 1|2] [--tile 32|64|128] [--reps R]\n");
+            fprintf(stderr, "usage: expert_gemm [--tokens N] [--split 1|2] [--tile 32|64|128] [--reps R] [--seed S] "
+                            "[--counts FILE] [--reruns N]\n");
             return 2;
         }
     }
     const int big = tile == 32 ? 2 : tile == 64 ? 0 : tile == 128 ? 1 : -1;
-    if (T < 1 || T > 100000 || (split != 1 && split != 2) || big < 0 || reps < 1) {
-        fprintf(stderr, "expert_gemm: --tokens 1..100000, --split 1 or 2, --tile 32, 64 or 128, --reps >= 1\n");
+    if (T < 1 || T > 100000 || (split != 1 && split != 2) || big < 0 || reps < 1 || reruns < 0) {
+        fprintf(stderr, "expert_gemm: --tokens 1..100000, --split 1 or 2, --tile 32, 64 or 128, --reps >= 1, --reruns >= 0\n");
         return 2;
     }
     const int64_t TK = (int64_t)T * TOPK, BM = ck_gemm_bm(big);
@@ -146,6 +166,17 @@ int main(int argc, char **argv) {
     CK(ck_moe_plan(d_idx, T, TOPK, E, (int)BM, cnt, end, row_tok, slot_pos, t_exp, t_row, n_tiles, 0));
     int tiles = 0;
     CK(cudaMemcpy(&tiles, n_tiles, 4, cudaMemcpyDeviceToHost));
+    if (counts_path) { /* rows per expert, for torch._grouped_mm on the same sizes */
+        int32_t h_end[E];
+        CK(cudaMemcpy(h_end, end, sizeof h_end, cudaMemcpyDeviceToHost));
+        FILE *cf = fopen(counts_path, "w");
+        if (!cf) {
+            fprintf(stderr, "expert_gemm: cannot write %s\n", counts_path);
+            return 1;
+        }
+        for (int e = 0; e < E; e++) fprintf(cf, "%d\n", h_end[e] - (e ? h_end[e - 1] : 0));
+        fclose(cf);
+    }
 
     /* weights: one arena, [gate E | up E | down E], each [NI, H] or [H, NI] */
     const size_t per = (size_t)H * NI, wbytes = 3 * (size_t)E * per * 2;
@@ -200,13 +231,19 @@ int main(int argc, char **argv) {
     CK(cudaGetDeviceProperties(&prop, 0));
     printf("expert_gemm: %s; %d tokens x top-%d = %lld expert rows, %d tiles of %lld rows, split %d\n", prop.name, T,
            TOPK, (long long)TK, tiles, (long long)BM, split);
+    const int sm90 = ck_wgmma_built() && prop.major == 9 && prop.minor == 0;
+    enum { NK = 6 };
     const struct {
         const char *name;
         kernel_fn fn;
         int ok;
-    } ks[3] = {{"mma.sync", ck_gemm, 1},
-               {"tma", ck_gemm_tma, maps_ok && prop.major == 9 && prop.minor == 0 && big != 1},
-               {"wgmma", ck_gemm_wgmma, ck_wgmma_built() && prop.major == 9 && prop.minor == 0 && big != 2}};
+    } ks[NK] = {{"mma.sync", ck_gemm, 1},
+                {"tma", ck_gemm_tma, maps_ok && sm90 && big != 1},
+                {"wgmma", ck_gemm_wgmma, sm90 && big != 2},
+                {"wgmma_ws", ck_gemm_wgmma_ws, maps_ok && sm90 && big == 1},
+                {"ws_pairs", ws_pairs, maps_ok && sm90 && big == 1},
+                {"ws_nofnc", ws_nofence, maps_ok && sm90 && big == 1 && getenv("EXPERT_GEMM_NOFENCE") != NULL}};
+    const double fl_gu = 2.0 * (double)TK * H * 2 * NI, fl_dn = 2.0 * (double)TK * NI * H;
     const size_t hn = (size_t)TK * NI * split, yn = (size_t)TK * H;
     uint16_t *h_ref = (uint16_t *)malloc(hn * 2), *h_got = (uint16_t *)malloc(hn * 2);
     float *y_ref = (float *)malloc(yn * 4), *y_got = (float *)malloc(yn * 4);
@@ -214,14 +251,16 @@ int main(int argc, char **argv) {
     CK(cudaMemcpy(h_trow, t_row, (size_t)max_tiles * 4, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(h_texp, t_exp, (size_t)max_tiles * 4, cudaMemcpyDeviceToHost));
     int differ = 0;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < NK; i++) {
         if (!ks[i].ok) continue;
         double gb, gm, db, dm;
+        CK(cudaMemset(Hb, 0xFF, hn * 2)); /* NaN: an element left unwritten differs */
         time_kernel(ks[i].fn, &g, reps, &gb, &gm);
         CK(cudaMemcpy(i ? h_got : h_ref, Hb, hn * 2, cudaMemcpyDeviceToHost));
         /* the down product of every kernel reads the reference kernel's SwiGLU rows, so a difference in
          * gate+up does not show again in down */
         if (i) CK(cudaMemcpy(Hb, h_ref, hn * 2, cudaMemcpyHostToDevice));
+        CK(cudaMemset(Y, 0xFF, yn * 4));
         time_kernel(ks[i].fn, &d, reps, &db, &dm);
         CK(cudaMemcpy(i ? y_got : y_ref, Y, yn * 4, cudaMemcpyDeviceToHost));
         char same[160] = "(reference)";
@@ -235,22 +274,35 @@ int main(int argc, char **argv) {
             else
                 snprintf(same, sizeof same, "bitwise = mma.sync");
         }
-        printf("  %-9s gate+up %8.1f us (mean %8.1f, %5.2f TB/s)  down %8.1f us (mean %8.1f, %5.2f TB/s)  %s\n",
-               ks[i].name, gb, gm, wbytes * 2.0 / 3.0 / (gb * 1e-6) / 1e12, db, dm, wbytes / 3.0 / (db * 1e-6) / 1e12,
-               same);
+        printf("  %-9s gate+up %8.1f us (mean %8.1f, %5.2f TB/s, %4.0f TFLOP/s)  down %8.1f us (mean %8.1f, %5.2f TB/s, "
+               "%4.0f TFLOP/s)  %s\n",
+               ks[i].name, gb, gm, wbytes * 2.0 / 3.0 / (gb * 1e-6) / 1e12, fl_gu / (gb * 1e-6) / 1e12, db, dm,
+               wbytes / 3.0 / (db * 1e-6) / 1e12, fl_dn / (db * 1e-6) / 1e12, same);
         fflush(stdout);
     }
-    if (ks[1].ok) { /* a timing-dependent fault shows as runs that differ from each other */
+    /* a timing-dependent fault shows as runs that differ from each other: the warp-specialised kernels
+     * again, gate+up and down, outputs poisoned before each run (down reads the reference rows) */
+    const int ws_kernels[3] = {1, 3, 4}; /* tma, wgmma_ws, ws_pairs */
+    for (int wi = 0; wi < 3; wi++) {
+        const int i = ws_kernels[wi];
+        if (!ks[i].ok) continue;
         size_t lo = (size_t)-1, hi = 0;
         int nbad = 0;
-        for (int r = 0; r < 10; r++) {
-            CK(ck_gemm_tma(&g, 0));
+        for (int r = 0; r < reruns; r++) {
+            CK(cudaMemset(Hb, 0xFF, hn * 2));
+            CK(ks[i].fn(&g, 0));
             CK(cudaMemcpy(h_got, Hb, hn * 2, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(Hb, h_ref, hn * 2, cudaMemcpyHostToDevice));
+            CK(cudaMemset(Y, 0xFF, yn * 4));
+            CK(ks[i].fn(&d, 0));
+            CK(cudaMemcpy(y_got, Y, yn * 4, cudaMemcpyDeviceToHost));
             size_t dh = 0;
-            for (size_t i = 0; i < hn; i++) dh += h_got[i] != h_ref[i];
+            for (size_t j = 0; j < hn; j++) dh += h_got[j] != h_ref[j];
+            for (size_t j = 0; j < yn; j++) dh += memcmp(&y_got[j], &y_ref[j], 4) != 0;
             nbad += dh != 0, lo = dh < lo ? dh : lo, hi = dh > hi ? dh : hi;
         }
-        printf("  tma gate+up, 10 more runs: %d differ from mma.sync (%zu to %zu values each)\n", nbad, lo, hi);
+        printf("  %s gate+up and down, %d more runs: %d differ from mma.sync (%zu to %zu values each)\n", ks[i].name,
+               reruns, nbad, reruns ? lo : 0, hi);
         differ |= nbad != 0;
     }
     free(h_trow), free(h_texp);

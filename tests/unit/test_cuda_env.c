@@ -15,7 +15,7 @@ static const char *const VARS[] = {"CLEF_CUDA_PRECISE", "CLEF_CUDA_NUMERICS", "C
                                    "CLEF_CUDA_QWGMMA",  "CLEF_CUDA_QGEMM_INT4", "CLEF_CUDA_QGEMM_NVFP4",
                                    "CLEF_CUDA_LT_SPLITK", "CLEF_CUDA_ATTN",    "CLEF_CUDA_GRAPHS",
                                    "CLEF_CUDA_FP8_MMA", "CLEF_CUDA_WGMMA_ROWS", "CLEF_CUDA_QWGMMA_ROWS",
-                                   "CLEF_CUDA_TMA"};
+                                   "CLEF_CUDA_TMA",     "CLEF_CUDA_WGMMA_WS"};
 
 static int clear_env(void **state) {
     (void)state;
@@ -84,7 +84,8 @@ static void test_defaults(void **state) {
     assert_int_equal(k.lt_splitk, 1);
     assert_int_equal(k.attn, 0);
     assert_int_equal(k.tma, 1);
-    assert_int_equal(k.wgmma_rows, 8192);
+    assert_int_equal(k.wgmma_rows, 8000);
+    assert_int_equal(k.wgmma_ws, 1);
     assert_int_equal(k.qwgmma_rows, 8192);
     clef_cuda_knobs from_env;
     assert_int_equal(knobs_with(NULL, NULL, &from_env, &err), 0);
@@ -178,6 +179,12 @@ static void test_kernel_switches(void **state) {
     assert_int_equal(u.graphs, 0);
     assert_int_equal(knobs_with("CLEF_CUDA_TMA", "0", &e, &err), 0);
     assert_int_equal(e.tma, 0);
+    assert_int_equal(knobs_with("CLEF_CUDA_WGMMA_WS", "0", &e, &err), 0);
+    assert_int_equal(e.wgmma_ws, 0);
+    assert_int_equal(knobs_with("CLEF_CUDA_WGMMA_WS", "2", &e, &err), 0);
+    assert_int_equal(e.wgmma_ws, 2);
+    expect_knob_error("CLEF_CUDA_WGMMA_WS", "on", "CUDA settings: CLEF_CUDA_WGMMA_WS must be an integer from 0 to 2 (got 'on')");
+    expect_knob_error("CLEF_CUDA_WGMMA_WS", "3", "CUDA settings: CLEF_CUDA_WGMMA_WS must be an integer from 0 to 2 (got '3')");
     const char *int4[] = {"v2", "v3", "v3-2blk"};
     const int int4_want[] = {2, 3, 4};
     for (int i = 0; i < 3; i++) {

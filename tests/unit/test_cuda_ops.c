@@ -982,21 +982,34 @@ static void test_moe(void **state) {
     free(x), free(logits), free(idx), free(rw), free(ref), free(prec_y), free(fast_y);
 }
 
-/* Two CUDA backends in numerics mode `precise` (0 fast, 1 precise): gb[0] with CLEF_CUDA_TMA=0
- * (the mma.sync expert kernel), gb[1] with the default; returns whether gb[1] runs the TMA kernel
- * (sm_90a build, compute capability 9.0).  The caller destroys both. */
-static int tma_backend_pair(int precise, clef_backend *gb[2]) {
+/* An A/B of two expert kernels that must give bitwise the same sums: the reference backend's
+ * settings (env_ref), the tested backend's (env_test: NULL-terminated name, value pairs), the words
+ * of the tested backend's description when it runs the kernel (has), and names for the messages. */
+typedef struct kernel_ab {
+    const char *const *env_ref, *const *env_test;
+    const char *has, *kernel, *ref;
+} kernel_ab;
+
+/* The mma.sync expert kernel (CLEF_CUDA_TMA=0) vs the default's TMA kernel below the wgmma threshold. */
+static const char *const ENV_TMA_OFF[] = {"CLEF_CUDA_TMA", "0", NULL}, *const ENV_DEFAULT[] = {NULL};
+static const kernel_ab AB_TMA = {ENV_TMA_OFF, ENV_DEFAULT, "TMA expert kernel", "TMA kernel", "CLEF_CUDA_TMA=0"};
+
+/* Two CUDA backends in numerics mode `precise` (0 fast, 1 precise): gb[0] with ab->env_ref, gb[1] with
+ * ab->env_test; returns whether gb[1] runs the tested kernel (its description names ab->has: an sm_90a
+ * build on a compute capability 9.0 device).  The caller destroys both. */
+static int kernel_backend_pair(int precise, const kernel_ab *ab, clef_backend *gb[2]) {
     clef_err err;
     const clef_cuda_options o = {.device = 0, .precise = precise, .gemm = 2, .profile = 0};
-    const char *const env_off[] = {"CLEF_CUDA_TMA", "0", NULL}, *const env_on[] = {NULL};
-    gb[0] = tu_cuda_backend_env(&o, env_off, &err);
+    gb[0] = tu_cuda_backend_env(&o, ab->env_ref, &err);
     tu_ok(gb[0] ? 0 : -1, &err);
-    gb[1] = tu_cuda_backend_env(&o, env_on, &err);
+    gb[1] = tu_cuda_backend_env(&o, ab->env_test, &err);
     tu_ok(gb[1] ? 0 : -1, &err);
     char buf[512];
     clef_cuda_describe(gb[1], buf, sizeof buf);
-    return strstr(buf, "TMA expert kernel") != NULL;
+    return strstr(buf, ab->has) != NULL;
 }
+
+static int tma_backend_pair(int precise, clef_backend *gb[2]) { return kernel_backend_pair(precise, &AB_TMA, gb); }
 
 /* The warp-specialised TMA expert kernel (default for passes below the wgmma threshold on sm_90a /
  * compute capability 9.0) against the mma.sync kernel (CLEF_CUDA_TMA=0): bitwise the same sums, on
@@ -1041,11 +1054,13 @@ static void test_moe_tma(void **state) {
     free(x), free(logits), free(idx), free(rw), free(ref);
 }
 
-/* CLEF_CUDA_TMA=0 (mma.sync) vs the TMA expert kernel on E experts of H / NI with top-k routing, for
- * each token count in Ts: the mma.sync sums once, then the TMA kernel's `reps` times on the same
- * device inputs, fast (pr 0) and precise (pr 1): every run must be bitwise equal to them (a stale or
- * overwritten stage shows as a difference that comes and goes). */
-static void tma_repeats(fx *f, int64_t E, int64_t k, int64_t H, int64_t NI, const int64_t *Ts, int nT, int reps) {
+/* The reference kernel of ab (e.g. CLEF_CUDA_TMA=0: mma.sync) vs the tested one on E experts of H / NI
+ * with top-k routing, for each token count in Ts: the reference sums once, then the tested kernel's
+ * `reps` times on the same device inputs, fast (pr 0) and precise (pr 1): every run must be bitwise
+ * equal to them (a stale or overwritten stage shows as a difference that comes and goes).  With
+ * `need`, a backend that does not run the tested kernel on a device that runs wgmma fails. */
+static void kernel_repeats(fx *f, const kernel_ab *ab, int need, int64_t E, int64_t k, int64_t H, int64_t NI,
+                           const int64_t *Ts, int nT, int reps) {
     clef_err err;
     int64_t TMAX = 0;
     for (int i = 0; i < nT; i++) TMAX = Ts[i] > TMAX ? Ts[i] : TMAX;
@@ -1066,7 +1081,12 @@ static void tma_repeats(fx *f, int64_t E, int64_t k, int64_t H, int64_t NI, cons
     tu_ok(f->cpu->ops->router_topk(f->cpu, logits, TMAX, E, k, 1, idx, rw, &err), &err);
     for (int pr = 0; pr < 2; pr++) {
         clef_backend *gb[2];
-        const int has_tma = tma_backend_pair(pr, gb);
+        const int has_k = kernel_backend_pair(pr, ab, gb);
+        if (need && !has_k) {
+            char buf[512];
+            clef_cuda_describe(gb[1], buf, sizeof buf);
+            if (strstr(buf, "wgmma experts")) fail_msg("moe: the backend does not run the %s (%s)", ab->kernel, buf);
+        }
         for (int ti = 0; ti < nT; ti++) {
             const int64_t T = Ts[ti];
             float *ref = NULL;
@@ -1096,12 +1116,12 @@ static void tma_repeats(fx *f, int64_t E, int64_t k, int64_t H, int64_t NI, cons
                 for (int j = 0; j < 3; j++)
                     for (int64_t e = 0; e < E; e++) g->ops->weight_release(g, &wg[j][e]);
             }
-            printf("  moe %3lld experts %lld/%lld top-%lld T=%-4lld %-8s %s vs CLEF_CUDA_TMA=0, %d runs: %d differ\n",
-                   (long long)E, (long long)H, (long long)NI, (long long)k, (long long)T, pr ? "precise" : "fast",
-                   has_tma ? "TMA kernel" : "(no TMA kernel on this build/device)", reps, bad);
+            printf("  moe %3lld experts %lld/%lld top-%lld T=%-5lld %-8s %s vs %s, %d runs: %d differ\n", (long long)E,
+                   (long long)H, (long long)NI, (long long)k, (long long)T, pr ? "precise" : "fast",
+                   has_k ? ab->kernel : "(kernel not on this build/device)", ab->ref, reps, bad);
             if (bad)
-                fail_msg("moe %lld experts %lld/%lld T=%lld: %d of %d TMA kernel runs differ from the mma.sync sums",
-                         (long long)E, (long long)H, (long long)NI, (long long)T, bad, reps);
+                fail_msg("moe %lld experts %lld/%lld T=%lld: %d of %d %s runs differ from the sums of %s", (long long)E,
+                         (long long)H, (long long)NI, (long long)T, bad, reps, ab->kernel, ab->ref);
             free(ref);
         }
         gb[0]->ops->destroy(gb[0]), gb[1]->ops->destroy(gb[1]);
@@ -1125,9 +1145,38 @@ static void test_moe_tma_wide(void **state) {
     TU_NEED_GPU(state);
     fx *f = *state;
     const int64_t Ts[2] = {60, 300}, Tfull[1] = {1000};
-    tma_repeats(f, 8, 2, 2048, 768, Ts, 2, 10);
-    tma_repeats(f, 8, 2, 1920, 704, Ts, 2, 10);
-    tma_repeats(f, 128, 8, 2048, 768, Tfull, 1, 5);
+    kernel_repeats(f, &AB_TMA, 0, 8, 2, 2048, 768, Ts, 2, 10);
+    kernel_repeats(f, &AB_TMA, 0, 8, 2, 1920, 704, Ts, 2, 10);
+    kernel_repeats(f, &AB_TMA, 0, 128, 8, 2048, 768, Tfull, 1, 5);
+}
+
+/* The persistent warp-specialised wgmma kernel (ck_gemm_wgmma_ws: the default for BF16 passes of
+ * >= 8192 expert rows, 128-row tiles) against the mma.sync kernel at every size (CLEF_CUDA_WGMMA=0,
+ * the same 128-row plan), bitwise, fast and precise, several runs each:
+ *   8 experts of hidden 320 / inter 192, top-2: gate+up 2 column tiles of 128 + 128 (the second half
+ *     empty: its weight boxes wholly past the matrix), 5 K stages; down 2 column tiles of 256 (the
+ *     second 64 wide), 3 K stages (fewer than the ring's stages: a tile's stages wrap across tiles);
+ *     4,200 tokens (8,400 rows, one pass, about one tile per CTA) and 16,384 tokens (two passes of
+ *     16,384 rows: each CTA walks several tiles, partial m-tiles at every expert's end);
+ *   32 experts at the model's widths (2048 / 768, top-8), 2,048 tokens: 16,384 rows, ~800 tiles of
+ *     32 and 12 stages over the SMs (every ring slot refilled many times).
+ * The same in CTA pairs (CLEF_CUDA_WGMMA_WS=2: pairs of m-tiles of one expert share each weight tile;
+ * at every expert's end a pair of two experts loads its own, and a last odd m-tile runs beside a
+ * row-less partner).  Also fails where the device runs wgmma but the backend does not pick the kernel. */
+static void test_moe_wgmma_ws(void **state) {
+    TU_NEED_GPU(state);
+    fx *f = *state;
+    static const char *const ref[] = {"CLEF_CUDA_WGMMA", "0", "CLEF_CUDA_TMA", "0", NULL},
+                             *const pairs[] = {"CLEF_CUDA_WGMMA_WS", "2", NULL};
+    const kernel_ab ab[2] = {
+        {ref, ENV_DEFAULT, "persistent wgmma experts", "persistent wgmma kernel", "CLEF_CUDA_WGMMA=0"},
+        {ref, pairs, "persistent wgmma experts (CTA pairs)", "persistent wgmma kernel in CTA pairs",
+         "CLEF_CUDA_WGMMA=0"}};
+    const int64_t Ts[2] = {4200, 16384}, Tw[1] = {2048};
+    for (int i = 0; i < 2; i++) {
+        kernel_repeats(f, &ab[i], 1, 8, 2, 320, 192, Ts, 2, 3);
+        kernel_repeats(f, &ab[i], 1, 32, 8, 2048, 768, Tw, 1, 3);
+    }
 }
 
 int main(void) {
@@ -1138,6 +1187,7 @@ int main(void) {
         cmocka_unit_test(test_rope), cmocka_unit_test(test_fused_row_ops),        cmocka_unit_test(test_attention),
         cmocka_unit_test(test_attention_then_product),
         cmocka_unit_test(test_router),      cmocka_unit_test(test_moe),   cmocka_unit_test(test_moe_tma), cmocka_unit_test(test_moe_tma_wide),
+        cmocka_unit_test(test_moe_wgmma_ws),
         cmocka_unit_test(test_attention_bench),
     };
     /* CLEF_TEST_FILTER=test_moe_tma* runs only the matching tests (e.g. under compute-sanitizer) */

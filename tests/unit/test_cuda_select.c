@@ -43,10 +43,12 @@ static void test_bf16_experts(void **state) {
     expect_experts(&H200, &k, 2400, H, 1, 1, CK_EXPERTS_TMA, 64);
     expect_experts(&H200, &k, 2400, H, 2, 1, CK_EXPERTS_TMA, 32); /* precise, <= 32 rows per expert */
     expect_experts(&H200, &k, 4097, H, 2, 1, CK_EXPERTS_TMA, 64);
-    expect_experts(&H200, &k, 8000, H, 1, 1, CK_EXPERTS_TMA, 64);
-    expect_experts(&H200, &k, 8191, H, 2, 1, CK_EXPERTS_TMA, 64);
-    expect_experts(&H200, &k, 8192, H, 1, 1, CK_EXPERTS_WGMMA, 128);
-    expect_experts(&H200, &k, 32000, H, 2, 1, CK_EXPERTS_WGMMA, 128);
+    expect_experts(&H200, &k, 7999, H, 1, 1, CK_EXPERTS_TMA, 64);
+    expect_experts(&H200, &k, 7999, H, 2, 1, CK_EXPERTS_TMA, 64);
+    expect_experts(&H200, &k, 8000, H, 1, 1, CK_EXPERTS_WGMMA_WS, 128); /* 1,000 tokens: the persistent kernel */
+    expect_experts(&H200, &k, 8192, H, 1, 1, CK_EXPERTS_WGMMA_WS, 128);
+    expect_experts(&H200, &k, 32000, H, 2, 1, CK_EXPERTS_WGMMA_WS, 128);
+    expect_experts(&H200, &k, 32000, H, 1, 0, CK_EXPERTS_WGMMA, 128); /* no tensor maps: the cp.async wgmma kernel */
     expect_experts(&H200, &k, 2400, H, 1, 0, CK_EXPERTS_MMA, 64);    /* no tensor maps */
     expect_experts(&H200, &k, 32000, 2000, 1, 1, CK_EXPERTS_MMA, 128); /* hidden % 64 != 0: no wgmma */
     /* every other device (and a Hopper build without sm_90a): the portable mma.sync kernel */
@@ -58,7 +60,7 @@ static void test_bf16_experts(void **state) {
         expect_experts(portable[i], &k, 32000, H, 1, 1, CK_EXPERTS_MMA, 128);
     }
     /* the switches */
-    k.tune = 0; /* wgmma always on 64-row tiles; precise small passes not on 32 */
+    k.tune = 0; /* wgmma always on 64-row tiles (so never the persistent kernel); precise small passes not on 32 */
     expect_experts(&H200, &k, 32000, H, 1, 1, CK_EXPERTS_WGMMA, 64);
     expect_experts(&H200, &k, 2400, H, 2, 1, CK_EXPERTS_TMA, 64);
     clef_cuda_knobs_default(&k);
@@ -67,10 +69,21 @@ static void test_bf16_experts(void **state) {
     expect_experts(&H200, &k, 32000, H, 2, 1, CK_EXPERTS_TMA, 64);  /* precise big pass, tune bit 4 */
     k.wgmma = 1;
     expect_experts(&H200, &k, 2400, H, 1, 1, CK_EXPERTS_WGMMA, 64);
+    expect_experts(&H200, &k, 9000, H, 1, 1, CK_EXPERTS_WGMMA_WS, 128);
     expect_experts(&A100, &k, 2400, H, 1, 1, CK_EXPERTS_MMA, 64); /* a switch cannot ask for what the device lacks */
     k.wgmma = 2;
-    k.wgmma_rows = 2048;
-    expect_experts(&H200, &k, 2400, H, 1, 1, CK_EXPERTS_WGMMA, 64);
+    k.wgmma_rows = 2048; /* wgmma from 2,048 rows: 128-row tiles from there too */
+    expect_experts(&H200, &k, 2400, H, 1, 1, CK_EXPERTS_WGMMA_WS, 128);
+    k.wgmma_rows = 8192;
+    expect_experts(&H200, &k, 8000, H, 1, 1, CK_EXPERTS_TMA, 64);
+    expect_experts(&H200, &k, 8192, H, 1, 1, CK_EXPERTS_WGMMA_WS, 128);
+    k.wgmma_rows = 16384; /* tiles of 128 rows from 8,192 at most */
+    expect_experts(&H200, &k, 16384, H, 1, 1, CK_EXPERTS_WGMMA_WS, 128);
+    clef_cuda_knobs_default(&k);
+    k.wgmma_ws = 2;
+    expect_experts(&H200, &k, 32000, H, 1, 1, CK_EXPERTS_WGMMA_WS_PAIRS, 128);
+    k.wgmma_ws = 0;
+    expect_experts(&H200, &k, 32000, H, 1, 1, CK_EXPERTS_WGMMA, 128);
     clef_cuda_knobs_default(&k);
     k.tma = 0;
     expect_experts(&H200, &k, 2400, H, 1, 1, CK_EXPERTS_MMA, 64);

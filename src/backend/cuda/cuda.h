@@ -46,10 +46,13 @@
  *   CLEF_CUDA_WGMMA: 0 = expert GEMMs on the mma.sync kernel only, 1 = on
  *   the sm_90a wgmma kernel (cuda_wgmma.cu) at every size, 2 (default on
  *   sm_90a builds and compute capability 9.0) = wgmma from
- *   CLEF_CUDA_WGMMA_ROWS expert rows per pass (default 8192: below it the
- *   TMA kernel (CLEF_CUDA_TMA) was faster on the H200 in both modes, e.g.
- *   1,000 tokens x top-8: 672 vs 699 us per layer precise, 421 vs 571
- *   fast; packed experts:
+ *   CLEF_CUDA_WGMMA_ROWS expert rows per pass (default 8000, 1,000 tokens
+ *   x top-8, where the persistent kernel below on 128-row tiles takes 357
+ *   us per layer fast and 454 precise against the TMA kernel's 433 fast
+ *   (672 precise, an earlier session); at 2,400 rows the TMA kernel is
+ *   faster, 332 vs 344 us fast; H200,
+ *   bench/expert_gemm; from this threshold up to 8192 rows the wgmma passes
+ *   use 128-row tiles; packed experts:
  *   CLEF_CUDA_QWGMMA_ROWS, default 8192); both kernels give bitwise the
  *   same sums, so the thresholds choose speed only.  Packed (quantized)
  *   experts follow the same rule on the wgmma variant of cuda_wgmma.cu
@@ -58,6 +61,14 @@
  *   kernels)
  *   CLEF_CUDA_QWGMMA: 0 = never, 1 (default) = NVFP4 and INT4 (FP8 stays
  *   on mma.sync, faster there on the H200), 2 = every format.
+ *   CLEF_CUDA_WGMMA_WS: 1 (default on sm_90a builds and compute capability
+ *   9.0) = the BF16 wgmma passes of 128-row tiles run on the persistent
+ *   warp-specialised kernel (cuda_wgmma_ws.cu: one CTA per SM, a producer
+ *   warpgroup of tensor copies and cp.async, two consumer warpgroups of
+ *   m64n256k16), bitwise the wgmma kernel's sums: at 32,000 tokens fast
+ *   2.69 + 1.49 ms per layer against 3.78 + 2.07 (H200); 2 = the same in
+ *   CTA pairs that share each weight tile (TMA multicast; measured slower:
+ *   3.57 + 2.15 ms); 0 = the wgmma kernel.
  *   CLEF_CUDA_TMA: 1 (default on sm_90a builds and compute capability 9.0)
  *   = the BF16 expert passes below the wgmma threshold run on the
  *   warp-specialised kernel (cuda_gemm.cu gemm_tma_kernel: weights through
@@ -173,7 +184,8 @@ clef_backend *clef_cuda_backend_create_ex(const clef_cuda_options *opt, clef_err
 
 /* The device and the settings that shape results or speed, e.g. "NVIDIA
  * H200, 132 SMs, 139.8 GiB, CUDA runtime 13.0, precise, cuBLASLt dense GEMM,
- * wgmma experts from 8192 rows (packed 8192), TMA expert kernel below" (+ ", CUDA graphs off", the
+ * wgmma experts from 8000 rows (packed 8192), persistent wgmma experts, TMA expert kernel below"
+ * (+ ", CUDA graphs off", the
  * W8A8 or attention-kernel choice where set), into buf (cap bytes,
  * truncated); "" when `be` is not a CUDA backend. */
 void clef_cuda_describe(clef_backend *be, char *buf, size_t cap);

@@ -55,9 +55,9 @@ typedef struct moe_ptrs {
     int64_t E;
     const void **host; /* [3E] the device pointers as last uploaded (checked on every use) */
     void *dev;
-    /* ck_gemm_tma's tensor maps of the same weights [gate E | up E | down E] (c->tma), encoded and
-     * uploaded with the pointers; maps_ok = 0: some weight has no map (its layout does not allow one):
-     * the layer keeps the mma.sync kernel */
+    /* ck_gemm_tma's (and ck_gemm_wgmma_ws's) tensor maps of the same weights [gate E | up E | down E]
+     * (expert_maps(c)), encoded and uploaded with the pointers; maps_ok = 0: some weight has no map (its
+     * layout does not allow one): the layer keeps the mma.sync / wgmma kernels */
     ck_tmap *maps_host;
     ck_tmap *maps_dev;
     int maps_ok;
@@ -132,7 +132,8 @@ typedef struct cuda_ctx {
      * defaults): every kernel choice is ck_pick_* of these (cuda_select.h) */
     ck_caps caps;
     clef_cuda_knobs k;
-    /* the layers' tensor maps are built for the TMA kernel: k.tma on a Hopper device (ck_caps_hopper) */
+    /* the layers' tensor maps are built (expert_maps): for the TMA kernel below the wgmma threshold or the
+     * persistent wgmma kernel above (k.tma or k.wgmma_ws) on a Hopper device (ck_caps_hopper) */
     int tma;
     /* FP8-block experts as W8A8 on the FP8 tensor cores (cuda_fp8mma.cu): CLEF_CUDA_FP8_MMA, default 0;
      * cleared where the build lacks sm_90a or the device is not compute capability 9.0 */
@@ -1449,9 +1450,13 @@ static int cu_router_topk(clef_backend *be, const float *logits, int64_t T, int6
     return op_end(c, cu_check(ck_router_topk(logits, T, E, k, norm, idx, w, c->st), "router", err));
 }
 
-/* Device pointer arrays of a layer's experts (and, with c->tma, their tensor
- * maps), uploaded once and re-checked against the layer's weights on every
- * use (cheap: host memory only). */
+/* Whether the experts' tensor maps are made: a kernel that reads them is on (TMA below the wgmma
+ * threshold, the persistent wgmma kernel above). */
+static int expert_maps(const cuda_ctx *c) { return c->tma; }
+
+/* Device pointer arrays of a layer's experts (and, with expert_maps(c), their
+ * tensor maps), uploaded once and re-checked against the layer's weights on
+ * every use (cheap: host memory only). */
 static const moe_ptrs *moe_pointers(cuda_ctx *c, const clef_moe_weights *ex, clef_err *err) {
     const int64_t E = ex->n_experts;
     moe_ptrs *m = NULL;
@@ -1471,14 +1476,15 @@ static const moe_ptrs *moe_pointers(cuda_ctx *c, const clef_moe_weights *ex, cle
         m = &c->moe[c->n_moe];
         memset(m, 0, sizeof *m);
         m->host = calloc((size_t)(3 * E), sizeof *m->host);
-        if (c->tma) m->maps_host = aligned_alloc(64, (size_t)(3 * E) * sizeof(ck_tmap));
-        if (!m->host || (c->tma && !m->maps_host)) {
+        if (expert_maps(c)) m->maps_host = aligned_alloc(64, (size_t)(3 * E) * sizeof(ck_tmap));
+        if (!m->host || (expert_maps(c) && !m->maps_host)) {
             free(m->host);
             free(m->maps_host);
             return host_oom(err), NULL;
         }
         if (cu_check(cudaMalloc(&m->dev, (size_t)(3 * E) * sizeof(void *)), "expert table", err) ||
-            (c->tma && cu_check(cudaMalloc((void **)&m->maps_dev, (size_t)(3 * E) * sizeof(ck_tmap)), "expert table", err))) {
+            (expert_maps(c) &&
+             cu_check(cudaMalloc((void **)&m->maps_dev, (size_t)(3 * E) * sizeof(ck_tmap)), "expert table", err))) {
             if (m->dev) cudaFree(m->dev);
             free(m->host);
             free(m->maps_host);
@@ -1509,7 +1515,7 @@ static const moe_ptrs *moe_pointers(cuda_ctx *c, const clef_moe_weights *ex, cle
      * pointers re-encode the maps into the same device buffer between kernel launches (no device-side
      * tensormap fence); test_moe_tma uploads its experts afresh for every run and stays bitwise the
      * mma.sync kernel, and serving never changes a layer's pointers. */
-    if (c->tma) {
+    if (expert_maps(c)) {
         m->maps_ok = 1;
         for (int64_t i = 0; i < 3 * E && m->maps_ok; i++) {
             const clef_weight *w = i < E ? &ex->gate[i] : i < 2 * E ? &ex->up[i - E] : &ex->down[i - 2 * E];
@@ -1578,6 +1584,9 @@ static const uint16_t *moe_pass_begin(cuda_ctx *c, const float *x, int64_t T, co
     return a16;
 }
 
+/* ck_gemm_wgmma_ws in CTA pairs (CLEF_CUDA_WGMMA_WS=2) */
+static cudaError_t ws_pairs(const ck_gemm_args *a, cudaStream_t st) { return ck_gemm_wgmma_ws_opts(a, CK_WS_PAIRS, st); }
+
 /* One pass of the grouped expert block over T tokens: permutation on the
  * device, the gate/up GEMM with SwiGLU fused, the down GEMM, the ordered
  * combine. */
@@ -1587,11 +1596,17 @@ static int moe_pass(cuda_ctx *c, const float *x, int64_t T, const int32_t *idx, 
     const int64_t E = ex->n_experts, H = ex->hidden, NI = ex->inter, TK = T * k;
     op_begin(c, "moe: permutation", 1);
     const int split = split_of(c, PRECISE_EXPERTS);
-    /* kernel and tile rows (cuda_select.h): wgmma for big passes, the TMA kernel (32- and 64-row tiles)
-     * below, mma.sync where neither runs; bitwise the same sums */
+    /* kernel and tile rows (cuda_select.h): wgmma for big passes (on its persistent warp-specialised form
+     * where the tensor maps exist), the TMA kernel (32- and 64-row tiles) below, mma.sync where neither
+     * runs; bitwise the same sums */
     const ck_experts_pick pick = ck_pick_experts(&c->caps, &c->k, TK, E, H, NI, split, tab->maps_ok);
-    const int wg = pick.kernel == CK_EXPERTS_WGMMA, tma = pick.kernel == CK_EXPERTS_TMA, big = pick.big,
-              BM = pick.bm;
+    const int big = pick.big, BM = pick.bm;
+    cudaError_t (*const gemm)(const ck_gemm_args *, cudaStream_t) =
+        pick.kernel == CK_EXPERTS_WGMMA_WS_PAIRS ? ws_pairs
+        : pick.kernel == CK_EXPERTS_WGMMA_WS     ? ck_gemm_wgmma_ws
+        : pick.kernel == CK_EXPERTS_WGMMA        ? ck_gemm_wgmma
+        : pick.kernel == CK_EXPERTS_TMA          ? ck_gemm_tma
+                                                 : ck_gemm;
     moe_plan pl;
     const uint16_t *a16 = moe_pass_begin(c, x, T, idx, k, E, H, BM, split, &pl, err);
     if (!a16) return -1;
@@ -1607,7 +1622,7 @@ static int moe_pass(cuda_ctx *c, const float *x, int64_t T, const int32_t *idx, 
                       .tile_expert = t_exp, .tile_row0 = t_row, .expert_end = end, .n_tiles = n_tiles,
                       .max_tiles = max_tiles, .row_src = row_tok, .H = hbuf, .big = big, .wmaps = tab->maps_dev,
                       .n_experts = E};
-    if (cu_check(wg ? ck_gemm_wgmma(&g, c->st) : tma ? ck_gemm_tma(&g, c->st) : ck_gemm(&g, c->st), "moe gate/up", err))
+    if (cu_check(gemm(&g, c->st), "moe gate/up", err))
         return op_end(c, -1);
     op_end(c, 0);
 
@@ -1618,7 +1633,7 @@ static int moe_pass(cuda_ctx *c, const float *x, int64_t T, const int32_t *idx, 
                       .W0 = (const uint16_t *const *)(ptrs + 2 * E), .tile_expert = t_exp, .tile_row0 = t_row,
                       .expert_end = end, .n_tiles = n_tiles, .max_tiles = max_tiles, .Y = yp, .ldy = H, .big = big,
                       .wmaps = tab->maps_dev ? tab->maps_dev + 2 * E : NULL, .n_experts = E};
-    if (cu_check(wg ? ck_gemm_wgmma(&d, c->st) : tma ? ck_gemm_tma(&d, c->st) : ck_gemm(&d, c->st), "moe down", err))
+    if (cu_check(gemm(&d, c->st), "moe down", err))
         return op_end(c, -1);
     op_end(c, 0);
 
@@ -2208,9 +2223,10 @@ static int ctx_init(cuda_ctx *c, clef_err *err) {
         lt_check(cublasLtMatmulDescSetAttribute(c->lt_desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "desc", err))
         return -1;
     /* the sm_90a kernels (wgmma, FP8 MMA, TMA) need that build and a compute capability 9.0 device:
-     * ck_pick_* ask ck_caps_hopper; the TMA maps and W8A8 follow it here */
+     * ck_pick_* ask ck_caps_hopper; the experts' tensor maps (the TMA kernel below the wgmma threshold,
+     * the persistent wgmma kernel above) and W8A8 follow it here */
     c->caps = (ck_caps){.cc_major = prop.major, .cc_minor = prop.minor, .sm90a_built = ck_wgmma_built()};
-    c->tma = c->k.tma && ck_caps_hopper(&c->caps);
+    c->tma = (c->k.tma || c->k.wgmma_ws) && ck_caps_hopper(&c->caps);
     if (!ck_caps_hopper(&c->caps)) c->fp8_mma = 0;
     /* 64 MiB, allocated once: split-K algorithms whose reduction goes through the workspace
      * (COMPUTE_TYPE / OUTPUT_TYPE partials, split x rows x N floats) are called on as many rows as
@@ -2297,13 +2313,16 @@ void clef_cuda_describe(clef_backend *be, char *buf, size_t cap) {
     if (hopper && c->k.wgmma == 1) snprintf(wg, sizeof wg, ", wgmma experts");
     else if (hopper && c->k.wgmma == 2)
         snprintf(wg, sizeof wg, ", wgmma experts from %d rows (packed %d)", c->k.wgmma_rows, c->k.qwgmma_rows);
-    snprintf(buf, cap, "%s%s%s%s%s%s%s%s%s%s%s%s", c->desc, c->precise ? ", precise" : !c->precise_parts ? ", fast (bf16)" : "",
+    snprintf(buf, cap, "%s%s%s%s%s%s%s%s%s%s%s%s%s", c->desc, c->precise ? ", precise" : !c->precise_parts ? ", fast (bf16)" : "",
              !c->precise && (c->precise_parts & PRECISE_DENSE) ? ", precise dense" : "",
              !c->precise && (c->precise_parts & PRECISE_EXPERTS) ? ", precise experts" : "",
              !c->precise && (c->precise_parts & PRECISE_ATTN) ? ", precise attention" : "",
              c->gemm_custom ? ", custom dense GEMM" : ", cuBLASLt dense GEMM", wg,
              hopper && c->k.wgmma && !c->k.qwgmma ? " (packed: mma.sync)" : "",
-             c->tma ? ", TMA expert kernel below" : "",
+             hopper && c->k.wgmma && c->k.wgmma_ws ? (c->k.wgmma_ws == 2 ? ", persistent wgmma experts (CTA pairs)"
+                                                                        : ", persistent wgmma experts")
+                                                   : "",
+             c->tma && c->k.tma ? ", TMA expert kernel below" : "",
              c->fp8_mma ? ", fp8-block experts W8A8 (fp8 wgmma)" : "",
              c->k.attn == 1   ? ", attention v1"
              : c->k.attn == 2 ? ", attention v2"

@@ -118,9 +118,10 @@ static const knob_def KNOBS[] = {
     KNOB_NAMES("CLEF_CUDA_QGEMM_NVFP4", NVFP4_NAMES, 4, 3, "v2 or v3", nvfp4),
     KNOB_INT("CLEF_CUDA_LT_SPLITK", 0, 2, 1, lt_splitk),
     KNOB_NAMES("CLEF_CUDA_ATTN", ATTN_NAMES, 4, 0, "v1, v2 or v2w", attn),
-    KNOB_INT("CLEF_CUDA_WGMMA_ROWS", 1, 1 << 30, 8192, wgmma_rows),
+    KNOB_INT("CLEF_CUDA_WGMMA_ROWS", 1, 1 << 30, 8000, wgmma_rows),
     KNOB_INT("CLEF_CUDA_QWGMMA_ROWS", 1, 1 << 30, 8192, qwgmma_rows),
     KNOB_INT("CLEF_CUDA_TMA", 0, 1, 1, tma),
+    KNOB_INT("CLEF_CUDA_WGMMA_WS", 0, 2, 1, wgmma_ws),
 };
 enum { N_KNOBS = sizeof KNOBS / sizeof *KNOBS };
 

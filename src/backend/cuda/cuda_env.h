@@ -49,9 +49,12 @@ typedef struct clef_cuda_knobs {
     int nvfp4;       /* CLEF_CUDA_QGEMM_NVFP4: 3 = v3 (default), 2 = v2 */
     int lt_splitk;   /* CLEF_CUDA_LT_SPLITK: 0, 1 (default) or 2 */
     int attn;        /* CLEF_CUDA_ATTN: 0 = per mode and segment length (default), 1 = v1, 2 = v2, 3 = v2w */
-    int wgmma_rows;  /* CLEF_CUDA_WGMMA_ROWS: expert rows per pass from which wgmma = 2 uses wgmma (BF16); 8192 */
+    int wgmma_rows;  /* CLEF_CUDA_WGMMA_ROWS: expert rows per pass from which wgmma = 2 uses wgmma (BF16); 8000 */
     int qwgmma_rows; /* CLEF_CUDA_QWGMMA_ROWS: the same for packed experts; default 8192 */
     int tma;         /* CLEF_CUDA_TMA: 0 = off, 1 (default) = small BF16 expert passes on the TMA kernel */
+    int wgmma_ws;    /* CLEF_CUDA_WGMMA_WS: 0 = off, 1 (default) = BF16 wgmma passes of 128-row tiles on the
+                      * persistent warp-specialised kernel (ck_gemm_wgmma_ws), 2 = the same in CTA pairs
+                      * sharing weight tiles (CK_WS_PAIRS) */
 } clef_cuda_knobs;
 
 /* Reads the user settings above from the process environment into *e (an

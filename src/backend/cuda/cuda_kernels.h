@@ -132,6 +132,28 @@ int ck_wgmma_built(void);
  * cudaErrorInvalidValue on other shapes. */
 cudaError_t ck_gemm_wgmma(const ck_gemm_args *a, cudaStream_t st);
 
+/* ck_gemm_wgmma's grouped products with 128-row tiles (big = 1: the plan of
+ * ck_moe_plan with BM = 128) on the persistent warp-specialised kernel
+ * (cuda_wgmma_ws.cu: one CTA per SM walking 128 x 256 output tiles, a
+ * producer warpgroup loading the weights by tensor copies from wmaps and the
+ * activation rows by cp.async, two consumer warpgroups of m64n256k16 MMAs):
+ * same arguments plus wmaps / n_experts (ck_gemm_tma's maps: GATEUP boxes of
+ * 64 rows [gate E | up E], DOWN 128 rows), bitwise ck_gemm_wgmma's results.
+ * Needs K >= 64, K % 64 == 0, lda % 8 == 0, a 16-byte aligned A, for DOWN an
+ * even ldy and 8-byte aligned Y, and a compute capability 9.0 device.
+ * cudaErrorNotSupported when the build lacks sm_90a, cudaErrorInvalidValue
+ * on other arguments. */
+cudaError_t ck_gemm_wgmma_ws(const ck_gemm_args *a, cudaStream_t st);
+/* ck_gemm_wgmma_ws in a variant (same results, same requirements; one of):
+ *   0            ck_gemm_wgmma_ws;
+ *   CK_WS_PAIRS  clusters of two CTAs on pairs of m-tiles that share a weight tile, each CTA copying
+ *                half of it into both (TMA multicast: half the weight traffic from L2);
+ *   CK_WS_NOFENCE  without the consumers' proxy fence between the cp.async rows and the wgmma reads
+ *                (bench/expert_gemm's A/B of what the fence costs; not for the backend).
+ * cudaErrorInvalidValue for other opts. */
+enum { CK_WS_NOFENCE = 1, CK_WS_PAIRS = 2 };
+cudaError_t ck_gemm_wgmma_ws_opts(const ck_gemm_args *a, int opts, cudaStream_t st);
+
 /* ---- packed quantized weights (cuda_qgemm.cu) ---------------------------- */
 
 /* Formats (the values of clef_wqtype in quant/qweight.h). */

@@ -24,12 +24,15 @@ ck_experts_pick ck_pick_experts(const ck_caps *caps, const clef_cuda_knobs *k, i
     ck_experts_pick p;
     const int wg = wgmma_pass(caps, k, rows, 0) && hidden % 64 == 0 && inter % 64 == 0;
     const unsigned tune = (unsigned)k->tune;
-    p.big = wg ? (rows >= 8192 && tune ? 1 : 0)
+    const int64_t wg_big = k->wgmma_rows < 8192 ? k->wgmma_rows : 8192;
+    p.big = wg ? (rows >= wg_big && tune ? 1 : 0)
           : rows >= 8192 ? (split == 2 && (tune & 4) ? 0 : 1)
           : split == 2 && (tune & 1) && rows <= 32 * n_experts ? 2
                                                               : 0;
     p.bm = ck_gemm_bm(p.big);
-    p.kernel = wg ? CK_EXPERTS_WGMMA
+    p.kernel = wg && p.big == 1 && k->wgmma_ws && tmaps_ok ? (k->wgmma_ws == 2 ? CK_EXPERTS_WGMMA_WS_PAIRS
+                                                                               : CK_EXPERTS_WGMMA_WS)
+             : wg ? CK_EXPERTS_WGMMA
              : k->tma && ck_caps_hopper(caps) && tmaps_ok && p.big != 1 ? CK_EXPERTS_TMA
                                                                        : CK_EXPERTS_MMA;
     return p;

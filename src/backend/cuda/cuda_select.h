@@ -49,6 +49,8 @@ typedef enum ck_experts_kernel {
     CK_EXPERTS_MMA = 0,   /* ck_gemm: mma.sync, cp.async; every device from sm_80 */
     CK_EXPERTS_TMA = 1,   /* ck_gemm_tma: the same MMAs fed by a loading warp and the tensor-copy engine */
     CK_EXPERTS_WGMMA = 2, /* ck_gemm_wgmma: Hopper warpgroup MMAs */
+    CK_EXPERTS_WGMMA_WS = 3,       /* ck_gemm_wgmma_ws: the same MMAs, persistent and warp-specialised */
+    CK_EXPERTS_WGMMA_WS_PAIRS = 4, /* ck_gemm_wgmma_ws_opts(CK_WS_PAIRS): in CTA pairs sharing weight tiles */
 } ck_experts_kernel;
 
 typedef struct ck_experts_pick {
@@ -63,8 +65,10 @@ typedef struct ck_experts_pick {
  * maps exist (the TMA kernel needs them).  Rules (the fastest measured on
  * the H200, docs/BENCHMARKS.md):
  *   wgmma when the device is Hopper, knobs->wgmma is 1, or 2 with rows >=
- *     knobs->wgmma_rows, and hidden, inter % 64 == 0; 128-row tiles from
- *     8,192 rows (knobs->tune != 0), else 64;
+ *     knobs->wgmma_rows (default 8,000), and hidden, inter % 64 == 0;
+ *     128-row tiles from min(wgmma_rows, 8,192) rows (knobs->tune != 0),
+ *     else 64; the 128-row tiles on the persistent warp-specialised form
+ *     (knobs->wgmma_ws 1; 2: in CTA pairs) where the tensor maps exist;
  *   else mma.sync / TMA: 128-row tiles from 8,192 rows (precise with tune
  *     bit 4: 64), 32-row tiles for a precise pass averaging <= 32 rows per
  *     expert (tune bit 1), else 64; the TMA kernel (Hopper, knobs->tma,
