@@ -153,8 +153,9 @@ static void check_error(const json_value *c, const hu_response *r) {
     assert_non_null(json_get(e, "param"));
     char want[600];
     if (!strcmp(name, "question_id_empty")) {
-        snprintf(want, sizeof want, ": question instructions render to no tokens; give non-empty instructions or a "
-                                    "non-empty question id");
+        snprintf(want, sizeof want, "\"\": question instructions render to no tokens; give non-empty instructions "
+                                    "or a non-empty question id");
+        assert_string_equal(json_get(e, "param")->str, "questions");
     } else {
         const char *g = json_get(c, "error")->str;
         if (!strncmp(g, "ValueError: ", 12)) g += 12;
