@@ -31,6 +31,8 @@
 #define CLEF_SERVER_DEFAULT_PORT 8000
 #define CLEF_SERVER_DEFAULT_MAX_BODY ((size_t)32 << 20)
 #define CLEF_SERVER_DEFAULT_MAX_CONNECTIONS 256
+/* The name GET /v1/models lists when no --served-model-name is pinned. */
+#define CLEF_SERVER_DEFAULT_LISTED_NAME "clef-omni"
 
 typedef struct clef_server_options {
     const char *model_dir;         /* checkpoint directory; required unless `synthetic` is set */
