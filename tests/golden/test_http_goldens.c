@@ -424,6 +424,62 @@ static void test_models_listing(void **state) {
     free(dir);
 }
 
+/* The value of `name` in the environment of process `pid` (/proc), or "" (caller frees). */
+static char *process_env(pid_t pid, const char *name) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/environ", (int)pid);
+    FILE *f = fopen(path, "rb"); /* a /proc file has no size to stat: read it to the end */
+    assert_non_null(f);
+    clef_buf b = {0};
+    char chunk[4096];
+    size_t got;
+    while ((got = fread(chunk, 1, sizeof chunk, f)) > 0) clef_buf_append(&b, chunk, got);
+    fclose(f);
+    clef_buf_putc(&b, '\0');
+    char *env = b.data;
+    size_t len = b.len - 1;
+    size_t n = strlen(name);
+    char *value = strdup("");
+    for (size_t at = 0; at < len; at += strlen(env + at) + 1)
+        if (!strncmp(env + at, name, n) && env[at + n] == '=') {
+            free(value);
+            value = strdup(env + at + n + 1);
+        }
+    free(env);
+    return value;
+}
+
+/* `clef serve` runs libgomp with OMP_WAIT_POLICY=passive (re-executed with it,
+ * same pid) unless the environment already sets the policy or a spin count. */
+static void test_wait_policy(void **state) {
+    const char *vars[] = {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"};
+    char *saved[2];
+    for (size_t i = 0; i < 2; i++) {
+        saved[i] = getenv(vars[i]) ? strdup(getenv(vars[i])) : NULL;
+        unsetenv(vars[i]);
+    }
+    struct {
+        const char *set_name, *set_value, *want_policy;
+    } runs[] = {{NULL, NULL, "passive"}, {"OMP_WAIT_POLICY", "active", "active"}, {"GOMP_SPINCOUNT", "300000", ""}};
+    for (size_t i = 0; i < 3; i++) {
+        if (runs[i].set_name) setenv(runs[i].set_name, runs[i].set_value, 1);
+        hu_server srv;
+        hu_start(&srv, NULL, NULL); /* waits for /healthz 200 from the tracked pid's server */
+        char *policy = process_env(srv.pid, "OMP_WAIT_POLICY");
+        if (strcmp(policy, runs[i].want_policy))
+            fail_msg("run %zu: OMP_WAIT_POLICY='%s', want '%s'", i, policy, runs[i].want_policy);
+        free(policy);
+        assert_int_equal(hu_stop(&srv), 0); /* the signal reaches the server: same pid */
+        hu_remove_log(&srv);
+        if (runs[i].set_name) unsetenv(runs[i].set_name);
+    }
+    for (size_t i = 0; i < 2; i++)
+        if (saved[i]) {
+            setenv(vars[i], saved[i], 1);
+            free(saved[i]);
+        }
+}
+
 /* Auth on (flag and env) and a pinned model name. */
 static void test_auth_and_served_name(void **state) {
     const char *args[] = {"--api-key", "s3cret-key", "--served-model-name", "clef-omni", NULL};
@@ -539,6 +595,7 @@ int main(void) {
         cmocka_unit_test(test_golden_cases),
         cmocka_unit_test(test_routes),
         cmocka_unit_test(test_models_listing),
+        cmocka_unit_test(test_wait_policy),
         cmocka_unit_test(test_loading),
         cmocka_unit_test(test_auth_and_served_name),
         cmocka_unit_test(test_truncation_default),
