@@ -16,6 +16,18 @@ int cli_parity(int argc, char **argv);
 int cli_synth(int argc, char **argv);
 int cli_devcheck(int argc, char **argv);
 
+/* `clef serve`'s OpenMP wait policy, applied before anything else runs.
+ * libgomp reads OMP_WAIT_POLICY / GOMP_SPINCOUNT once, when it is loaded, and
+ * by default its idle compute threads spin for a while after every parallel
+ * region; on a busy machine they then take the cores the connection threads
+ * need (16 clients on 2 cores: 13-34 req/s and a 2 s p99 against 90-120 req/s
+ * and 0.25-0.4 s, docs/BENCHMARKS.md).  When neither variable is set, this sets
+ * OMP_WAIT_POLICY=passive and re-executes the program (/proc/self/exe, same
+ * argv and pid) so libgomp starts with it; a set variable is left alone.
+ * Returns only if nothing was changed or the re-exec failed (then it warns
+ * on stderr and the server runs with libgomp's default). */
+void cli_serve_wait_policy(char **argv);
+
 /* Tokenizer used with synthetic weights when --tokenizer is not given (as
  * written in usage texts: relative to the repository root). */
 #define CLI_DEFAULT_TOKENIZER "tests/fixtures/tiny-clef-omni/tokenizer.json"

@@ -51,7 +51,9 @@ static void serve_usage(FILE *f) {
             "                            record runs alone\n"
             "  --max-queue N             records waiting for the engine before 503 (default %d)\n"
             "  --max-connections N       concurrent HTTP connections (default %d)\n"
-            "  --threads N               compute threads of the model (default: all cores)\n"
+            "  --threads N               compute threads of the model (default: all cores); idle ones\n"
+            "                            sleep rather than spin (OMP_WAIT_POLICY=passive is set unless\n"
+            "                            OMP_WAIT_POLICY or GOMP_SPINCOUNT is already in the environment)\n"
             "  --text-only               do not load the media towers (their memory, ~2.4 GB on the full\n"
             "                            model, stays free); requests with media get 422\n"
             "  --device D                cpu, cuda, cuda:N (default: CUDA when a GPU is present, else cpu)\n"
@@ -84,6 +86,15 @@ static void serve_usage(FILE *f) {
             "  adds a third).\n",
             m->max_images, m->max_audio, m->max_videos, m->max_image_bytes >> 20, m->max_audio_bytes >> 20,
             m->max_video_bytes >> 20, m->max_image_pixels / 1000000, m->max_audio_seconds, m->max_video_seconds);
+}
+
+void cli_serve_wait_policy(char **argv) {
+    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return; /* the operator's choice */
+    if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
+    execv("/proc/self/exe", argv);
+    fprintf(stderr, "clef serve: cannot re-execute with OMP_WAIT_POLICY=passive (%s); compute threads will spin\n",
+            strerror(errno));
+    unsetenv("OMP_WAIT_POLICY");
 }
 
 /* Upper bounds of the media flags: far above any real need, low enough that

@@ -126,11 +126,11 @@ static int check_question_spans(const clef_request *req, const clef_record *rec,
     for (size_t i = 0; i < rec->n_questions; i++) {
         if (rec->questions[i].question.start != rec->questions[i].question.end) continue;
         char param[CLEF_ERR_PARAM_MAX];
-        snprintf(param, sizeof param, "questions.%s.instructions", req->questions[i].id);
-        return clef_fail(err, 422, CLEF_E_REQUEST, param,
+        const char *id = req->questions[i].id;
+        return clef_fail(err, 422, CLEF_E_REQUEST, clef_question_param(param, sizeof param, id, "instructions"),
                          "%s: question instructions render to no tokens; give non-empty instructions or a non-empty "
                          "question id",
-                         req->questions[i].id);
+                         clef_question_name(id));
     }
     return 0;
 }

@@ -22,8 +22,9 @@
  * Errors: 422 capacity_exceeded "maximum context length: schema requires
  * <fixed> tokens before state; maximum is <max_length>"; 422
  * "<id>: question instructions render to no tokens; give non-empty
- * instructions or a non-empty question id" (param questions.<id>.instructions)
- * for an empty question span (SPEC §2.2 rule 12).
+ * instructions or a non-empty question id" (param questions.<id>.instructions;
+ * the empty id, the one that can produce it, is named "" with param
+ * "questions") for an empty question span (SPEC §2.2 rule 12).
  * With media (req->media non-empty) the media block follows PREFIX and counts
  * toward `fixed`; the record gets media_start/media_len and the 3-D positions
  * (422 if the state or schema text holds pad/<|audio_start|> marker tokens,

@@ -31,9 +31,12 @@ clef_limits clef_limits_default(void) {
 
 /* ---- small helpers ----------------------------------------------------- */
 
-/* "questions.<id>" or "questions.<id>.<field>" into `buf`. */
-static const char *question_param(char *buf, size_t cap, const char *id, const char *field) {
-    if (field)
+const char *clef_question_name(const char *id) { return id[0] ? id : "\"\""; }
+
+const char *clef_question_param(char *buf, size_t cap, const char *id, const char *field) {
+    if (!id[0])
+        snprintf(buf, cap, "questions");
+    else if (field)
         snprintf(buf, cap, "questions.%s.%s", id, field);
     else
         snprintf(buf, cap, "questions.%s", id);
@@ -74,20 +77,21 @@ static int parse_type(const json_value *t, clef_qtype *out) {
 
 static int check_question_reference(const char *id, const json_value *q, clef_qtype *type, clef_err *err) {
     char param[CLEF_ERR_PARAM_MAX];
+    const char *name = clef_question_name(id);
     if (q->type != JSON_OBJECT)
-        return clef_fail(err, 400, CLEF_E_REQUEST, question_param(param, sizeof param, id, NULL),
-                         "%s: question must be an object", id);
+        return clef_fail(err, 400, CLEF_E_REQUEST, clef_question_param(param, sizeof param, id, NULL),
+                         "%s: question must be an object", name);
     const json_value *t = json_get(q, "type");
     if (parse_type(t, type) != 0) {
         /* A non-string type is malformed (400); an unknown type string is a
          * well-formed but unsupported value (422).  Same reference message. */
         int status = is_string(t) ? 422 : 400;
-        return clef_fail(err, status, CLEF_E_REQUEST, question_param(param, sizeof param, id, "type"),
-                         "%s: type must be noul, choice, or score", id);
+        return clef_fail(err, status, CLEF_E_REQUEST, clef_question_param(param, sizeof param, id, "type"),
+                         "%s: type must be noul, choice, or score", name);
     }
     if (*type != CLEF_NOUL && !json_truthy(json_get(q, "criteria")))
-        return clef_fail(err, 422, CLEF_E_REQUEST, question_param(param, sizeof param, id, "criteria"),
-                         "%s: criteria must not be empty", id);
+        return clef_fail(err, 422, CLEF_E_REQUEST, clef_question_param(param, sizeof param, id, "criteria"),
+                         "%s: criteria must not be empty", name);
     return 0;
 }
 
@@ -95,20 +99,21 @@ static int check_question_reference(const char *id, const json_value *q, clef_qt
 
 static int check_question_containers(const char *id, const json_value *q, clef_qtype type, clef_err *err) {
     char param[CLEF_ERR_PARAM_MAX];
+    const char *name = clef_question_name(id);
     const json_value *c = json_get(q, "criteria");
-    question_param(param, sizeof param, id, "criteria");
+    clef_question_param(param, sizeof param, id, "criteria");
     switch (type) {
     case CLEF_CHOICE:
         if (c->type != JSON_OBJECT)
-            return clef_fail(err, 400, CLEF_E_REQUEST, param, "%s: choice criteria must be an object", id);
+            return clef_fail(err, 400, CLEF_E_REQUEST, param, "%s: choice criteria must be an object", name);
         break;
     case CLEF_SCORE:
         if (c->type != JSON_ARRAY)
-            return clef_fail(err, 400, CLEF_E_REQUEST, param, "%s: score criteria must be an array", id);
+            return clef_fail(err, 400, CLEF_E_REQUEST, param, "%s: score criteria must be an array", name);
         break;
     case CLEF_NOUL:
         if (c && c->type != JSON_NULL && c->type != JSON_OBJECT)
-            return clef_fail(err, 400, CLEF_E_REQUEST, param, "%s: noul criteria must be an object", id);
+            return clef_fail(err, 400, CLEF_E_REQUEST, param, "%s: noul criteria must be an object", name);
         break;
     }
     return 0;
@@ -119,17 +124,20 @@ static int check_question_containers(const char *id, const json_value *q, clef_q
 static int check_question_limits(const char *id, const json_value *q, clef_qtype type, const clef_limits *lim,
                                  clef_err *err) {
     char param[CLEF_ERR_PARAM_MAX];
+    const char *name = clef_question_name(id);
     const json_value *c = json_get(q, "criteria");
-    question_param(param, sizeof param, id, "criteria");
+    clef_question_param(param, sizeof param, id, "criteria");
     if (type == CLEF_CHOICE && c->n > lim->max_choice_options)
-        return clef_fail(err, 422, CLEF_E_CAPACITY, param, "%s: %zu options per choice exceed the limit of %zu", id,
+        return clef_fail(err, 422, CLEF_E_CAPACITY, param, "%s: %zu options per choice exceed the limit of %zu", name,
                          c->n, lim->max_choice_options);
     if (type == CLEF_SCORE && c->n < lim->min_score_levels)
-        return clef_fail(err, 422, CLEF_E_REQUEST, param, "%s: score criteria need at least %zu levels", id,
-                         lim->min_score_levels);
+        return clef_fail(err, 422, CLEF_E_REQUEST, param,
+                         "%s: score criteria need at least %zu levels (got %zu, below the minimum of %zu options per "
+                         "choice)",
+                         name, lim->min_score_levels, c->n, lim->min_score_levels);
     if (type == CLEF_SCORE && c->n > lim->max_score_levels)
         return clef_fail(err, 422, CLEF_E_CAPACITY, param,
-                         "%s: %zu score levels exceed the limit of %zu options per choice", id, c->n,
+                         "%s: %zu score levels exceed the limit of %zu options per choice", name, c->n,
                          lim->max_score_levels);
     return 0;
 }
@@ -293,7 +301,8 @@ static int validate(const json_value *root, const clef_limits *lim, clef_qtype *
     for (size_t i = 0; i < qs->n; i++)
         if (check_question_containers(qs->keys[i], qs->items[i], types[i], err)) return -1;
     if (qs->n > lim->max_questions)
-        return clef_fail(err, 422, CLEF_E_CAPACITY, "questions", "%zu questions exceed the limit of %zu", qs->n,
+        return clef_fail(err, 422, CLEF_E_CAPACITY, "questions",
+                         "%zu questions exceed the limit of %zu questions per context window", qs->n,
                          lim->max_questions);
     for (size_t i = 0; i < qs->n; i++)
         if (check_question_limits(qs->keys[i], qs->items[i], types[i], lim, err)) return -1;

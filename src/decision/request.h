@@ -71,17 +71,41 @@ typedef struct clef_request {
  *      type not a string / unknown type string       400 / 422 "<id>: type must be noul, choice, or score"
  *      choice/score criteria missing or falsy        422 "<id>: criteria must not be empty"
  *   7  container types                               400 "<id>: choice criteria must be an object" (etc.)
- *   8  limits                                        422 capacity_exceeded (SPEC §2.2 texts);
- *                                                    422 "<id>: score criteria need at least <min> levels"
+ *   8  limits                                        422 capacity_exceeded "<n> questions exceed the limit
+ *                                                    of <max> questions per context window", "<id>: <n>
+ *                                                    options per choice exceed the limit of <max>", "<id>:
+ *                                                    <n> score levels exceed the limit of <max> options per
+ *                                                    choice"; 422 invalid_request "<id>: score criteria
+ *                                                    need at least <min> levels (got <n>, below the minimum
+ *                                                    of <min> options per choice)"
  *   9  images/audio/videos not arrays of strings     400 "<field> must be an array of strings"
  *      truncate_state not a boolean                  400 "truncate_state must be a boolean"
  *      media_kwargs present (any value)              422 "media_kwargs is not supported"
- *      too many / undecodable / over-limit media     422 "images: 5 images exceed the limit of 4" (param images),
+ *      too many / over-limit media                   422 capacity_exceeded "images: 5 images exceed the limit
+ *                                                    of 4 images per context window" (param images),
  *                                                    "images[0]: image payload is invalid: <why>" (param
- *                                                    images[0]); likewise audio[i], videos[i] (media/media.h)
- * Question ids appear raw in messages and params ("questions.<id>.criteria").
+ *                                                    images[0]); undecodable media: the latter as
+ *                                                    invalid_request; likewise audio[i], videos[i]
+ *                                                    (media/media.h)
+ * Every refusal for a limit (rule 8, media limits; the encoder's window and
+ * the forward's memory) contains one of the Decision Index kit's capacity
+ * phrases ("options per choice", "context window", "the canvas holds",
+ * "maximum context length", "too many tokens").
+ * Question ids appear raw in messages and params ("questions.<id>.criteria"),
+ * except the empty id: its messages name it "" and its param is "questions"
+ * (clef_question_name, clef_question_param).
  * A media field that is null counts as absent.  Thread-safe. */
 int clef_request_parse(const char *body, size_t len, const clef_limits *lim, clef_request *out, clef_err *err);
+
+/* How errors name question `id` (NUL-terminated): the id itself, or "\"\""
+ * (two quote characters) for the empty id.  Static or borrowed from `id`. */
+const char *clef_question_name(const char *id);
+
+/* The error param of question `id`: "questions.<id>" or, with `field`,
+ * "questions.<id>.<field>", written to `buf` (`cap` bytes, cut to fit) and
+ * returned.  The empty id gets "questions": "questions..<field>" would read
+ * as a path with a missing segment. */
+const char *clef_question_param(char *buf, size_t cap, const char *id, const char *field);
 
 /* Same, from an already parsed document; takes ownership of `root` (freed on
  * error too). */

@@ -207,7 +207,8 @@ int clef_av_has_audio(const uint8_t *data, size_t size, char *why, size_t why_le
 
 /* ---- decode loop shared by audio and video ------------------------------- */
 
-/* Called for every decoded frame; returns 0 to go on, -1 to fail (why set). */
+/* Called for every decoded frame; returns 0 to go on, -1 to fail or
+ * CLEF_MEDIA_OVER_LIMIT to refuse for a limit (why set either way). */
 typedef int (*frame_fn)(void *user, AVFrame *frame, char *why, size_t why_len);
 
 /* Demux `stream` of `in`, decode every packet, flush, and hand each frame to `fn`. */
@@ -302,8 +303,9 @@ static int audio_sink_convert(audio_sink *s, const uint8_t **in, int in_samples,
     }
     s->n += (size_t)got;
     if (s->n > s->max) {
-        snprintf(why, why_len, "audio lasts longer than %.0f s", (double)s->max / CLEF_SAMPLE_RATE);
-        return -1;
+        snprintf(why, why_len, "audio lasts longer than %.0f s, the most the context window takes",
+                 (double)s->max / CLEF_SAMPLE_RATE);
+        return CLEF_MEDIA_OVER_LIMIT;
     }
     return 0;
 }
@@ -367,7 +369,7 @@ int clef_av_decode_audio(const uint8_t *data, size_t size, double max_seconds, c
     av_input_close(&in);
     if (rc) {
         free(sink.buf);
-        return -1;
+        return rc;
     }
     *samples = sink.buf;
     *n_samples = sink.n;
@@ -440,12 +442,18 @@ static int frame_to_rgb(video_sink *s, const AVFrame *f, clef_rgb *out, char *wh
 static int video_on_frame(void *user, AVFrame *f, char *why, size_t why_len) {
     video_sink *s = user;
     if (++s->decoded > CLEF_MAX_DECODED_FRAMES) {
-        snprintf(why, why_len, "video has more than %d frames", CLEF_MAX_DECODED_FRAMES);
+        snprintf(why, why_len, "video has more than %d frames, the most the context window takes",
+                 CLEF_MAX_DECODED_FRAMES);
+        return CLEF_MEDIA_OVER_LIMIT;
+    }
+    if (f->width <= 0 || f->height <= 0) {
+        snprintf(why, why_len, "video frame is %dx%d", f->width, f->height);
         return -1;
     }
-    if (f->width <= 0 || f->height <= 0 || (uint64_t)f->width * (uint64_t)f->height > s->max_pixels) {
-        snprintf(why, why_len, "video frame is %dx%d; the limit is %zu pixels", f->width, f->height, s->max_pixels);
-        return -1;
+    if ((uint64_t)f->width * (uint64_t)f->height > s->max_pixels) {
+        snprintf(why, why_len, "video frame is %dx%d = %llu pixels; the canvas holds at most %zu pixels", f->width,
+                 f->height, (unsigned long long)f->width * (unsigned long long)f->height, s->max_pixels);
+        return CLEF_MEDIA_OVER_LIMIT;
     }
     int64_t pts = f->pts != AV_NOPTS_VALUE ? f->pts : f->best_effort_timestamp;
     if (pts == AV_NOPTS_VALUE) {
@@ -454,8 +462,8 @@ static int video_on_frame(void *user, AVFrame *f, char *why, size_t why_len) {
     }
     double t = frame_time(pts, s->tb);
     if (!(t <= s->max_seconds)) {
-        snprintf(why, why_len, "video lasts longer than %.0f s", s->max_seconds);
-        return -1;
+        snprintf(why, why_len, "video lasts longer than %.0f s, the most the context window takes", s->max_seconds);
+        return CLEF_MEDIA_OVER_LIMIT;
     }
     if (!(t + 1e-6 >= (double)s->n / 2.0)) return 0; /* 2 fps by timestamp */
     if (s->n == s->cap) {
@@ -499,8 +507,9 @@ int clef_av_decode_video(const uint8_t *data, size_t size, double max_seconds, s
     int pw = in.fmt->streams[stream]->codecpar->width, ph = in.fmt->streams[stream]->codecpar->height;
     if ((uint64_t)(pw > 0 ? pw : 0) * (uint64_t)(ph > 0 ? ph : 0) > max_pixels) {
         av_input_close(&in);
-        snprintf(why, why_len, "video is %dx%d; the limit is %zu pixels", pw, ph, max_pixels);
-        return -1;
+        snprintf(why, why_len, "video is %dx%d = %llu pixels a frame; the canvas holds at most %zu pixels", pw, ph,
+                 (unsigned long long)pw * (unsigned long long)ph, max_pixels);
+        return CLEF_MEDIA_OVER_LIMIT;
     }
     AVCodecContext *dec = open_decoder(in.fmt->streams[stream], max_pixels, why, why_len);
     if (!dec) {
@@ -523,7 +532,7 @@ int clef_av_decode_video(const uint8_t *data, size_t size, double max_seconds, s
     if (rc) {
         for (size_t i = 0; i < sink.n; i++) clef_rgb_free(&sink.frames[i]);
         free(sink.frames);
-        return -1;
+        return rc;
     }
     *frames = sink.frames;
     *n_frames = sink.n;

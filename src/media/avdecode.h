@@ -52,8 +52,10 @@ int clef_av_has_audio(const uint8_t *data, size_t size, char *why, size_t why_le
 
 /* Decode the first audio stream to mono fp32 at 16 kHz (libswresample;
  * PCM16 gives s/32768 exactly).  Fails when there is no audio stream, the
- * data is invalid, it decodes to no samples, it lasts longer than
- * `max_seconds`, or `allow` refuses more memory.  *samples is malloc'd (caller frees). */
+ * data is invalid or it decodes to no samples (-1), lasts longer than
+ * `max_seconds` (CLEF_MEDIA_OVER_LIMIT, media.h; "audio lasts longer than
+ * 300 s, the most the context window takes"), or `allow` refuses more memory
+ * (-1).  *samples is malloc'd (caller frees). */
 int clef_av_decode_audio(const uint8_t *data, size_t size, double max_seconds, clef_av_allowance *allow,
                          float **samples, size_t *n_samples, char *why, size_t why_len);
 
@@ -61,9 +63,12 @@ int clef_av_decode_audio(const uint8_t *data, size_t size, double max_seconds, c
  * time + 1e-6 >= kept/2 (2 fps; time = pts * time_base as PyAV's frame.time),
  * converted to rgb24 and, above 262,144 px, scaled down by swscale
  * (bilinear) to max(2, round(side*s/2)*2) with s = sqrt(262144/(w*h)).
- * An odd number of kept frames is NOT padded here.  Fails on invalid data,
- * no video stream, no frames, a frame larger than `max_pixels` or later than
- * `max_seconds`, frames of different sizes, or `allow` refusing more memory.  *frames is malloc'd: an array
+ * An odd number of kept frames is NOT padded here.  Fails (-1) on invalid
+ * data, no video stream, no frames, frames of different sizes, or `allow`
+ * refusing more memory; returns CLEF_MEDIA_OVER_LIMIT (media.h) for a frame
+ * larger than `max_pixels` ("... the canvas holds at most N pixels"), one
+ * later than `max_seconds` or more than 20,000 decoded frames ("... the most
+ * the context window takes").  *frames is malloc'd: an array
  * of *n_frames clef_rgb (free each with clef_rgb_free, then the array). */
 int clef_av_decode_video(const uint8_t *data, size_t size, double max_seconds, size_t max_pixels,
                          clef_av_allowance *allow, clef_rgb **frames, size_t *n_frames, char *why, size_t why_len);

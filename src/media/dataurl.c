@@ -73,12 +73,14 @@ int clef_dataurl_parse(const char *url, size_t len, size_t max_bytes, clef_datau
         }
     size_t size = n / 4 * 3 - pad;
     if (size > max_bytes) {
-        snprintf(why, why_len, "payload is %zu bytes; the limit is %zu", size, max_bytes);
-        return -1;
+        snprintf(why, why_len, "payload is %zu bytes; the context window takes at most %zu bytes per item", size,
+                 max_bytes);
+        return CLEF_MEDIA_OVER_LIMIT;
     }
-    if (n > (size_t)0x7fffffff) {
-        snprintf(why, why_len, "payload too large");
-        return -1;
+    if (n > (size_t)0x7fffffff) { /* OpenSSL's decoder takes an int */
+        snprintf(why, why_len, "payload is %zu bytes of base64; the context window takes at most %zu per item", n,
+                 (size_t)0x7fffffff);
+        return CLEF_MEDIA_OVER_LIMIT;
     }
     uint8_t *data = malloc(n / 4 * 3 + 1);
     if (!data) {

@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "media/media.h"
+
 /* Result of clef_dataurl_parse: the MIME type (lower-cased, parameters
  * removed, e.g. "image/png") and the decoded payload. */
 typedef struct clef_dataurl {
@@ -22,8 +24,10 @@ typedef struct clef_dataurl {
  * ";base64," and a standard-alphabet base64 payload (length a multiple of 4,
  * at most two '=' at the end, no whitespace).  The payload is decoded only if
  * its decoded size is at most `max_bytes`.
- * Returns 0, or -1 with a short reason in `why` (`why_len` bytes), e.g.
- * "not a base64 data URL", "payload is 5242880 bytes; the limit is 4194304". */
+ * Returns 0; -1 with a short reason in `why` (`why_len` bytes) for a
+ * malformed URL, e.g. "not a data URL (...)"; CLEF_MEDIA_OVER_LIMIT when the
+ * payload is too large, e.g. "payload is 5242880 bytes; the context window
+ * takes at most 4194304 bytes per item". */
 int clef_dataurl_parse(const char *url, size_t len, size_t max_bytes, clef_dataurl *out, char *why, size_t why_len);
 
 void clef_dataurl_free(clef_dataurl *d);

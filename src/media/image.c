@@ -25,16 +25,17 @@ void clef_rgb_free(clef_rgb *img) {
     img->w = img->h = 0;
 }
 
-/* The header check that must run before any pixel allocation. */
+/* The header check that must run before any pixel allocation: -1 for an
+ * empty image, CLEF_MEDIA_OVER_LIMIT for one over the pixel limit. */
 static int check_dims(uint64_t w, uint64_t h, size_t max_pixels, char *why, size_t why_len) {
     if (w == 0 || h == 0) {
         snprintf(why, why_len, "image is %llux%llu", (unsigned long long)w, (unsigned long long)h);
         return -1;
     }
     if (w > 0x7fffffff || h > 0x7fffffff || w * h > max_pixels) {
-        snprintf(why, why_len, "image is %llux%llu = %llu pixels; the limit is %zu", (unsigned long long)w,
-                 (unsigned long long)h, (unsigned long long)(w * h), max_pixels);
-        return -1;
+        snprintf(why, why_len, "image is %llux%llu = %llu pixels; the canvas holds at most %zu pixels",
+                 (unsigned long long)w, (unsigned long long)h, (unsigned long long)(w * h), max_pixels);
+        return CLEF_MEDIA_OVER_LIMIT;
     }
     return 0;
 }
@@ -105,9 +106,10 @@ static int decode_jpeg(const uint8_t *data, size_t size, size_t max_pixels, clef
     cinfo.mem->max_memory_to_use = 512L << 20;
     jpeg_mem_src(&cinfo, data, (unsigned long)size);
     jpeg_read_header(&cinfo, TRUE);
-    if (check_dims(cinfo.image_width, cinfo.image_height, max_pixels, why, why_len)) {
+    int dims = check_dims(cinfo.image_width, cinfo.image_height, max_pixels, why, why_len);
+    if (dims) {
         jpeg_destroy_decompress(&cinfo);
-        return -1;
+        return dims;
     }
     if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) {
         jpeg_destroy_decompress(&cinfo);
@@ -118,10 +120,11 @@ static int decode_jpeg(const uint8_t *data, size_t size, size_t max_pixels, clef
     cinfo.out_color_space = JCS_RGB;
     jpeg_start_decompress(&cinfo);
     size_t w = cinfo.output_width, h = cinfo.output_height;
-    if (cinfo.output_components != 3 || check_dims(w, h, max_pixels, why, why_len)) {
+    dims = cinfo.output_components == 3 ? check_dims(w, h, max_pixels, why, why_len) : -1;
+    if (dims) {
         jpeg_destroy_decompress(&cinfo);
         if (cinfo.output_components != 3) snprintf(why, why_len, "unsupported JPEG colour layout");
-        return -1;
+        return dims;
     }
     pixels = malloc(w * h * 3);
     if (!pixels) {
@@ -201,8 +204,10 @@ static uint32_t be32(const uint8_t *p) { return (uint32_t)p[0] << 24 | (uint32_t
 static int decode_png(const uint8_t *data, size_t size, size_t max_pixels, clef_rgb *out, char *why, size_t why_len) {
     /* IHDR is the first chunk: refuse oversized images from its 24 bytes,
      * before libpng reads (or allocates) anything else. */
-    if (size >= 24 && memcmp(data + 12, "IHDR", 4) == 0 && check_dims(be32(data + 16), be32(data + 20), max_pixels, why, why_len))
-        return -1;
+    if (size >= 24 && memcmp(data + 12, "IHDR", 4) == 0) {
+        int dims = check_dims(be32(data + 16), be32(data + 20), max_pixels, why, why_len);
+        if (dims) return dims;
+    }
     png_src src = {data, size, 0, {0}};
     png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &src, png_on_error, png_on_warning);
     if (!png) {
@@ -231,9 +236,10 @@ static int decode_png(const uint8_t *data, size_t size, size_t max_pixels, clef_
     png_set_keep_unknown_chunks(png, PNG_HANDLE_CHUNK_NEVER, ignored, 6);
     png_read_info(png, info);
     png_uint_32 w = png_get_image_width(png, info), h = png_get_image_height(png, info);
-    if (check_dims(w, h, max_pixels, why, why_len)) {
+    int dims = check_dims(w, h, max_pixels, why, why_len);
+    if (dims) {
         png_destroy_read_struct(&png, &info, NULL);
-        return -1;
+        return dims;
     }
     int color = png_get_color_type(png, info), depth = png_get_bit_depth(png, info);
     if (color == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
@@ -268,9 +274,9 @@ static int decode_webp(const uint8_t *data, size_t size, size_t max_pixels, clef
         snprintf(why, why_len, "invalid WebP data");
         return -1;
     }
-    if (check_dims((uint64_t)(f.width < 0 ? 0 : f.width), (uint64_t)(f.height < 0 ? 0 : f.height), max_pixels, why,
-                   why_len))
-        return -1;
+    int dims = check_dims((uint64_t)(f.width < 0 ? 0 : f.width), (uint64_t)(f.height < 0 ? 0 : f.height), max_pixels,
+                          why, why_len);
+    if (dims) return dims;
     if (f.has_animation) {
         snprintf(why, why_len, "animated WebP images are not supported");
         return -1;

@@ -29,8 +29,10 @@ clef_image_format clef_image_sniff(const uint8_t *data, size_t size);
 /* Decode `data` into `out` (out->data malloc'd, owned by the caller).
  * The header's width and height are checked BEFORE any pixel buffer is
  * allocated: each must be >= 1, and w*h <= max_pixels.
- * Returns 0, or -1 with a short reason in `why` ("truncated PNG data",
- * "image is 10000x10000 = 100000000 pixels; the limit is 16000000", ...). */
+ * Returns 0; -1 with a short reason in `why` for a malformed image
+ * ("truncated PNG data", ...); CLEF_MEDIA_OVER_LIMIT (media.h) when it has
+ * more than `max_pixels` ("image is 10000x10000 = 100000000 pixels; the
+ * canvas holds at most 16000000 pixels"). */
 int clef_image_decode(const uint8_t *data, size_t size, size_t max_pixels, clef_rgb *out, char *why, size_t why_len);
 
 /* From the header only (PNG: IHDR; JPEG: the markers up to the first scan;

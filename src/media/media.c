@@ -33,20 +33,27 @@ clef_media_limits clef_media_limits_default(void) {
     return l;
 }
 
-/* "images[2]: image payload is invalid: <why>", param "images[2]". */
-static int item_fail(clef_err *err, const char *field, size_t i, const char *kind, const char *why) {
+/* "images[2]: image payload is invalid: <why>", param "images[2]"; `rc` is
+ * the decoder's return value: CLEF_MEDIA_OVER_LIMIT makes it a capacity
+ * refusal (SPEC §2.2 rule 9's text, the type of the capacity cases). */
+static int item_fail(clef_err *err, const char *field, size_t i, const char *kind, int rc, const char *why) {
     char param[64];
     snprintf(param, sizeof param, "%s[%zu]", field, i);
-    return clef_fail(err, 422, CLEF_E_REQUEST, param, "%s: %s payload is invalid: %s", param, kind, why);
+    return clef_fail(err, 422, rc == CLEF_MEDIA_OVER_LIMIT ? CLEF_E_CAPACITY : CLEF_E_REQUEST, param,
+                     "%s: %s payload is invalid: %s", param, kind, why);
 }
 
+/* "images: 5 images exceed the limit of 4 images per context window". */
 static int count_fail(clef_err *err, const char *field, size_t n, const char *noun, size_t max) {
-    return clef_fail(err, 422, CLEF_E_REQUEST, field, "%s: %zu %s exceed the limit of %zu", field, n, noun, max);
+    return clef_fail(err, 422, CLEF_E_CAPACITY, field, "%s: %zu %s exceed the limit of %zu %s per context window",
+                     field, n, noun, max, noun);
 }
 
-/* Parse the data URL and check that its MIME type is `<top>/...`. */
+/* Parse the data URL and check that its MIME type is `<top>/...`; returns
+ * clef_dataurl_parse's value (CLEF_MEDIA_OVER_LIMIT for too many bytes). */
 static int open_item(const clef_media_item *it, const char *top, size_t max_bytes, clef_dataurl *du, char *why) {
-    if (clef_dataurl_parse(it->url, it->len, max_bytes, du, why, WHY_MAX)) return -1;
+    int rc = clef_dataurl_parse(it->url, it->len, max_bytes, du, why, WHY_MAX);
+    if (rc) return rc;
     size_t n = strlen(top);
     if (strncmp(du->mime, top, n) != 0 || du->mime[n] != '/') {
         snprintf(why, WHY_MAX, "MIME type %s is not %s/*", du->mime, top);
@@ -247,14 +254,15 @@ static int decode_image(clef_media *m, size_t i, const clef_media_item *it, cons
                         clef_err *err) {
     char why[WHY_MAX];
     clef_dataurl du;
-    if (open_item(it, "image", lim->max_image_bytes, &du, why)) return item_fail(err, "images", i, "image", why);
-    int rc = clef_image_decode(du.data, du.size, lim->max_image_pixels, &m->images[i], why, sizeof why);
+    int rc = open_item(it, "image", lim->max_image_bytes, &du, why);
+    if (rc) return item_fail(err, "images", i, "image", rc, why);
+    rc = clef_image_decode(du.data, du.size, lim->max_image_pixels, &m->images[i], why, sizeof why);
     clef_dataurl_free(&du);
-    if (rc) return item_fail(err, "images", i, "image", why);
+    if (rc) return item_fail(err, "images", i, "image", rc, why);
     int32_t h, w;
     if (clef_smart_resize(m->images[i].h, m->images[i].w, CLEF_RESIZE_FACTOR, CLEF_IMAGE_MIN_PIXELS,
                           CLEF_IMAGE_MAX_PIXELS, &h, &w))
-        return item_fail(err, "images", i, "image", "aspect ratio is above 200");
+        return item_fail(err, "images", i, "image", -1, "aspect ratio is above 200");
     m->image_grids[i] = (clef_grid){1, h / CLEF_PATCH, w / CLEF_PATCH};
     return 0;
 }
@@ -270,15 +278,17 @@ static clef_av_allowance *allowance(clef_av_allowance *a, budget_grow *g, size_t
 static int decode_video(clef_media *m, size_t i, const clef_media_item *it, const clef_media_limits *lim,
                         clef_dataurl *du, const media_plan *plan, clef_err *err) {
     char why[WHY_MAX];
-    if (open_item(it, "video", lim->max_video_bytes, du, why)) return item_fail(err, "videos", i, "video", why);
+    int rc = open_item(it, "video", lim->max_video_bytes, du, why);
+    if (rc) return item_fail(err, "videos", i, "video", rc, why);
     clef_rgb *frames;
     size_t n;
     budget_grow g = {m, 0, {0}};
     clef_av_allowance a;
-    if (clef_av_decode_video(du->data, du->size, lim->max_video_seconds, lim->max_image_pixels,
-                             allowance(&a, &g, plan->video_keep[i]), &frames, &n, why, sizeof why)) {
+    rc = clef_av_decode_video(du->data, du->size, lim->max_video_seconds, lim->max_image_pixels,
+                              allowance(&a, &g, plan->video_keep[i]), &frames, &n, why, sizeof why);
+    if (rc) {
         if (g.refused) return *err = g.err, -1;
-        return item_fail(err, "videos", i, "video", why);
+        return item_fail(err, "videos", i, "video", rc, why);
     }
     if (n % CLEF_TEMPORAL_PATCH) { /* odd count: repeat the last frame */
         frames = clef_xrealloc(frames, (n + 1) * sizeof *frames);
@@ -294,7 +304,7 @@ static int decode_video(clef_media *m, size_t i, const clef_media_item *it, cons
     int32_t h, w;
     if (clef_smart_resize(frames[0].h, frames[0].w, CLEF_RESIZE_FACTOR, CLEF_VIDEO_MIN_PIXELS, CLEF_VIDEO_MAX_PIXELS,
                           &h, &w))
-        return item_fail(err, "videos", i, "video", "aspect ratio is above 200");
+        return item_fail(err, "videos", i, "video", -1, "aspect ratio is above 200");
     m->video_grids[i] = (clef_grid){(int32_t)(n / CLEF_TEMPORAL_PATCH), h / CLEF_PATCH, w / CLEF_PATCH};
     m->video_second_per_grid[i] = CLEF_TEMPORAL_PATCH / 2.0; /* temporal_patch_size / fps, fps = 2 */
     return 0;
@@ -307,16 +317,17 @@ static int decode_clip(clef_media *m, size_t c, const uint8_t *data, size_t size
     char why[WHY_MAX], msg[WHY_MAX + 32];
     budget_grow g = {m, 0, {0}};
     clef_av_allowance a;
-    if (clef_av_decode_audio(data, size, max_seconds, allowance(&a, &g, plan->clip_keep[c]), &m->clips[c],
-                             &m->clip_samples[c], why, sizeof why)) {
+    int rc = clef_av_decode_audio(data, size, max_seconds, allowance(&a, &g, plan->clip_keep[c]), &m->clips[c],
+                                  &m->clip_samples[c], why, sizeof why);
+    if (rc) {
         if (g.refused) return *err = g.err, -1;
         snprintf(msg, sizeof msg, "%s%s", what, why);
-        return item_fail(err, field, i, kind, msg);
+        return item_fail(err, field, i, kind, rc, msg);
     }
     if (m->clip_samples[c] < CLEF_MIN_CLIP_SAMPLES) {
         snprintf(msg, sizeof msg, "%saudio is %zu samples long at 16 kHz; at least %d are needed", what,
                  m->clip_samples[c], CLEF_MIN_CLIP_SAMPLES);
-        return item_fail(err, field, i, kind, msg);
+        return item_fail(err, field, i, kind, -1, msg);
     }
     return 0;
 }
@@ -376,7 +387,7 @@ static int decode_items(const clef_media_source *src, const clef_media_limits *l
         if (rc == 0) {
             char why[WHY_MAX];
             int has = clef_av_has_audio(vdu[i].data, vdu[i].size, why, sizeof why);
-            if (has < 0) rc = item_fail(err, "videos", i, "video", why);
+            if (has < 0) rc = item_fail(err, "videos", i, "video", -1, why);
             if (has <= 0) all_audio = 0;
         }
     }
@@ -391,8 +402,9 @@ static int decode_items(const clef_media_source *src, const clef_media_limits *l
     for (size_t i = 0; i < m->n_audio && rc == 0; i++) {
         char why[WHY_MAX];
         clef_dataurl du;
-        if (open_item(&src->audio[i], "audio", lim->max_audio_bytes, &du, why)) {
-            rc = item_fail(err, "audio", i, "audio", why);
+        int orc = open_item(&src->audio[i], "audio", lim->max_audio_bytes, &du, why);
+        if (orc) {
+            rc = item_fail(err, "audio", i, "audio", orc, why);
             break;
         }
         rc = decode_clip(m, i, du.data, du.size, lim->max_audio_seconds, plan, "audio", i, "audio", "", err);

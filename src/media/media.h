@@ -20,9 +20,14 @@
  * (channel, t, y, x) order; rows run (t, block_row, block_col, in_row, in_col)
  * over 2x2 merge blocks.
  *
- * Errors: 422 invalid_request naming the item, e.g. param "images[0]",
- * message "images[0]: image payload is invalid: <why>"; too many items gives
- * 422 "images: 5 images exceed the limit of 4" (param "images").
+ * Errors: 422 naming the item, e.g. param "images[0]", message
+ * "images[0]: image payload is invalid: <why>".  A malformed item is
+ * invalid_request; an item over a configured limit (bytes, pixels, duration,
+ * decoded frames) is capacity_exceeded and its <why> holds one of the
+ * Decision Index kit's capacity phrases ("the canvas holds" for pixels,
+ * "context window" for the rest); too many items is capacity_exceeded
+ * "images: 5 images exceed the limit of 4 images per context window"
+ * (param "images").
  */
 #ifndef CLEF_MEDIA_MEDIA_H
 #define CLEF_MEDIA_MEDIA_H
@@ -41,6 +46,13 @@
 #define CLEF_MEL_BINS 128
 #define CLEF_HOP 160            /* samples per log-mel frame at 16 kHz */
 #define CLEF_SAMPLE_RATE 16000
+
+/* What the item decoders (clef_dataurl_parse, clef_image_decode,
+ * clef_av_decode_audio, clef_av_decode_video) return when they refuse an
+ * item for a configured capacity limit (decoded bytes, pixels, duration,
+ * decoded frames) rather than because it is malformed (-1).  `why` is filled
+ * either way; clef_media_decode turns this one into 422 capacity_exceeded. */
+#define CLEF_MEDIA_OVER_LIMIT (-2)
 
 /* Configurable limits (issue 6).  Byte limits apply to the decoded payload,
  * pixel limits to the header's width x height (checked before any pixel
@@ -132,7 +144,8 @@ typedef struct clef_media {
  * 2 fps (rgb24, odd counts padded with the last frame) and, when every video
  * has one, the soundtracks; compute grids, frame counts and token counts.
  * `lim` NULL = defaults.  `out` is zeroed first; on error it is freed and
- * `err` holds 422 invalid_request naming the item (SPEC §2.2 rule 9).
+ * `err` holds 422 naming the item (SPEC §2.2 rule 9): invalid_request for a
+ * malformed item, capacity_exceeded for one over a limit or too many items.
  *
  * With lim->budget, before anything is decoded, every item's header is read
  * (clef_image_probe, clef_av_probe; nothing decoded) and the request's

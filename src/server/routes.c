@@ -170,9 +170,19 @@ static enum MHD_Result get_models(clef_server *s, struct MHD_Connection *c, requ
     clef_buf_puts(&b, ",\"object\":\"model\",\"owned_by\":\"clef\",\"capabilities\":[\"systemone\"]}],"
                       "\"models\":[{\"name\":");
     json_render_string(s->listed_name, n, &b);
-    clef_buf_puts(&b, ",\"description\":\"Clef-Omni typed-decision model (SystemOne API), served by clef\","
-                      "\"release_date\":");
-    json_render_string(s->release_date, strlen(s->release_date), &b);
+    clef_buf d = {0};
+    clef_buf_puts(&d, "Clef-Omni typed-decision model (SystemOne API), served by clef");
+    if (s->opt.synthetic) /* say what answers: random weights, not the model */
+        clef_buf_printf(&d, "; random weights of synthetic preset %s%s%s", s->opt.synthetic,
+                        s->opt.synthetic_quant ? ", experts " : "", s->opt.synthetic_quant ? s->opt.synthetic_quant : "");
+    clef_buf_puts(&b, ",\"description\":");
+    json_render_string(d.data, d.len, &b);
+    clef_buf_free(&d);
+    clef_buf_puts(&b, ",\"release_date\":");
+    if (s->release_date[0])
+        json_render_string(s->release_date, strlen(s->release_date), &b);
+    else
+        clef_buf_puts(&b, "null");
     clef_buf_puts(&b, "}]}");
     return respond(s, c, r, 200, "application/json", &b, NULL, 0);
 }

@@ -12,6 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "io/config.h"
+#include "json/json.h"
 #include "server/server_internal.h"
 #include "util/timer.h"
 
@@ -37,37 +39,41 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
     say("clef serve: libmicrohttpd: %s", msg);
 }
 
-/* The name GET /v1/models lists: the pinned name, else the directory's
- * base name ("tests/fixtures/tiny-clef-omni/" -> "tiny-clef-omni"), or
- * "synthetic-<preset>[-<format>]" for a synthetic model. */
+/* The name GET /v1/models lists: the name clients are served under, i.e.
+ * the pinned --served-model-name, else "clef-omni" (without a pin any name
+ * is accepted and echoed; the listing names the model, not its directory). */
 static void listed_name(const clef_server_options *o, char *out, size_t cap) {
-    if (o->served_model_name) {
-        snprintf(out, cap, "%s", o->served_model_name);
-        return;
-    }
-    if (!o->model_dir) {
-        snprintf(out, cap, "synthetic-%s%s%s", o->synthetic, o->synthetic_quant ? "-" : "",
-                 o->synthetic_quant ? o->synthetic_quant : "");
-        return;
-    }
-    size_t end = strlen(o->model_dir);
-    while (end > 1 && o->model_dir[end - 1] == '/') end--;
-    size_t start = end;
-    while (start > 0 && o->model_dir[start - 1] != '/') start--;
-    snprintf(out, cap, "%.*s", (int)(end - start), o->model_dir + start);
-    if (!out[0]) snprintf(out, cap, "clef-omni");
+    snprintf(out, cap, "%s", o->served_model_name ? o->served_model_name : CLEF_SERVER_DEFAULT_LISTED_NAME);
 }
 
-/* YYYY-MM-DD of config.json's modification time (UTC): the checkpoint's
- * own date is the best "release_date" a directory carries. */
+/* 1 if s is a YYYY-MM-DD calendar date (month 01-12, day 01-31). */
+static int is_date(const char *s, size_t n) {
+    if (n != 10 || s[4] != '-' || s[7] != '-') return 0;
+    for (size_t i = 0; i < 10; i++)
+        if (i != 4 && i != 7 && (s[i] < '0' || s[i] > '9')) return 0;
+    int month = (s[5] - '0') * 10 + (s[6] - '0'), day = (s[8] - '0') * 10 + (s[9] - '0');
+    return month >= 1 && month <= 12 && day >= 1 && day <= 31;
+}
+
+/* The listing's "release_date": config.json's top-level "release_date" when
+ * the checkpoint records one (a YYYY-MM-DD string), else "" (listed as
+ * null).  A file date would change with every copy of the checkpoint, so
+ * none is made up.  A value of another shape is reported and ignored. */
 static void release_date(const char *dir, char *out, size_t cap) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/config.json", dir ? dir : "");
-    struct stat st;
-    time_t t = dir && stat(path, &st) == 0 ? st.st_mtime : time(NULL); /* synthetic: today */
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    strftime(out, cap, "%Y-%m-%d", &tm);
+    out[0] = '\0';
+    if (!dir) return; /* synthetic weights have no release */
+    clef_err err;
+    size_t len = 0;
+    char *text = clef_read_text_file(dir, "config.json", &len, &err);
+    if (!text) return; /* the loader reports the missing file */
+    json_value *root = json_parse(text, len, &err);
+    free(text);
+    const json_value *d = root && root->type == JSON_OBJECT ? json_get(root, "release_date") : NULL;
+    if (d && d->type == JSON_STRING && is_date(d->str, d->len) && d->len < cap)
+        snprintf(out, cap, "%.*s", (int)d->len, d->str);
+    else if (d && d->type != JSON_NULL)
+        say("clef serve: %s/config.json: release_date is not a YYYY-MM-DD string; /v1/models lists null", dir);
+    json_free(root);
 }
 
 /* Test hook: milliseconds every forward is stretched by, so the tests can

@@ -36,6 +36,8 @@
 #define CLEF_SERVER_DEFAULT_BODY_BUDGET_BODIES 4 /* the body budget: 4 x max_body_bytes by default */
 #define CLEF_SERVER_DEFAULT_BUDGET_WAIT_MS 2000
 #define CLEF_SERVER_BUDGET_UNLIMITED SIZE_MAX
+/* The name GET /v1/models lists when no --served-model-name is pinned. */
+#define CLEF_SERVER_DEFAULT_LISTED_NAME "clef-omni"
 
 typedef struct clef_server_options {
     const char *model_dir;         /* checkpoint directory; required unless `synthetic` is set */

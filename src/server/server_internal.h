@@ -18,8 +18,8 @@ enum { SERVER_LOADING, SERVER_READY, SERVER_FAILED };
 
 typedef struct clef_server {
     clef_server_options opt;  /* defaults filled in */
-    char listed_name[256];    /* served name, or the model directory's base name */
-    char release_date[16];    /* YYYY-MM-DD of config.json's mtime (UTC) */
+    char listed_name[256];    /* --served-model-name, else CLEF_SERVER_DEFAULT_LISTED_NAME */
+    char release_date[16];    /* config.json's "release_date" (YYYY-MM-DD), or "" = null */
     struct MHD_Daemon *daemon;
     clef_metrics *metrics;
     clef_budget *media_budget; /* decoded media (opt.limits.media.budget points here) */

@@ -127,9 +127,9 @@ static void test_golden_responses(void **state) {
             assert_int_equal(rc, -1);
             assert_int_equal(err.status, 422);
             assert_string_equal(err.message,
-                                ": question instructions render to no tokens; give non-empty instructions or a "
+                                "\"\": question instructions render to no tokens; give non-empty instructions or a "
                                 "non-empty question id");
-            assert_string_equal(err.param, "questions..instructions");
+            assert_string_equal(err.param, "questions");
             rejected++;
         } else if (gerr) {
             const char *msg = gerr->str;

@@ -225,14 +225,16 @@ static void test_serve_media_limits(void **state) {
     m.len = 0;
     clef_buf_printf(&m, ",\"images\":[\"%s\",\"%s\"]", small, small);
     post_expect(&s, m.data, 422,
-                "{\"error\":{\"message\":\"images: 2 images exceed the limit of 1\",\"type\":\"invalid_request\","
+                "{\"error\":{\"message\":\"images: 2 images exceed the limit of 1 images per context window\","
+                "\"type\":\"capacity_exceeded\","
                 "\"param\":\"images\"}}");
     m.len = 0;
     clef_buf_printf(&m, ",\"images\":[\"%s\"]", large);
-    post_expect(&s, m.data, 422, "images[0]: image payload is invalid: image is 1500x1000 = 1500000 pixels; the limit is 1000000");
+    post_expect(&s, m.data, 422, "images[0]: image payload is invalid: image is 1500x1000 = 1500000 pixels; the canvas holds at "
+                                 "most 1000000 pixels\",\"type\":\"capacity_exceeded\"");
     m.len = 0;
     clef_buf_printf(&m, ",\"audio\":[\"%s\"]", wav);
-    post_expect(&s, m.data, 422, "audio: 1 audio clips exceed the limit of 0");
+    post_expect(&s, m.data, 422, "audio: 1 audio clips exceed the limit of 0 audio clips per context window");
     m.len = 0;
     clef_buf_printf(&m, ",\"videos\":[\"%s\"]", mkv);
     post_expect(&s, m.data, 422, "\"param\":\"videos[0]\"");

@@ -153,8 +153,9 @@ static void check_error(const json_value *c, const hu_response *r) {
     assert_non_null(json_get(e, "param"));
     char want[600];
     if (!strcmp(name, "question_id_empty")) {
-        snprintf(want, sizeof want, ": question instructions render to no tokens; give non-empty instructions or a "
-                                    "non-empty question id");
+        snprintf(want, sizeof want, "\"\": question instructions render to no tokens; give non-empty instructions "
+                                    "or a non-empty question id");
+        assert_string_equal(json_get(e, "param")->str, "questions");
     } else {
         const char *g = json_get(c, "error")->str;
         if (!strncmp(g, "ValueError: ", 12)) g += 12;
@@ -246,22 +247,14 @@ static void test_routes(void **state) {
     assert_int_equal(strlen(r.request_id), 16); /* generated */
     hu_free(&r);
 
+    /* the served name ("clef-omni" when none is pinned), not the directory's;
+     * the fixture's config.json records no release date: null */
     hu_get(&srv, "/v1/models", NULL, &r);
     assert_int_equal(r.status, 200);
-    clef_err perr;
-    json_value *m = json_parse(r.body.data, r.body.len, &perr);
-    assert_non_null(m);
-    const json_value *jev = json_get(m, "models"), *oai = json_get(m, "data");
-    assert_int_equal(jev->n, 1);
-    assert_string_equal(json_get(jev->items[0], "name")->str, "tiny-clef-omni");
-    const json_value *date = json_get(jev->items[0], "release_date");
-    assert_int_equal(date->len, 10);
-    assert_true(date->str[4] == '-' && date->str[7] == '-');
-    assert_non_null(json_get(jev->items[0], "description"));
-    assert_string_equal(json_get(m, "object")->str, "list");
-    assert_string_equal(json_get(oai->items[0], "id")->str, "tiny-clef-omni");
-    assert_string_equal(json_get(oai->items[0], "capabilities")->items[0]->str, "systemone");
-    json_free(m);
+    assert_string_equal(r.body.data, "{\"object\":\"list\",\"data\":[{\"id\":\"clef-omni\",\"object\":\"model\","
+                                     "\"owned_by\":\"clef\",\"capabilities\":[\"systemone\"]}],\"models\":[{\"name\":"
+                                     "\"clef-omni\",\"description\":\"Clef-Omni typed-decision model (SystemOne API), "
+                                     "served by clef\",\"release_date\":null}]}");
     hu_free(&r);
 
     /* one decision, with the client's request id echoed */
@@ -349,6 +342,142 @@ static void test_loading(void **state) {
     hu_free(&r);
     assert_int_equal(hu_stop(&srv), 0);
     hu_remove_log(&srv);
+}
+
+/* A copy of the tiny checkpoint in a temporary directory (symlinks) whose
+ * config.json gets `"release_date": <date_json>` as its first key.  Returns
+ * the directory (caller frees after remove_checkpoint_copy). */
+static char *checkpoint_with_release_date(const char *date_json) {
+    char *dir = strdup("/tmp/clef-models-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    char *src = tu_fixture("tiny-clef-omni");
+    const char *files[] = {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
+                           "model.safetensors.index.json", "joint_head.safetensors", "joint_head_config.json",
+                           "tokenizer.json"};
+    char from[2048], to[2048];
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+        snprintf(from, sizeof from, "%s/%s", src, files[i]);
+        snprintf(to, sizeof to, "%s/%s", dir, files[i]);
+        assert_int_equal(symlink(from, to), 0);
+    }
+    snprintf(from, sizeof from, "%s/config.json", src);
+    size_t len;
+    char *cfg = tu_read_file(from, &len);
+    char *brace = strchr(cfg, '{');
+    assert_non_null(brace);
+    snprintf(to, sizeof to, "%s/config.json", dir);
+    FILE *f = fopen(to, "w");
+    assert_non_null(f);
+    fprintf(f, "{\"release_date\": %s,%s", date_json, brace + 1);
+    fclose(f);
+    free(cfg);
+    free(src);
+    return dir;
+}
+
+static void remove_checkpoint_copy(const char *dir) {
+    const char *files[] = {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
+                           "model.safetensors.index.json", "joint_head.safetensors", "joint_head_config.json",
+                           "tokenizer.json", "config.json"};
+    char p[2048];
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, files[i]);
+        unlink(p);
+    }
+    rmdir(dir);
+}
+
+/* /v1/models lists the served name and the release date the checkpoint
+ * records (config.json "release_date"); a date of another shape is null. */
+static void test_models_listing(void **state) {
+    char *dir = checkpoint_with_release_date("\"2025-09-22\"");
+    const char *args[] = {"--model", dir, "--served-model-name", "jev-1.13.0", NULL};
+    hu_server srv;
+    hu_start(&srv, args, NULL);
+    hu_response r;
+    hu_get(&srv, "/v1/models", NULL, &r);
+    assert_int_equal(r.status, 200);
+    assert_string_equal(r.body.data, "{\"object\":\"list\",\"data\":[{\"id\":\"jev-1.13.0\",\"object\":\"model\","
+                                     "\"owned_by\":\"clef\",\"capabilities\":[\"systemone\"]}],\"models\":[{\"name\":"
+                                     "\"jev-1.13.0\",\"description\":\"Clef-Omni typed-decision model (SystemOne API), "
+                                     "served by clef\",\"release_date\":\"2025-09-22\"}]}");
+    hu_free(&r);
+    assert_int_equal(hu_stop(&srv), 0);
+    hu_remove_log(&srv);
+    remove_checkpoint_copy(dir);
+    free(dir);
+
+    dir = checkpoint_with_release_date("\"22.09.2025\"");
+    const char *args2[] = {"--model", dir, NULL};
+    hu_start(&srv, args2, NULL);
+    hu_get(&srv, "/v1/models", NULL, &r);
+    assert_int_equal(r.status, 200);
+    assert_non_null(strstr(r.body.data, "\"models\":[{\"name\":\"clef-omni\","));
+    assert_non_null(strstr(r.body.data, ",\"release_date\":null}]}"));
+    hu_free(&r);
+    char *log = hu_log(&srv);
+    assert_non_null(strstr(log, "config.json: release_date is not a YYYY-MM-DD string; /v1/models lists null"));
+    free(log);
+    assert_int_equal(hu_stop(&srv), 0);
+    hu_remove_log(&srv);
+    remove_checkpoint_copy(dir);
+    free(dir);
+}
+
+/* The value of `name` in the environment of process `pid` (/proc), or "" (caller frees). */
+static char *process_env(pid_t pid, const char *name) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/environ", (int)pid);
+    FILE *f = fopen(path, "rb"); /* a /proc file has no size to stat: read it to the end */
+    assert_non_null(f);
+    clef_buf b = {0};
+    char chunk[4096];
+    size_t got;
+    while ((got = fread(chunk, 1, sizeof chunk, f)) > 0) clef_buf_append(&b, chunk, got);
+    fclose(f);
+    clef_buf_putc(&b, '\0');
+    char *env = b.data;
+    size_t len = b.len - 1;
+    size_t n = strlen(name);
+    char *value = strdup("");
+    for (size_t at = 0; at < len; at += strlen(env + at) + 1)
+        if (!strncmp(env + at, name, n) && env[at + n] == '=') {
+            free(value);
+            value = strdup(env + at + n + 1);
+        }
+    free(env);
+    return value;
+}
+
+/* `clef serve` runs libgomp with OMP_WAIT_POLICY=passive (re-executed with it,
+ * same pid) unless the environment already sets the policy or a spin count. */
+static void test_wait_policy(void **state) {
+    const char *vars[] = {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"};
+    char *saved[2];
+    for (size_t i = 0; i < 2; i++) {
+        saved[i] = getenv(vars[i]) ? strdup(getenv(vars[i])) : NULL;
+        unsetenv(vars[i]);
+    }
+    struct {
+        const char *set_name, *set_value, *want_policy;
+    } runs[] = {{NULL, NULL, "passive"}, {"OMP_WAIT_POLICY", "active", "active"}, {"GOMP_SPINCOUNT", "300000", ""}};
+    for (size_t i = 0; i < 3; i++) {
+        if (runs[i].set_name) setenv(runs[i].set_name, runs[i].set_value, 1);
+        hu_server srv;
+        hu_start(&srv, NULL, NULL); /* waits for /healthz 200 from the tracked pid's server */
+        char *policy = process_env(srv.pid, "OMP_WAIT_POLICY");
+        if (strcmp(policy, runs[i].want_policy))
+            fail_msg("run %zu: OMP_WAIT_POLICY='%s', want '%s'", i, policy, runs[i].want_policy);
+        free(policy);
+        assert_int_equal(hu_stop(&srv), 0); /* the signal reaches the server: same pid */
+        hu_remove_log(&srv);
+        if (runs[i].set_name) unsetenv(runs[i].set_name);
+    }
+    for (size_t i = 0; i < 2; i++)
+        if (saved[i]) {
+            setenv(vars[i], saved[i], 1);
+            free(saved[i]);
+        }
 }
 
 /* Auth on (flag and env) and a pinned model name. */
@@ -465,6 +594,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden_cases),
         cmocka_unit_test(test_routes),
+        cmocka_unit_test(test_models_listing),
+        cmocka_unit_test(test_wait_policy),
         cmocka_unit_test(test_loading),
         cmocka_unit_test(test_auth_and_served_name),
         cmocka_unit_test(test_truncation_default),

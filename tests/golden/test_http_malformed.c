@@ -11,6 +11,20 @@
 
 static hu_server srv;
 
+/* The Decision Index kit's CAPACITY_MARKERS (decision_index/engines/http.py):
+ * it records a 400/413/422 whose body holds one as "unsupported". */
+static const char *const kit_markers[] = {
+    "options per choice", "a choice needs at least two options", "a score takes 2 to 10 levels",
+    "the canvas holds", "maximum context length", "maximum model length",
+    "longer than the maximum model length", "context window", "too many tokens",
+};
+
+static int has_kit_marker(const char *body) {
+    for (size_t i = 0; i < sizeof kit_markers / sizeof *kit_markers; i++)
+        if (strstr(body, kit_markers[i])) return 1;
+    return 0;
+}
+
 static int setup(void **state) {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     hu_start(&srv, NULL, NULL);
@@ -124,6 +138,8 @@ static void run_case(const bad_case *c) {
         fail_msg("%s: type %s, expected %s", c->name, json_get(e, "type")->str, c->type);
     if (!strstr(json_get(e, "message")->str, c->message))
         fail_msg("%s: message '%s' lacks '%s'", c->name, json_get(e, "message")->str, c->message);
+    if (!strcmp(c->type, "capacity_exceeded") && !has_kit_marker(r.body.data))
+        fail_msg("%s: capacity refusal without a Decision Index marker: %s", c->name, r.body.data);
     assert_string_equal(r.content_type, "application/json");
     assert_true(r.request_id[0] != '\0');
     json_free(body);
@@ -168,9 +184,9 @@ static void test_malformed_table(void **state) {
     b = choice_with_options(256, &len);
     ADD("256 options", b, len, NULL, 0, 422, "capacity_exceeded", "q: 256 options per choice exceed the limit of 255");
     b = with_questions("{\"q\":{\"type\":\"score\",\"criteria\":[\"only\"]}}", &len);
-    ADD("1 score level", b, len, NULL, 0, 422, "invalid_request", "q: score criteria need at least 2 levels");
+    ADD("1 score level", b, len, NULL, 0, 422, "invalid_request", "q: score criteria need at least 2 levels (got 1, below the minimum of 2 options per choice)");
     b = many_questions(65, &len);
-    ADD("65 questions", b, len, NULL, 0, 422, "capacity_exceeded", "65 questions exceed the limit of 64");
+    ADD("65 questions", b, len, NULL, 0, 422, "capacity_exceeded", "65 questions exceed the limit of 64 questions per context window");
     b = long_state(&len);
     ADD("70k-token state", b, len, NULL, 0, 422, "capacity_exceeded",
         "maximum context length: record requires ");

@@ -43,7 +43,9 @@ static void test_serve_synthetic(void **state) {
     hu_free(&r);
     hu_get(&srv, "/v1/models", NULL, &r);
     assert_int_equal(r.status, 200);
-    assert_non_null(strstr(r.body.data, "\"synthetic-tiny-int4\""));
+    assert_non_null(strstr(r.body.data, "\"name\":\"clef-omni\",\"description\":\"Clef-Omni typed-decision model "
+                                        "(SystemOne API), served by clef; random weights of synthetic preset tiny, "
+                                        "experts int4\",\"release_date\":null}"));
     hu_free(&r);
     char *log = hu_log(&srv);
     assert_non_null(strstr(log, "loading from synthetic preset tiny"));

@@ -187,8 +187,8 @@ static void test_bad_payloads(void **state) {
         {"wrong MIME", "images", data_url("text/html", png, png_n), "MIME"},
         {"HTML as JPEG", "images", data_url("image/jpeg", html, strlen(html)), "not a PNG, JPEG or WebP"},
         {"0x0 PNG", "images", data_url("image/png", png0.data, png0.len), "image is 0x0"},
-        {"10000x10000 PNG header", "images", data_url("image/png", png_big.data, png_big.len), "the limit is"},
-        {"10000x10000 JPEG header", "images", data_url("image/jpeg", big_jpg, jpg_n), "the limit is"},
+        {"10000x10000 PNG header", "images", data_url("image/png", png_big.data, png_big.len), "the canvas holds at most"},
+        {"10000x10000 JPEG header", "images", data_url("image/jpeg", big_jpg, jpg_n), "the canvas holds at most"},
         {"10000x10000 WebP header", "images", data_url("image/webp", vp8x, sizeof vp8x), NULL},
         {"aspect ratio 201", "images", data_url("image/png", png_thin.data, png_thin.len), "aspect ratio"},
         {"image as audio", "audio", data_url("image/png", png, png_n), "MIME"},
@@ -242,19 +242,21 @@ static void test_limits(void **state) {
     clef_media_source src = {0};
 
     src.images = five, src.n_images = 5;
-    expect_refused("5 images", &src, NULL, "images", "images: 5 images exceed the limit of 4", NULL);
+    expect_refused("5 images", &src, NULL, "images", "images: 5 images exceed the limit of 4 images per context window",
+                   NULL);
     src = (clef_media_source){0};
     src.audio = five, src.n_audio = 5;
-    expect_refused("5 clips", &src, NULL, "audio", "audio: 5 audio clips exceed the limit of 4", NULL);
+    expect_refused("5 clips", &src, NULL, "audio", "audio: 5 audio clips exceed the limit of 4 audio clips per context window", NULL);
     src = (clef_media_source){0};
     src.videos = five, src.n_videos = 3;
-    expect_refused("3 videos", &src, NULL, "videos", "videos: 3 videos exceed the limit of 2", NULL);
+    expect_refused("3 videos", &src, NULL, "videos", "videos: 3 videos exceed the limit of 2 videos per context window",
+                   NULL);
 
     clef_media_limits lim = clef_media_limits_default();
     lim.max_image_bytes = png_n - 1;
     src = (clef_media_source){0};
     src.images = five, src.n_images = 1;
-    expect_refused("image bytes", &src, &lim, "images[0]", "images[0]: image payload is invalid: ", "the limit is");
+    expect_refused("image bytes", &src, &lim, "images[0]", "images[0]: image payload is invalid: ", "the context window takes at most");
     lim = clef_media_limits_default();
     lim.max_image_pixels = 256 * 256 - 1;
     expect_refused("image pixels", &src, &lim, "images[0]", "images[0]: image payload is invalid: ", "pixels");
@@ -266,7 +268,7 @@ static void test_limits(void **state) {
     expect_refused("audio seconds", &src, &lim, "audio[0]", "audio[0]: audio payload is invalid: ", "longer than 1 s");
     lim = clef_media_limits_default();
     lim.max_audio_bytes = wav_n - 1;
-    expect_refused("audio bytes", &src, &lim, "audio[0]", "audio[0]: audio payload is invalid: ", "the limit is");
+    expect_refused("audio bytes", &src, &lim, "audio[0]", "audio[0]: audio payload is invalid: ", "the context window takes at most");
     lim = clef_media_limits_default();
     lim.max_video_seconds = 1.0;
     src = (clef_media_source){0};
@@ -274,7 +276,7 @@ static void test_limits(void **state) {
     expect_refused("video seconds", &src, &lim, "videos[0]", "videos[0]: video payload is invalid: ", "longer than 1 s");
     lim = clef_media_limits_default();
     lim.max_video_bytes = mkv_n - 1;
-    expect_refused("video bytes", &src, &lim, "videos[0]", "videos[0]: video payload is invalid: ", "the limit is");
+    expect_refused("video bytes", &src, &lim, "videos[0]", "videos[0]: video payload is invalid: ", "the context window takes at most");
 
     /* the second item is the bad one */
     char *bad = strdup("data:image/png;base64,AAAA");

@@ -97,7 +97,17 @@ static const bad_case bad_cases[] = {
     {"unicode id raw", REQ("{\"gr\\u00f6\\u00dfe\":{\"type\":\"score\"}}"), 422, CLEF_E_REQUEST,
      "gr\xc3\xb6\xc3\x9f" "e: criteria must not be empty", "questions.gr\xc3\xb6\xc3\x9f" "e.criteria"},
     {"one score level", REQ("{\"q\":{\"type\":\"score\",\"criteria\":[\"only\"]}}"), 422, CLEF_E_REQUEST,
-     "q: score criteria need at least 2 levels", "questions.q.criteria"},
+     "q: score criteria need at least 2 levels (got 1, below the minimum of 2 options per choice)",
+     "questions.q.criteria"},
+    /* the empty id: named "" in messages, param "questions" (no "questions..type") */
+    {"empty id, unknown type", REQ("{\"\":{\"type\":\"x\"}}"), 422, CLEF_E_REQUEST,
+     "\"\": type must be noul, choice, or score", "questions"},
+    {"empty id, empty criteria", REQ("{\"\":{\"type\":\"choice\",\"criteria\":{}}}"), 422, CLEF_E_REQUEST,
+     "\"\": criteria must not be empty", "questions"},
+    {"empty id, array choice criteria", REQ("{\"\":{\"type\":\"choice\",\"criteria\":[1]}}"), 400,
+     CLEF_E_REQUEST, "\"\": choice criteria must be an object", "questions"},
+    {"empty id, not an object", REQ("{\"\":5}"), 400, CLEF_E_REQUEST, "\"\": question must be an object",
+     "questions"},
     {"images not an array", REQX(NOUL_Q, "\"images\":\"x\""), 400, CLEF_E_REQUEST,
      "images must be an array of strings", "images"},
     {"images of numbers", REQX(NOUL_Q, "\"images\":[\"a\",1]"), 400, CLEF_E_REQUEST,
@@ -186,7 +196,8 @@ static void test_limits(void **state) {
         {"256 options", "choice", 256, 1, "q0: 256 options per choice exceed the limit of 255", "questions.q0.criteria"},
         {"256 score levels", "score", 256, 1, "q0: 256 score levels exceed the limit of 255 options per choice",
          "questions.q0.criteria"},
-        {"65 questions", "score", 3, 65, "65 questions exceed the limit of 64", "questions"},
+        {"65 questions", "score", 3, 65, "65 questions exceed the limit of 64 questions per context window",
+         "questions"},
     };
     for (size_t i = 0; i < 3; i++) {
         char *body = generated_body(cases[i].type, cases[i].n, cases[i].nq);
@@ -207,7 +218,8 @@ static void test_limits(void **state) {
     clef_err err;
     char *b = generated_body("score", 2, 1);
     assert_int_equal(clef_request_parse(b, strlen(b), &lim, &r, &err), -1);
-    assert_string_equal(err.message, "q0: score criteria need at least 3 levels");
+    assert_string_equal(err.message,
+                        "q0: score criteria need at least 3 levels (got 2, below the minimum of 3 options per choice)");
     free(b);
     b = generated_body("choice", 4, 1);
     assert_int_equal(clef_request_parse(b, strlen(b), &lim, &r, &err), -1);
@@ -215,7 +227,7 @@ static void test_limits(void **state) {
     free(b);
     b = generated_body("choice", 3, 3);
     assert_int_equal(clef_request_parse(b, strlen(b), &lim, &r, &err), -1);
-    assert_string_equal(err.message, "3 questions exceed the limit of 2");
+    assert_string_equal(err.message, "3 questions exceed the limit of 2 questions per context window");
     free(b);
 }
 
