@@ -77,7 +77,7 @@ clef_engine *clef_engine_open(const clef_engine_options *opt, clef_err *err) {
     if (opt->tokenizer)
         snprintf(path, sizeof path, "%s", opt->tokenizer);
     else
-        snprintf(path, sizeof path, "%s/tokenizer.json", opt->model_dir);
+        snprintf(path, sizeof path, "%s/tokenizer.json", e->ck.dir); /* the directory without trailing slashes */
     e->tok = clef_tokenizer_load(path, err);
     if (!e->tok) goto fail;
     /* A tokenizer that can emit ids past the embedding rows is a broken

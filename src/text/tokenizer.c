@@ -17,6 +17,7 @@
 #include "json/json.h"
 #include "text/bpe.h"
 #include "text/pretok.h"
+#include "util/file.h"
 
 struct clef_tokenizer {
     bpe_strmap vocab;       /* byte-level token string -> id */
@@ -40,25 +41,13 @@ __attribute__((format(printf, 3, 4))) static int load_fail(clef_err *err, const 
     return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "tokenizer %s: %s", path, msg);
 }
 
+/* tokenizer.json through clef_file_read: a FIFO or device is refused before
+ * it is read, and so is a file over CLEF_FILE_MAX_TOKENIZER (the Qwen3 file
+ * is 11.4 MB), so a wrong path cannot hang or fill memory. */
 static char *read_whole_file(const char *path, size_t *len, clef_err *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        load_fail(err, path, "cannot open: %s", strerror(errno));
-        return NULL;
-    }
-    clef_buf b = {0};
-    char chunk[1 << 16];
-    size_t got;
-    while ((got = fread(chunk, 1, sizeof chunk, f)) > 0) clef_buf_append(&b, chunk, got);
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        clef_buf_free(&b);
-        load_fail(err, path, "read error");
-        return NULL;
-    }
-    *len = b.len;
-    return b.data ? b.data : clef_xcalloc(1, 1);
+    char label[CLEF_ERR_MESSAGE_MAX / 2];
+    snprintf(label, sizeof label, "tokenizer %s", path);
+    return clef_file_read(path, label, CLEF_FILE_MAX_TOKENIZER, len, err);
 }
 
 static int is_type(const json_value *v, const char *type) {
