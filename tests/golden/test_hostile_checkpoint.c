@@ -182,23 +182,27 @@ static void replace_in(const char *path, const char *from, const char *to) {
 }
 
 static void test_config_limits_named(void **state) {
-    const char *edits[][3] = {
-        {"\"head_dim\": 16,", "\"head_dim\": 8192,", "head_dim 8192 is not supported (at most 4096)"},
+    /* from, to, a second from / to (or NULL), the message */
+    const char *edits[][5] = {
+        {"\"head_dim\": 16,", "\"head_dim\": 8192,", /* with an M-RoPE section that covers 8192/2 */
+         "\"mrope_section\": [\n          4,\n          2,\n          2\n        ]",
+         "\"mrope_section\": [2048, 1024, 1024]", "head_dim 8192 is not supported (at most 4096)"},
         {"\"num_experts\": 8,\n      \"num_experts_per_tok\": 2,", "\"num_experts\": 80,\n      \"num_experts_per_tok\": 65,",
-         "num_experts_per_tok 65 is not supported (at most 64)"},
+         NULL, NULL, "num_experts_per_tok 65 is not supported (at most 64)"},
     };
     for (size_t i = 0; i < sizeof edits / sizeof *edits; i++) {
         char copy[4096];
         char *dir = make_dir("config.json", copy, sizeof copy);
         replace_in(copy, edits[i][0], edits[i][1]);
+        if (edits[i][2]) replace_in(copy, edits[i][2], edits[i][3]);
         clef_engine_options opt = {.model_dir = dir, .truncate_state = 1, .n_threads = 1};
         clef_err err;
         clef_err_clear(&err);
         clef_engine *e = clef_engine_open(&opt, &err);
         if (e) clef_engine_close(e);
         assert_null(e);
-        if (!strstr(err.message, edits[i][2]) || !strstr(err.message, "config.json"))
-            fail_msg("message '%s' does not say '%s'", err.message, edits[i][2]);
+        if (!strstr(err.message, edits[i][4]) || !strstr(err.message, "config.json"))
+            fail_msg("message '%s' does not say '%s'", err.message, edits[i][4]);
         remove_dir(dir);
     }
 }
