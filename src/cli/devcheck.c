@@ -367,7 +367,7 @@ int cli_devcheck(int argc, char **argv) {
         setenv("CLEF_CUDA_NUMERICS", a.numerics, 1); /* read when the CUDA backend is created */
         unsetenv("CLEF_CUDA_PRECISE");                /* which would win over it */
     }
-    if (a.synthetic && !a.tokenizer) a.tokenizer = cli_default_tokenizer();
+    if (a.synthetic && !a.tokenizer && !(a.tokenizer = cli_default_tokenizer("clef devcheck"))) return 2;
     if (!a.cpu_batch) a.cpu_batch = 1;
     size_t len = 0;
     char *text = read_all(a.requests, &len);
