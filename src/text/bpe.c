@@ -109,7 +109,6 @@ void bpe_pairmap_put(bpe_pairmap *m, int32_t left, int32_t right, bpe_merge v) {
     if (m->keys[i] == PAIR_EMPTY) m->n++;
     m->keys[i] = k;
     m->vals[i] = v;
-    if (v.rank > m->max_rank) m->max_rank = v.rank;
 }
 
 const bpe_merge *bpe_pairmap_get(const bpe_pairmap *m, int32_t left, int32_t right) {
@@ -240,8 +239,31 @@ static void rheap_pop(bpe_scratch *s) {
     if (n) s->rheap[i] = last;
 }
 
+/* Slot of `rank` in the rank -> bucket map (its own, or the empty one where it goes). */
+static size_t bmap_slot(const bpe_scratch *s, int32_t rank) {
+    size_t i = ((uint32_t)rank * 2654435761u) & (s->bmap_cap - 1);
+    while (s->bmap_rank[i] >= 0 && s->bmap_rank[i] != rank) i = (i + 1) & (s->bmap_cap - 1);
+    return i;
+}
+
+/* (Re)size the map to `cap` slots and enter every bucket. */
+static void bmap_rebuild(bpe_scratch *s, size_t cap) {
+    if (cap != s->bmap_cap) {
+        s->bmap_rank = clef_xrealloc(s->bmap_rank, cap * sizeof *s->bmap_rank);
+        s->bmap_bucket = clef_xrealloc(s->bmap_bucket, cap * sizeof *s->bmap_bucket);
+        s->bmap_cap = cap;
+    }
+    memset(s->bmap_rank, 0xff, cap * sizeof *s->bmap_rank);
+    for (size_t b = 0; b < s->n_buckets; b++) {
+        size_t i = bmap_slot(s, s->buckets[b].rank);
+        s->bmap_rank[i] = s->buckets[b].rank;
+        s->bmap_bucket[i] = (int32_t)b;
+    }
+}
+
 static void bucket_push(bpe_scratch *s, int32_t rank, int32_t pos, int32_t new_id) {
-    int32_t bi = s->bucket_of[rank];
+    size_t slot = bmap_slot(s, rank);
+    int32_t bi = s->bmap_rank[slot] == rank ? s->bmap_bucket[slot] : -1;
     if (bi < 0) {
         if (s->n_buckets == s->buckets_cap) {
             s->buckets_cap = s->buckets_cap ? 2 * s->buckets_cap : 256;
@@ -249,7 +271,12 @@ static void bucket_push(bpe_scratch *s, int32_t rank, int32_t pos, int32_t new_i
         }
         bi = (int32_t)s->n_buckets++;
         s->buckets[bi] = (struct bpe_bucket){.rank = rank};
-        s->bucket_of[rank] = bi;
+        if (2 * s->n_buckets > s->bmap_cap) {
+            bmap_rebuild(s, 2 * s->bmap_cap);
+        } else {
+            s->bmap_rank[slot] = rank;
+            s->bmap_bucket[slot] = bi;
+        }
     }
     struct bpe_bucket *b = &s->buckets[bi];
     bpe_ent e = {pos, new_id};
@@ -320,12 +347,8 @@ void bpe_encode_piece_ex(const bpe_pairmap *merges, const int32_t byte_id[256], 
         s->sym[i] = (struct bpe_sym){byte_id[bytes[i]], (int32_t)i - 1, i + 1 < n ? (int32_t)i + 1 : -1};
     const int buckets = n >= long_min;
     if (buckets) {
-        size_t ranks = (size_t)(merges->max_rank > 0 ? merges->max_rank : 0) + 1;
-        if (s->bucket_of_n < ranks) {
-            s->bucket_of = clef_xrealloc(s->bucket_of, ranks * sizeof *s->bucket_of);
-            memset(s->bucket_of + s->bucket_of_n, 0xff, (ranks - s->bucket_of_n) * sizeof *s->bucket_of);
-            s->bucket_of_n = ranks;
-        }
+        s->n_buckets = 0;
+        bmap_rebuild(s, s->bmap_cap ? s->bmap_cap : 64);
         s->rheap_n = 0;
     }
     s->heap_n = 0;
@@ -345,9 +368,8 @@ void bpe_encode_piece_ex(const bpe_pairmap *merges, const int32_t byte_id[256], 
         if (l->prev >= 0) queue_pair(merges, s, l->prev, buckets);
         queue_pair(merges, s, c.pos, buckets);
     }
-    if (buckets) { /* forget this piece's buckets (their arrays are freed; bucket_of is reset) */
+    if (buckets) { /* forget this piece's buckets (the map is cleared at the next long piece) */
         for (size_t i = 0; i < s->n_buckets; i++) {
-            s->bucket_of[s->buckets[i].rank] = -1;
             free(s->buckets[i].v);
             free(s->buckets[i].late);
         }
@@ -369,7 +391,8 @@ void bpe_scratch_free(bpe_scratch *s) {
         free(s->buckets[i].late);
     }
     free(s->buckets);
-    free(s->bucket_of);
+    free(s->bmap_rank);
+    free(s->bmap_bucket);
     free(s->rheap);
     memset(s, 0, sizeof *s);
 }

@@ -50,7 +50,6 @@ typedef struct bpe_pairmap {
     uint64_t *keys;  /* (left << 32) | right; UINT64_MAX = empty */
     bpe_merge *vals;
     size_t mask, n;
-    int32_t max_rank; /* largest rank put (-1 before any; zero-init reads as 0, fine for sizing) */
 } bpe_pairmap;
 
 /* Insert or overwrite (the later rank wins for a repeated pair, as HF's
@@ -67,8 +66,9 @@ typedef struct bpe_scratch {
     struct bpe_cand { int32_t rank, pos, new_id; } *heap;
     size_t heap_n, heap_cap;
     /* the rank-bucket queue of long pieces (see bpe.c) */
-    int32_t *bucket_of;  /* [rank] -> bucket index, -1 = none */
-    size_t bucket_of_n;
+    int32_t *bmap_rank;  /* open-addressing map rank -> bucket index: keys (-1 = empty) */
+    int32_t *bmap_bucket; /* values */
+    size_t bmap_cap;     /* power of two, at least twice the buckets */
     struct bpe_bucket *buckets;
     size_t n_buckets, buckets_cap;
     int32_t *rheap;      /* min-heap of bucket indices by rank */
