@@ -136,6 +136,7 @@ static void test_fifo_hf_quant_config(void **state) {
     clef_err err;
     clef_err_clear(&err);
     assert_int_equal(clef_quant_config_load(dir, &qc, &err), -1);
+    clef_quant_config_free(&qc);
     char want[1024];
     snprintf(want, sizeof want, "%s/hf_quant_config.json: not a regular file (a FIFO)", dir);
     assert_string_equal(err.message, want);
