@@ -14,7 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef _OPENMP
 #include <omp.h>
+#endif
 
 #include "io/checkpoint.h"
 #include "util/buf.h"
@@ -137,7 +139,12 @@ int clef_checkpoint_check_finite(const clef_checkpoint *ck, int skip_towers, int
     }
     size_t *bad = clef_xmalloc((n_chunks ? n_chunks : 1) * sizeof *bad);
     atomic_size_t first = SIZE_MAX; /* lowest chunk with a bad element found so far */
+#ifdef _OPENMP
     int threads = n_threads > 0 ? n_threads : omp_get_max_threads();
+#else
+    int threads = 1; /* a build without OpenMP (the fuzz targets) scans on one thread */
+    (void)n_threads;
+#endif
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
     for (size_t c = 0; c < n_chunks; c++) {
         bad[c] = SIZE_MAX;
