@@ -98,13 +98,37 @@ char *read_all_max(const char *path, size_t max_bytes, size_t *len) {
     return b.data;
 }
 
-const char *cli_default_tokenizer(void) {
-    if (access(CLI_DEFAULT_TOKENIZER, R_OK) == 0) return CLI_DEFAULT_TOKENIZER;
+/* Directory of the running binary (from /proc/self/exe) into out[0..cap);
+ * 0, or -1 when it cannot be read. */
+static int exe_dir(char *out, size_t cap) {
+    ssize_t n = readlink("/proc/self/exe", out, cap - 1);
+    if (n <= 0 || (size_t)n >= cap - 1) return -1;
+    out[n] = '\0';
+    char *slash = strrchr(out, '/');
+    if (!slash) return -1;
+    *slash = '\0';
+    return 0;
+}
+
+const char *cli_default_tokenizer(const char *cmd) {
+    static char tried[4][4200]; /* the one found is returned */
+    char dir[4096];
+    int n = 0;
+    snprintf(tried[n++], sizeof tried[0], "%s", CLI_DEFAULT_TOKENIZER);
+    if (exe_dir(dir, sizeof dir) == 0) {
+        snprintf(tried[n++], sizeof tried[0], "%s/../" CLI_DEFAULT_TOKENIZER, dir);  /* build/clef in a checkout */
+        snprintf(tried[n++], sizeof tried[0], "%s/../" CLI_INSTALLED_TOKENIZER, dir); /* PREFIX/bin/clef */
+    }
 #ifdef CLEF_SOURCE_DIR
-    static const char in_source[] = CLEF_SOURCE_DIR "/" CLI_DEFAULT_TOKENIZER;
-    if (access(in_source, R_OK) == 0) return in_source;
+    snprintf(tried[n++], sizeof tried[0], "%s", CLEF_SOURCE_DIR "/" CLI_DEFAULT_TOKENIZER);
 #endif
-    return CLI_DEFAULT_TOKENIZER;
+    for (int i = 0; i < n; i++)
+        if (access(tried[i], R_OK) == 0) return tried[i];
+    fprintf(stderr, "%s: --synthetic needs a tokenizer.json, and the default one (the tiny fixture's) is in none of:\n",
+            cmd);
+    for (int i = 0; i < n; i++) fprintf(stderr, "  %s\n", tried[i]);
+    fprintf(stderr, "%s: give --tokenizer PATH (e.g. a checkpoint's tokenizer.json)\n", cmd);
+    return NULL;
 }
 
 /* --out must be missing or an empty directory, unless `force` (then any

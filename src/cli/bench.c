@@ -189,7 +189,7 @@ static int parse_args(int argc, char **argv, bench_args *a) {
         a->n_runs = 1;
         a->runs[0] = (bench_run){.batch = a->batch, .tokens = a->tokens};
     }
-    if (a->synthetic && !a->tokenizer) a->tokenizer = cli_default_tokenizer();
+    if (a->synthetic && !a->tokenizer && !(a->tokenizer = cli_default_tokenizer("clef bench"))) return 2;
     if ((a->text_only && (a->towers_only || a->image_mp || a->audio_s)) ||
         (a->towers_only && (!a->synthetic || (!a->image_mp && !a->audio_s))) ||
         (a->image_mp && !(decimal(a->image_mp) > 0 && decimal(a->image_mp) <= 64)) ||

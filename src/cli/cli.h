@@ -29,15 +29,21 @@ int cli_devcheck(int argc, char **argv);
 void cli_serve_wait_policy(char **argv);
 
 /* Tokenizer used with synthetic weights when --tokenizer is not given (as
- * written in usage texts: relative to the repository root). */
+ * written in usage texts: relative to the repository root), and where
+ * `cmake --install` puts a copy (relative to the install prefix). */
 #define CLI_DEFAULT_TOKENIZER "tests/fixtures/tiny-clef-omni/tokenizer.json"
+#define CLI_INSTALLED_TOKENIZER "share/clef/tokenizer.json"
 
-/* The default tokenizer's path to open: CLI_DEFAULT_TOKENIZER when it is
- * readable from the working directory, else the same file in the source tree
- * the binary was built from (CLEF_SOURCE_DIR), so `clef ... --synthetic P`
- * works from any directory; CLI_DEFAULT_TOKENIZER when neither exists (the
- * load error then names it).  Static storage. */
-const char *cli_default_tokenizer(void);
+/* The default tokenizer's path: the first readable one of
+ * CLI_DEFAULT_TOKENIZER in the working directory, next to the binary
+ * (<dir of clef>/../CLI_DEFAULT_TOKENIZER: build/clef in a checkout;
+ * <dir of clef>/../CLI_INSTALLED_TOKENIZER: an installed clef), and in the
+ * source tree the binary was built from (CLEF_SOURCE_DIR).  So
+ * `clef ... --synthetic P` works from any directory, installed or not.  When
+ * none exists, prints to stderr, prefixed by `cmd` (e.g. "clef bench"), the
+ * places it looked and that --tokenizer PATH is needed, and returns NULL.
+ * Static storage. */
+const char *cli_default_tokenizer(const char *cmd);
 
 /* Append a triage-style request body (a 2-option choice and a noul question) whose state
  * holds about tokens + 16 words, so that cutting the state to a max_length

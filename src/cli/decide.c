@@ -79,7 +79,7 @@ typedef struct model_source {
 static clef_engine *open_engine(const model_source *src, size_t max_length, int threads) {
     clef_engine_options opt = {.model_dir = src->model, .synthetic = src->synthetic, .seed = src->seed,
                                .synthetic_quant = src->quant,
-                               .tokenizer = src->synthetic && !src->tokenizer ? cli_default_tokenizer() : src->tokenizer,
+                               .tokenizer = src->tokenizer,
                                .max_length = max_length, .truncate_state = 1, .n_threads = threads,
                                .device = src->device, .numerics = src->numerics};
     clef_err err;
@@ -161,6 +161,7 @@ int cli_decide(int argc, char **argv) {
         decide_usage(stderr);
         return 2;
     }
+    if (src.synthetic && !src.tokenizer && !(src.tokenizer = cli_default_tokenizer("clef decide"))) return 2;
     /* 0 would silently mean the default budget, and a thread count past the
      * backend's limit crashed OpenMP (or wrapped when cast to int). */
     if (max_length_given && max_length == 0) {

@@ -359,7 +359,7 @@ int cli_devcheck(int argc, char **argv) {
         devcheck_usage(stderr);
         return 2;
     }
-    if (a.synthetic && !a.tokenizer) a.tokenizer = cli_default_tokenizer();
+    if (a.synthetic && !a.tokenizer && !(a.tokenizer = cli_default_tokenizer("clef devcheck"))) return 2;
     if (!a.cpu_batch) a.cpu_batch = 1;
     size_t len = 0;
     char *text = read_all(a.requests, &len);

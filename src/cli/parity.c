@@ -108,7 +108,7 @@ static void print_report(const char *a, const char *b, const clef_parity_report 
 int cli_parity(int argc, char **argv) {
     const char *models[2] = {NULL, NULL}, *requests = NULL, *m = NULL, *quant[2] = {NULL, NULL};
     clef_numerics numerics[2] = {CLEF_NUMERICS_ENV, CLEF_NUMERICS_ENV}, both = CLEF_NUMERICS_ENV;
-    parity_common c = {.seed = 1, .tokenizer = cli_default_tokenizer()};
+    parity_common c = {.seed = 1};
     size_t n_models = 0;
     int as_json = 0;
     for (int i = 1; i < argc; i++) {
@@ -146,6 +146,7 @@ int cli_parity(int argc, char **argv) {
         }
     }
     int synth = c.synthetic != NULL;
+    if (synth && !c.tokenizer && !(c.tokenizer = cli_default_tokenizer("clef parity"))) return 2;
     if (!requests || (synth ? n_models != 0 : n_models != 2 || quant[0] || quant[1])) {
         if (synth && n_models) fprintf(stderr, "clef parity: give two --model or --synthetic P, not both\n");
         else if (!synth && (quant[0] || quant[1])) fprintf(stderr, "clef parity: --quant-a/--quant-b need --synthetic P\n");

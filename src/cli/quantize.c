@@ -36,7 +36,7 @@ static void quantize_usage(FILE *f) {
 
 int cli_quantize(int argc, char **argv) {
     const char *model = NULL, *out = NULL, *format = NULL, *layout = "per-expert", *synthetic = NULL,
-               *tokenizer = cli_default_tokenizer();
+               *tokenizer = NULL;
     size_t group = 0, block = 0, seed = 1;
     int quiet = 0, force = 0;
     for (int i = 1; i < argc; i++) {
@@ -60,6 +60,7 @@ int cli_quantize(int argc, char **argv) {
             return 2;
         }
     }
+    if (synthetic && !tokenizer && !(tokenizer = cli_default_tokenizer("clef quantize"))) return 2;
     clef_quantize_options o = {.model_dir = model, .synthetic = synthetic, .seed = seed, .tokenizer = tokenizer,
                                .out_dir = out, .group = (int64_t)group,
                                .block = {(int64_t)block, (int64_t)block}, .progress = !quiet};

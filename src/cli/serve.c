@@ -213,8 +213,7 @@ int cli_serve(int argc, char **argv) {
         return 2;
     }
     o.seed = seed;
-    int default_tokenizer = o.synthetic && !o.tokenizer;
-    if (default_tokenizer) o.tokenizer = cli_default_tokenizer();
+    if (o.synthetic && !o.tokenizer && !(o.tokenizer = cli_default_tokenizer("clef serve"))) return 2;
     /* Refuse what the loader thread would refuse, before the port is bound:
      * a bad preset, format or tokenizer is a usage error (exit 2), not a
      * server that listens and then exits 1. */
@@ -231,10 +230,7 @@ int cli_serve(int argc, char **argv) {
         return 2;
     }
     if (o.tokenizer && access(o.tokenizer, R_OK) != 0) {
-        fprintf(stderr, "clef serve: --tokenizer %s: %s%s\n", o.tokenizer, strerror(errno),
-                default_tokenizer
-                    ? " (the default tokenizer is relative to the repository root: run from there or give --tokenizer F)"
-                    : "");
+        fprintf(stderr, "clef serve: --tokenizer %s: %s\n", o.tokenizer, strerror(errno));
         return 2;
     }
     if (port > 65535) {

@@ -239,7 +239,7 @@ static int check(const char *preset, size_t seed, const char *tokenizer, size_t 
 }
 
 int cli_synth(int argc, char **argv) {
-    const char *preset = NULL, *out = NULL, *tokenizer = cli_default_tokenizer();
+    const char *preset = NULL, *out = NULL, *tokenizer = NULL;
     size_t seed = 1, tokens = 300, threads = 0, layer = 0, shard_mib = 0;
     int do_check = 0, force = 0;
     for (int i = 1; i < argc; i++) {
@@ -266,6 +266,7 @@ int cli_synth(int argc, char **argv) {
         synth_usage(stderr);
         return 2;
     }
+    if (!tokenizer && !(tokenizer = cli_default_tokenizer("clef synth"))) return 2;
     if (do_check) return check(preset, seed, tokenizer, tokens, threads, layer);
     if (cli_check_out_dir("clef synth", out, force)) return 2; /* before anything is drawn or written */
     clef_synth_options opt = {.preset = preset, .seed = seed, .out_dir = out, .tokenizer = tokenizer,

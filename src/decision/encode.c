@@ -161,36 +161,46 @@ static void pieces_free(pieces *p) {
     clef_ids_free(&p->X);
 }
 
-static int tokenize_pieces(const clef_tokenizer *tok, const clef_request *req, pieces *p, clef_record *out,
-                           clef_err *err) {
+/* P, S and X: everything but the state. */
+static int tokenize_fixed(const clef_tokenizer *tok, const clef_request *req, pieces *p, clef_record *out,
+                          clef_err *err) {
     if (encode_schema(tok, req, &p->S, out, err)) return -1;
     if (tok_bytes(tok, PREFIX, sizeof PREFIX - 1, &p->P, err)) return -1;
     p->prefix_n = p->P.n;
     /* SPEC §3.4 step 2: the media placeholders, one piece, pads expanded (§9). */
     if (clef_media_prompt_ids(tok, &req->media, &p->P, err)) return -1;
-    if (tok_bytes(tok, SUFFIX, sizeof SUFFIX - 1, &p->X, err)) return -1;
-    clef_buf state = {0};
-    render_value(req->state, &state);
-    int rc = tok_buf(tok, &state, &p->T, err);
-    clef_buf_free(&state);
-    return rc;
+    return tok_bytes(tok, SUFFIX, sizeof SUFFIX - 1, &p->X, err);
 }
 
-/* Capacity (rule 10), state cut or its refusal (rule 11): sets how many state
- * tokens are kept. */
-static int fit_state(const pieces *p, size_t max_length, int truncate_state, size_t *kept, clef_err *err) {
+/* Capacity (rule 10), then the state T, cut (rule 11) or refused: sets how
+ * many state tokens are kept.  The state is tokenized only as far as it
+ * must be (clef_tokenize_bounded): once it certainly needs more than the room
+ * left, a refusal stops there and says "more than N" (N a lower bound), and
+ * a cut stops with the exact first `room` ids in T. */
+static int tokenize_state(const clef_tokenizer *tok, const clef_request *req, pieces *p, size_t max_length,
+                          int truncate_state, size_t *kept, size_t *state_tokens, clef_err *err) {
     size_t fixed = p->P.n + p->S.n + p->X.n;
     if (fixed > max_length)
         return clef_fail(err, 422, CLEF_E_CAPACITY, "questions",
                          "maximum context length: schema requires %zu tokens before state; maximum is %zu", fixed,
                          max_length);
-    size_t room = max_length - fixed;
-    if (p->T.n > room && !truncate_state)
+    size_t room = max_length - fixed, n = 0;
+    clef_buf state = {0};
+    render_value(req->state, &state);
+    int rc = clef_tokenize_bounded(tok, state.data ? state.data : "", state.len, room, truncate_state, &p->T, &n, err);
+    clef_buf_free(&state);
+    if (rc < 0) return -1;
+    if (n > room && !truncate_state) {
+        if (rc == 1) /* stopped early: n is a lower bound */
+            return clef_fail(err, 422, CLEF_E_CAPACITY, "state",
+                             "maximum context length: record requires more than %zu tokens; maximum is %zu",
+                             fixed + n - 1, max_length);
         return clef_fail(err, 422, CLEF_E_CAPACITY, "state",
-                         "maximum context length: record requires %zu tokens; maximum is %zu", fixed + p->T.n,
-                         max_length);
+                         "maximum context length: record requires %zu tokens; maximum is %zu", fixed + n, max_length);
+    }
     /* The reference keeps the head of the state: T[0 : max_length - fixed]. */
-    *kept = p->T.n < room ? p->T.n : room;
+    *kept = n < room ? n : room;
+    *state_tokens = n;
     return 0;
 }
 
@@ -209,14 +219,15 @@ int clef_encode_record(const clef_tokenizer *tok, const clef_request *req, size_
     if (max_length == 0 || max_length > INT32_MAX)
         return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "max_length %zu is out of range", max_length);
     pieces p = {0};
-    size_t kept = 0;
-    if (tokenize_pieces(tok, req, &p, out, err) || fit_state(&p, max_length, truncate_state, &kept, err) ||
+    size_t kept = 0, state_tokens = 0;
+    if (tokenize_fixed(tok, req, &p, out, err) ||
+        tokenize_state(tok, req, &p, max_length, truncate_state, &kept, &state_tokens, err) ||
         check_question_spans(req, out, err)) {
         pieces_free(&p);
         clef_record_free(out);
         return -1;
     }
-    out->state_tokens = p.T.n;
+    out->state_tokens = state_tokens;
     out->state_tokens_kept = kept;
     out->n_ids = p.P.n + kept + p.S.n + p.X.n;
     out->input_ids = clef_xmalloc(out->n_ids * sizeof *out->input_ids);

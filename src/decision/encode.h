@@ -18,7 +18,16 @@
  *   max_length:     token budget (default CLEF_DEFAULT_MAX_LENGTH)
  *   truncate_state: 1 = cut the state's tail to fit (reference behaviour);
  *                   0 = refuse an over-long record with 422
- *                   "maximum context length: record requires <total> tokens; maximum is <max_length>"
+ *                   "maximum context length: record requires <total> tokens; maximum is <max_length>",
+ *                   or, when the state was so long that tokenizing stopped as soon
+ *                   as it was certain not to fit (clef_tokenize_bounded),
+ *                   "maximum context length: record requires more than <n> tokens; maximum is <max_length>"
+ *                   with n >= max_length a lower bound
+ * The state is tokenized last and only as far as needed: a refusal stops
+ * once the record certainly exceeds max_length (a 16 MiB state is refused
+ * from its byte count at once), and a cut stops after its first
+ * max_length - fixed ids; out->state_tokens is then the count where it
+ * stopped (> state_tokens_kept), not necessarily the whole state's.
  * Errors: 422 capacity_exceeded "maximum context length: schema requires
  * <fixed> tokens before state; maximum is <max_length>"; 422
  * "<id>: question instructions render to no tokens; give non-empty

@@ -29,7 +29,8 @@ typedef struct clef_record {
     size_t n_ids;
     size_t n_questions;
     clef_record_question *questions;  /* [n_questions], request order, owned */
-    size_t state_tokens;       /* tokens of the rendered state before any cut */
+    size_t state_tokens;       /* tokens of the rendered state before any cut; when it was cut, at least
+                                  state_tokens_kept + 1 (tokenizing stops there, decision/encode.h) */
     size_t state_tokens_kept;  /* tokens of the state kept in input_ids */
     /* Media (SPEC §9), set only when the request carries images/audio/videos: */
     size_t media_start, media_len; /* the media block input_ids[media_start, +media_len), right after PREFIX;

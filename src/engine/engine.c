@@ -66,6 +66,13 @@ clef_engine *clef_engine_open(const clef_engine_options *opt, clef_err *err) {
                          : clef_checkpoint_open(opt->model_dir, &e->ck, err))
         goto fail_ck;
     progress(opt, opt->synthetic ? "synthetic weights drawn" : "checkpoint mapped", t0);
+    /* Every weight finite, checked once on the host before any backend sees
+     * it (a CUDA upload copies these same bytes), so a NaN is a load error
+     * naming the tensor instead of a 500 on every decision. */
+    size_t checked = 0;
+    if (clef_checkpoint_check_finite(&e->ck, opt->text_only, opt->n_threads, &checked, err)) goto fail;
+    if (opt->verbose) fprintf(stderr, "clef: weights checked finite: %.2f GB (%.2f s)\n", (double)checked / 1e9,
+                              clef_now() - t0);
     size_t max_pos = (size_t)e->ck.config.text.max_position_embeddings;
     e->max_length = opt->max_length ? opt->max_length : CLEF_DEFAULT_MAX_LENGTH;
     if (e->max_length > max_pos) {
@@ -77,7 +84,7 @@ clef_engine *clef_engine_open(const clef_engine_options *opt, clef_err *err) {
     if (opt->tokenizer)
         snprintf(path, sizeof path, "%s", opt->tokenizer);
     else
-        snprintf(path, sizeof path, "%s/tokenizer.json", opt->model_dir);
+        snprintf(path, sizeof path, "%s/tokenizer.json", e->ck.dir); /* the directory without trailing slashes */
     e->tok = clef_tokenizer_load(path, err);
     if (!e->tok) goto fail;
     /* A tokenizer that can emit ids past the embedding rows is a broken

@@ -14,6 +14,7 @@
 
 #include "json/json.h"
 #include "util/buf.h"
+#include "util/file.h"
 
 #define INDEX_FILE "model.safetensors.index.json"
 #define SINGLE_FILE "model.safetensors"
@@ -29,20 +30,20 @@ static const char *path_basename(const char *path) {
     return slash ? slash + 1 : path;
 }
 
+/* Whether `dir/name` exists (no open: a FIFO would block; the reader
+ * refuses anything but a regular file). */
 static int file_exists(const char *dir, const char *name) {
-    clef_buf p = {0};
-    clef_buf_printf(&p, "%s/%s", dir, name);
-    int ok = access(p.data, R_OK) == 0;
-    clef_buf_free(&p);
+    char *p = clef_path_join(dir, name);
+    int ok = access(p, F_OK) == 0;
+    free(p);
     return ok;
 }
 
 /* Open `dir/name` as the next shard. */
 static int open_shard(clef_checkpoint *ck, const char *name, clef_err *err) {
-    clef_buf p = {0};
-    clef_buf_printf(&p, "%s/%s", ck->dir, name);
-    int rc = st_open(p.data, &ck->shards[ck->n_shards], err);
-    clef_buf_free(&p);
+    char *p = clef_path_join(ck->dir, name);
+    int rc = st_open(p, &ck->shards[ck->n_shards], err);
+    free(p);
     if (rc == 0) ck->n_shards++;
     return rc;
 }
@@ -79,7 +80,7 @@ static long distinct_shards(const json_value *wm, const char ***names, clef_err 
  * *index_out holds the parsed index (the caller frees it). */
 static int open_indexed_shards(clef_checkpoint *ck, json_value **index_out, clef_err *err) {
     size_t len = 0;
-    char *text = clef_read_text_file(ck->dir, INDEX_FILE, &len, err);
+    char *text = clef_read_text_file(ck->dir, INDEX_FILE, CLEF_FILE_MAX_INDEX, &len, err);
     if (!text) return -1;
     clef_err jerr;
     clef_err_clear(&jerr);
@@ -161,7 +162,11 @@ static int check_weight_map(const clef_checkpoint *ck, const json_value *index, 
 
 int clef_checkpoint_open(const char *dir, clef_checkpoint *ck, clef_err *err) {
     memset(ck, 0, sizeof *ck);
-    ck->dir = clef_xstrndup(dir, strlen(dir));
+    /* "m/" names the same directory as "m": without the trailing slashes,
+     * file names join cleanly and the directory's base name (in messages) is
+     * "m", not "". */
+    ck->dir = clef_xstrndup(dir, clef_path_trim_len(dir));
+    dir = ck->dir;
     if (clef_config_load(dir, &ck->config, err) != 0) goto fail;
     json_value *index = NULL;
     if (file_exists(dir, INDEX_FILE)) {
@@ -170,7 +175,7 @@ int clef_checkpoint_open(const char *dir, clef_checkpoint *ck, clef_err *err) {
         ck->shards = clef_xcalloc(2, sizeof *ck->shards);
         if (open_shard(ck, SINGLE_FILE, err) != 0) goto fail;
     } else {
-        clef_fail_file(err, path_basename(dir), "neither " INDEX_FILE " nor " SINGLE_FILE " found");
+        clef_fail_file(err, dir, "neither " INDEX_FILE " nor " SINGLE_FILE " found");
         goto fail;
     }
     int rc = open_shard(ck, HEAD_FILE, err);

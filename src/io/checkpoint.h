@@ -71,4 +71,20 @@ const st_tensor *clef_checkpoint_find(const clef_checkpoint *ck, const char *nam
 const st_tensor *clef_checkpoint_require(const clef_checkpoint *ck, const char *name, unsigned allowed_dtypes_mask,
                                          int ndim, const int64_t *shape, clef_err *err);
 
+/* Refuse a checkpoint holding a NaN or Inf weight (io/finite.c): every
+ * catalog tensor of a floating dtype (BF16, F16, F32, F8_E4M3: weights,
+ * norms, biases, the head, the media towers, and the quantization scales of
+ * a quantized checkpoint) is read once, in parallel on `n_threads` (<= 0:
+ * all OpenMP threads).  With `skip_towers` the thinker.visual.* and
+ * thinker.audio_tower.* tensors are left out (they are not loaded then).
+ * Integer and packed tensors (U8 FP4/INT4 codes, I32...) cannot hold a
+ * non-finite value and are not read.  Sets *checked_bytes (if not NULL) to
+ * the bytes read.  Returns 0, or -1 with err (500) naming the first bad
+ * element in file order, e.g. "model-00001-of-00002.safetensors: tensor
+ * 'thinker.model.norm.weight' holds a non-finite value (NaN) at element 3"
+ * (or "+Inf" / "-Inf"; E4M3 has NaN only).  On a mapped checkpoint this
+ * touches every page of those tensors (disk reads on a cold cache). */
+int clef_checkpoint_check_finite(const clef_checkpoint *ck, int skip_towers, int n_threads, size_t *checked_bytes,
+                                 clef_err *err);
+
 #endif

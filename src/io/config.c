@@ -13,6 +13,7 @@
 
 #include "json/json.h"
 #include "util/buf.h"
+#include "util/file.h"
 
 #define CFG_FILE "config.json"
 #define HEAD_FILE "joint_head_config.json"
@@ -208,6 +209,18 @@ static int check_text(const clef_text_config *c, clef_err *err) {
     if (c->num_experts_per_tok > c->num_experts)
         return clef_fail_file(err, CFG_FILE, TEXT_PATH ".num_experts_per_tok %lld exceeds num_experts %lld",
                               (long long)c->num_experts_per_tok, (long long)c->num_experts);
+    /* Interleaved M-RoPE (SPEC §6.3) gives each of the head_dim/2 frequencies
+     * to one axis; the three sections must cover them exactly (transformers
+     * slices past the end silently, so a wrong section would just rotate
+     * some frequencies with the wrong axis). */
+    const int64_t ms = c->mrope_section[0] + c->mrope_section[1] + c->mrope_section[2];
+    if (ms != c->head_dim / 2)
+        return clef_fail_file(err, CFG_FILE,
+                              TEXT_PATH ".mrope_section [%lld,%lld,%lld] sums to %lld, but head_dim %lld has %lld "
+                                        "rotary frequencies (head_dim/2)",
+                              (long long)c->mrope_section[0], (long long)c->mrope_section[1],
+                              (long long)c->mrope_section[2], (long long)ms, (long long)c->head_dim,
+                              (long long)(c->head_dim / 2));
     for (int64_t l = 0; l < c->num_hidden_layers; l++)
         if (!clef_layer_is_moe(c, l) && c->intermediate_size <= 0)
             return clef_fail_file(err, CFG_FILE,
@@ -303,44 +316,18 @@ int clef_config_parse(const char *config_json, size_t config_len, const char *he
     return rc;
 }
 
-char *clef_read_text_file(const char *dir, const char *name, size_t *len, clef_err *err) {
-    clef_buf path = {0};
-    clef_buf_printf(&path, "%s/%s", dir, name);
-    FILE *f = fopen(path.data, "rb");
-    clef_buf_free(&path);
-    if (!f) {
-        clef_fail_file(err, name, "cannot open in %s", dir);
-        return NULL;
-    }
-    clef_buf text = {0};
-    char chunk[65536];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) {
-        if (text.len + n > (size_t)64 << 20) {
-            fclose(f);
-            clef_buf_free(&text);
-            clef_fail_file(err, name, "larger than 64 MiB");
-            return NULL;
-        }
-        clef_buf_append(&text, chunk, n);
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        clef_buf_free(&text);
-        clef_fail_file(err, name, "read error in %s", dir);
-        return NULL;
-    }
-    clef_buf_putc(&text, '\0'); /* ensure allocation even for an empty file */
-    *len = text.len - 1;
-    return text.data;
+char *clef_read_text_file(const char *dir, const char *name, size_t max_bytes, size_t *len, clef_err *err) {
+    char *path = clef_path_join(dir, name);
+    char *text = clef_file_read(path, path, max_bytes, len, err);
+    free(path);
+    return text;
 }
 
 int clef_config_load(const char *dir, clef_config *cfg, clef_err *err) {
     size_t clen = 0, hlen = 0;
-    char *ctext = clef_read_text_file(dir, CFG_FILE, &clen, err);
+    char *ctext = clef_read_text_file(dir, CFG_FILE, CLEF_FILE_MAX_CONFIG, &clen, err);
     if (!ctext) return -1;
-    char *htext = clef_read_text_file(dir, HEAD_FILE, &hlen, err);
+    char *htext = clef_read_text_file(dir, HEAD_FILE, CLEF_FILE_MAX_CONFIG, &hlen, err);
     if (!htext) {
         free(ctext);
         return -1;

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "util/err.h"
+#include "util/file.h"
 
 #define CLEF_MAX_LAYERS 256
 
@@ -77,10 +78,12 @@ int clef_config_parse(const char *config_json, size_t config_len, const char *he
                       clef_config *cfg, clef_err *err);
 
 /* Read `<dir>/<name>` whole into a NUL-terminated heap buffer (caller frees)
- * and set *len to its byte length.  Files over 64 MiB are refused (configs
- * and indexes are far smaller, so a bigger one is a wrong path).  Returns NULL
- * with err (500, message naming the file) when it cannot be read. */
-char *clef_read_text_file(const char *dir, const char *name, size_t *len, clef_err *err);
+ * and set *len to its byte length, through clef_file_read: a file that is not
+ * regular (a FIFO, /dev/zero) or is over `max_bytes` (CLEF_FILE_MAX_CONFIG,
+ * CLEF_FILE_MAX_INDEX of util/file.h) is refused before it is read.  Returns
+ * NULL with err (500, message naming "<dir>/<name>", trailing slashes of
+ * `dir` dropped) when it cannot be read. */
+char *clef_read_text_file(const char *dir, const char *name, size_t max_bytes, size_t *len, clef_err *err);
 
 /* Whether layer `l` uses the MoE block (SPEC §6.1). */
 int clef_layer_is_moe(const clef_text_config *c, int64_t l);

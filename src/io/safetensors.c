@@ -17,6 +17,7 @@
 
 #include "json/json.h"
 #include "util/buf.h"
+#include "util/file.h"
 
 /* A header larger than this is refused before parsing (the safetensors
  * library uses the same limit); real headers are well under 10 MiB. */
@@ -193,26 +194,23 @@ done:
     return rc;
 }
 
-/* Open and map `path` read-only into f->map / f->size. */
+/* Open and map `path` read-only into f->map / f->size.  The type is
+ * checked before anything is read: a FIFO or a device is refused at once
+ * (clef_file_open_regular opens with O_NONBLOCK, so a FIFO does not wait). */
 static int map_file(const char *path, const char *file, st_file *f, clef_err *err) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return st_fail(err, file, NULL, "cannot open: %s", strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    size_t size = 0;
+    int fd = clef_file_open_regular(path, file, &size, err);
+    if (fd < 0) return -1;
+    if (size < 8) {
         close(fd);
-        return st_fail(err, file, NULL, "not a regular file");
+        return st_fail(err, file, NULL, "file is %zu bytes, shorter than the 8-byte header length", size);
     }
-    if (sb.st_size < 8) {
-        close(fd);
-        return st_fail(err, file, NULL, "file is %lld bytes, shorter than the 8-byte header length",
-                       (long long)sb.st_size);
-    }
-    void *map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
     int map_errno = errno;
     close(fd); /* the mapping keeps the file alive */
     if (map == MAP_FAILED) return st_fail(err, file, NULL, "mmap failed: %s", strerror(map_errno));
     f->map = map;
-    f->size = (size_t)sb.st_size;
+    f->size = size;
     return 0;
 }
 

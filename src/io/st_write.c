@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "json/json.h"
@@ -125,6 +126,7 @@ static int write_all(int fd, const void *p, size_t n, off_t at) {
     while (n > 0) {
         ssize_t k = pwrite(fd, c, n, at);
         if (k < 0 && errno == EINTR) continue;
+        if (k == 0) errno = ENOSPC; /* no progress: the device is full */
         if (k <= 0) return -1;
         c += k;
         n -= (size_t)k;
@@ -186,8 +188,11 @@ st_writer *st_writer_create(const char *path, const st_wtensor *tensors, size_t 
     w->data_start = 8 + h.len;
     w->total += w->data_start;
     w->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    struct stat sb;
+    /* Sized up front when it is a regular file (the data then fills holes); any
+     * other target (a device, e.g. /dev/full in the tests) is written as a stream. */
     int ok = w->fd >= 0 && write_all(w->fd, len8, 8, 0) == 0 && write_all(w->fd, h.data, h.len, 8) == 0 &&
-             ftruncate(w->fd, (off_t)w->total) == 0;
+             fstat(w->fd, &sb) == 0 && (!S_ISREG(sb.st_mode) || ftruncate(w->fd, (off_t)w->total) == 0);
     int e = errno;
     clef_buf_free(&h);
     if (!ok) {

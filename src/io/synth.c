@@ -14,6 +14,7 @@
 
 #include "io/st_write.h"
 #include "json/json.h"
+#include "util/file.h"
 #include "util/timer.h"
 
 /* ---- presets ------------------------------------------------------------ */
@@ -590,29 +591,31 @@ static int io_fail(clef_err *err, const char *file, const char *what) {
     return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "%s: %s: %s", file, what, strerror(errno));
 }
 
-/* Write `len` bytes to `dir/name`. */
+/* Write `len` bytes to `dir/name`; on failure (a full disk: ENOSPC from the
+ * write or from the flush in fclose) the partial file is removed. */
 static int write_text(const char *dir, const char *name, const char *data, size_t len, clef_err *err) {
     clef_buf p = {0};
     clef_buf_printf(&p, "%s/%s", dir, name);
     FILE *f = fopen(p.data, "wb");
     int ok = f && fwrite(data, 1, len, f) == len;
-    ok = (f && fclose(f) == 0) && ok;
+    int e = errno;
+    if (f && fclose(f) != 0 && ok) ok = 0, e = errno;
+    if (!ok && f) unlink(p.data);
     clef_buf_free(&p);
+    errno = e;
     return ok ? 0 : io_fail(err, name, "cannot write");
 }
 
-/* Copy the tokenizer file into `dir/tokenizer.json`. */
+/* Copy the tokenizer file into `dir/tokenizer.json` (read through
+ * clef_file_read: a FIFO or an endless file is refused, not waited on). */
 static int copy_tokenizer(const char *src, const char *dir, clef_err *err) {
-    FILE *in = fopen(src, "rb");
-    if (!in) return io_fail(err, src, "cannot read the tokenizer");
-    clef_buf b = {0};
-    char chunk[65536];
-    size_t k;
-    while ((k = fread(chunk, 1, sizeof chunk, in)) > 0) clef_buf_append(&b, chunk, k);
-    int bad = ferror(in);
-    fclose(in);
-    int rc = bad ? io_fail(err, src, "cannot read the tokenizer") : write_text(dir, "tokenizer.json", b.data, b.len, err);
-    clef_buf_free(&b);
+    char label[4200];
+    snprintf(label, sizeof label, "tokenizer %s", src);
+    size_t len = 0;
+    char *text = clef_file_read(src, label, CLEF_FILE_MAX_TOKENIZER, &len, err);
+    if (!text) return -1;
+    int rc = write_text(dir, "tokenizer.json", text, len, err);
+    free(text);
     return rc;
 }
 

@@ -8,6 +8,7 @@
 
 #include "json/json.h"
 #include "model/towers_internal.h"
+#include "io/config.h"
 #include "util/buf.h"
 
 #define PLAIN_DTYPES (CLEF_DT_BIT(CLEF_DT_BF16) | CLEF_DT_BIT(CLEF_DT_F16) | CLEF_DT_BIT(CLEF_DT_F32))
@@ -103,14 +104,11 @@ static int load_configs(clef_towers *t, clef_err *err) {
     if (t->ck->config_json) {
         clef_buf_append(&b, t->ck->config_json, t->ck->config_json_len);
     } else if (t->ck->dir) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/config.json", t->ck->dir);
-        FILE *f = fopen(path, "rb");
-        if (!f) return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "%s: cannot open", path);
-        char chunk[65536];
-        size_t got;
-        while ((got = fread(chunk, 1, sizeof chunk, f)) > 0) clef_buf_append(&b, chunk, got);
-        fclose(f);
+        size_t len = 0;
+        char *text = clef_read_text_file(t->ck->dir, "config.json", CLEF_FILE_MAX_CONFIG, &len, err);
+        if (!text) return -1;
+        clef_buf_append(&b, text, len);
+        free(text);
     } else { /* a synthetic checkpoint drawn without towers */
         return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "this synthetic model has no media towers");
     }

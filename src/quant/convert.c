@@ -27,6 +27,7 @@
 #include "quant/qweight.h"
 #include "quant/quantize.h"
 #include "util/buf.h"
+#include "util/file.h"
 #include "util/timer.h"
 
 #define INDEX_FILE "model.safetensors.index.json"
@@ -236,7 +237,7 @@ static int read_shard_names(conv *cv, clef_err *err) {
         return 0;
     }
     size_t len;
-    char *text = clef_read_text_file(dir, INDEX_FILE, &len, err);
+    char *text = clef_read_text_file(dir, INDEX_FILE, CLEF_FILE_MAX_INDEX, &len, err);
     if (!text) return -1;
     clef_err jerr;
     json_value *ix = json_parse(text, len, &jerr);
@@ -953,7 +954,7 @@ static int write_configs(conv *cv, clef_err *err) {
         text = b.data;
         len = b.len;
         in = "synthetic";
-    } else if (!(text = clef_read_text_file(in, CFG_FILE, &len, err))) {
+    } else if (!(text = clef_read_text_file(in, CFG_FILE, CLEF_FILE_MAX_CONFIG, &len, err))) {
         return -1;
     }
     clef_err jerr;
@@ -1121,20 +1122,9 @@ static int synth_other_files(conv *cv, clef_err *err) {
     size_t len = 0;
     char *tok = NULL;
     if (rc == 0) {
-        FILE *f = fopen(cv->o->tokenizer, "rb");
-        clef_buf b = {0};
-        char chunk[65536];
-        size_t k;
-        while (f && (k = fread(chunk, 1, sizeof chunk, f)) > 0) clef_buf_append(&b, chunk, k);
-        int bad = !f || ferror(f);
-        if (f) fclose(f);
-        if (bad) {
-            clef_buf_free(&b);
-            rc = cv_fail(err, "cannot read the tokenizer %s: %s", cv->o->tokenizer, strerror(errno));
-        } else {
-            tok = b.data;
-            len = b.len;
-        }
+        char label[4200];
+        snprintf(label, sizeof label, "tokenizer %s", cv->o->tokenizer);
+        if (!(tok = clef_file_read(cv->o->tokenizer, label, CLEF_FILE_MAX_TOKENIZER, &len, err))) rc = -1;
     }
     if (rc == 0) rc = write_text(cv->o->out_dir, "tokenizer.json", tok ? tok : "", len, err);
     free(tok);

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "io/checkpoint.h"
 #include "io/config.h"
@@ -309,16 +310,16 @@ int clef_quant_config_parse(const char *config_json, size_t config_len, const ch
 int clef_quant_config_load(const char *dir, clef_quant_config *qc, clef_err *err) {
     memset(qc, 0, sizeof *qc);
     size_t clen = 0, hlen = 0;
-    char *ctext = clef_read_text_file(dir, CFG_FILE, &clen, err);
+    char *ctext = clef_read_text_file(dir, CFG_FILE, CLEF_FILE_MAX_CONFIG, &clen, err);
     if (!ctext) return -1;
     char *htext = NULL;
     clef_buf p = {0};
     clef_buf_printf(&p, "%s/%s", dir, HF_QUANT_FILE);
-    FILE *f = fopen(p.data, "rb");
+    struct stat sb;
+    int present = stat(p.data, &sb) == 0; /* no open: a FIFO would block (the read below refuses it) */
     clef_buf_free(&p);
-    if (f) {
-        fclose(f);
-        htext = clef_read_text_file(dir, HF_QUANT_FILE, &hlen, err);
+    if (present) {
+        htext = clef_read_text_file(dir, HF_QUANT_FILE, CLEF_FILE_MAX_CONFIG, &hlen, err);
         if (!htext) {
             free(ctext);
             return -1;

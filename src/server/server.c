@@ -64,7 +64,7 @@ static void release_date(const char *dir, char *out, size_t cap) {
     if (!dir) return; /* synthetic weights have no release */
     clef_err err;
     size_t len = 0;
-    char *text = clef_read_text_file(dir, "config.json", &len, &err);
+    char *text = clef_read_text_file(dir, "config.json", CLEF_FILE_MAX_CONFIG, &len, &err);
     if (!text) return; /* the loader reports the missing file */
     json_value *root = json_parse(text, len, &err);
     free(text);

@@ -65,14 +65,35 @@ typedef struct bpe_scratch {
     size_t sym_cap;
     struct bpe_cand { int32_t rank, pos, new_id; } *heap;
     size_t heap_n, heap_cap;
+    /* the rank-bucket queue of long pieces (see bpe.c) */
+    int32_t *bmap_rank;  /* open-addressing map rank -> bucket index: keys (-1 = empty) */
+    int32_t *bmap_bucket; /* values */
+    size_t bmap_cap;     /* power of two, at least twice the buckets */
+    struct bpe_bucket *buckets;
+    size_t n_buckets, buckets_cap;
+    int32_t *rheap;      /* min-heap of bucket indices by rank */
+    size_t rheap_n, rheap_cap;
 } bpe_scratch;
 
 void bpe_scratch_free(bpe_scratch *s);
+
+/* Pieces of at least this many bytes merge through rank buckets instead of
+ * one binary heap: the same merges in the same (rank, position) order, so
+ * the same ids, but the candidates of one rank sit in one array that is
+ * mostly appended to and read front to back, where the heap's random
+ * accesses over tens of millions of entries made a 16 MiB run of spaces take
+ * 30 s. */
+#define BPE_LONG_PIECE 256
 
 /* BPE-encode one pre-token given as `n` raw bytes (before the byte-level
  * mapping): `byte_id[b]` is the vocab id of the byte-level symbol of byte b.
  * Appends the resulting ids to `out`. */
 void bpe_encode_piece(const bpe_pairmap *merges, const int32_t byte_id[256], const uint8_t *bytes, size_t n,
                       bpe_scratch *s, clef_ids *out);
+
+/* bpe_encode_piece with the long-piece threshold `long_min` (bytes; SIZE_MAX:
+ * always the binary heap).  For tests, which check both queues agree. */
+void bpe_encode_piece_ex(const bpe_pairmap *merges, const int32_t byte_id[256], const uint8_t *bytes, size_t n,
+                         size_t long_min, bpe_scratch *s, clef_ids *out);
 
 #endif

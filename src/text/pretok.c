@@ -187,7 +187,8 @@ char *pretok_nfc(const char *s, size_t n, size_t *out_n, clef_err *err) {
 
 struct pretok_regex {
     pcre2_code *code;
-    int jit;  /* pcre2_jit_compile succeeded */
+    int jit;       /* pcre2_jit_compile succeeded */
+    int qwen2_ws;  /* the pattern is PRETOK_QWEN2_PATTERN: long whitespace runs are split without PCRE2 */
 };
 
 /* Unicode White_Space, the set Oniguruma's \s matches on UTF-8 text. */
@@ -299,6 +300,7 @@ pretok_regex *pretok_regex_compile_opts(const char *pattern, size_t len, int use
     pretok_regex *re = clef_xcalloc(1, sizeof *re);
     re->code = code;
     re->jit = use_jit && pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;  /* else: interpreter */
+    re->qwen2_ws = len == sizeof PRETOK_QWEN2_PATTERN - 1 && memcmp(pattern, PRETOK_QWEN2_PATTERN, len) == 0;
     return re;
 }
 
@@ -328,24 +330,104 @@ static int regex_next(const pretok_regex *re, const char *text, size_t n, size_t
 
 static size_t utf8_char_len(uint8_t c) { return c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4; }
 
-int pretok_split(const pretok_regex *re, const char *text, size_t n, pretok_piece_fn fn, void *ctx, clef_err *err) {
+/* Byte length of the White_Space character (the regex's \s, WS_CLASS_BODY)
+ * at s[0..n), or 0 when s[0] starts no such character.  Text is valid UTF-8. */
+static size_t ws_len(const uint8_t *s, size_t n) {
+    uint8_t c = s[0];
+    if (c < 0x80) return (c >= 0x09 && c <= 0x0D) || c == 0x20;
+    if (c == 0xC2) return n >= 2 && (s[1] == 0x85 || s[1] == 0xA0) ? 2 : 0;
+    if (n < 3) return 0;
+    if (c == 0xE1) return s[1] == 0x9A && s[2] == 0x80 ? 3 : 0;                     /* U+1680 */
+    if (c == 0xE2 && s[1] == 0x80)                                                  /* U+2000-200A, 2028, 2029, 202F */
+        return s[2] <= 0x8A || s[2] == 0xA8 || s[2] == 0xA9 || s[2] == 0xAF ? 3 : 0;
+    if (c == 0xE2) return s[1] == 0x81 && s[2] == 0x9F ? 3 : 0;                     /* U+205F */
+    if (c == 0xE3) return s[1] == 0x80 && s[2] == 0x80 ? 3 : 0;                     /* U+3000 */
+    return 0;
+}
+
+/* The next piece of the Qwen2 regex at `off` when a run of whitespace of at
+ * least `ws_min` bytes starts there, computed without PCRE2 (whose
+ * `\s*[\r\n]+` backtracks over the whole run and hits its match limit near
+ * 10 MiB).  Returns the piece's end, or 0 when PCRE2 should take this
+ * position (no such run, or a single whitespace character, which may belong
+ * to the next word).
+ *
+ * Derivation, for a maximal whitespace run [off, e) followed by a non-space
+ * character at e or by the end of the text (the previous piece ended at off,
+ * and every position starts a match of some alternative):
+ *  - with two or more characters, alternatives 1-4 fail at off (each needs a
+ *    letter, digit, apostrophe or other character at off or off+1);
+ *  - `\s*[\r\n]+` then matches up to just after the run's last CR or LF,
+ *    if it has one (\s* backs off to that character);
+ *  - otherwise `\s+(?!\S)` matches the whole run at the end of the text, or
+ *    all of it but its last character before a non-space (the lookahead
+ *    fails at e and holds one character earlier); that last character is
+ *    then left to PCRE2, with what follows it (" word", " !!", or alone). */
+static size_t ws_run_piece(const char *text, size_t n, size_t off, size_t ws_min) {
+    const uint8_t *s = (const uint8_t *)text;
+    size_t e = off, last_nl = SIZE_MAX, last_start = off, chars = 0, k;
+    while (e < n && (k = ws_len(s + e, n - e)) > 0) {
+        if (s[e] == '\n' || s[e] == '\r') last_nl = e;
+        last_start = e;
+        e += k;
+        chars++;
+    }
+    if (e - off < ws_min || chars == 0) return 0;
+    if (last_nl != SIZE_MAX) return last_nl + 1;
+    if (chars < 2) return 0;
+    return e == n ? n : last_start;
+}
+
+/* The split loop; `ws_min` > 0 enables ws_run_piece for runs of at least
+ * that many bytes (only valid for the Qwen2 pattern). */
+static int split_run(const pretok_regex *re, const char *text, size_t n, size_t ws_min, pretok_piece_fn fn, void *ctx,
+                     clef_err *err) {
     pcre2_match_data *md = pcre2_match_data_create_from_pattern(re->code, NULL);
     if (!md) return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "out of memory for regex match data");
     size_t prev = 0, off = 0;  /* prev: end of the last piece; off: where to search next */
     int rc = 0;
-    while (off < n && (rc = regex_next(re, text, n, off, md, err)) == 1) {
+    while (off < n) {
+        size_t ws_end = ws_min && prev == off ? ws_run_piece(text, n, off, ws_min) : 0;
+        if (ws_end) {
+            if (fn(ctx, text, off, ws_end)) {
+                rc = 1;
+                break;
+            }
+            prev = off = ws_end;
+            continue;
+        }
+        if ((rc = regex_next(re, text, n, off, md, err)) != 1) break;
+        rc = 0;
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
         size_t ms = ov[0], me = ov[1];
         if (me == ms) {  /* an empty match is no piece; step over one character */
             off = ms + (ms < n ? utf8_char_len((uint8_t)text[ms]) : 1);
             continue;
         }
-        if (ms > prev) fn(ctx, text, prev, ms);
-        fn(ctx, text, ms, me);
+        if (ms > prev && fn(ctx, text, prev, ms)) {
+            rc = 1;
+            break;
+        }
+        if (fn(ctx, text, ms, me)) {
+            rc = 1;
+            break;
+        }
         prev = off = me;
     }
     pcre2_match_data_free(md);
     if (rc < 0) return -1;
-    if (prev < n) fn(ctx, text, prev, n);
+    if (rc == 1) return 1;
+    if (prev < n && fn(ctx, text, prev, n)) return 1;
     return 0;
 }
+
+int pretok_split(const pretok_regex *re, const char *text, size_t n, pretok_piece_fn fn, void *ctx, clef_err *err) {
+    return split_run(re, text, n, re->qwen2_ws ? PRETOK_WS_RUN_MIN : 0, fn, ctx, err);
+}
+
+int pretok_split_ws(const pretok_regex *re, const char *text, size_t n, size_t ws_min, pretok_piece_fn fn, void *ctx,
+                    clef_err *err) {
+    return split_run(re, text, n, re->qwen2_ws ? ws_min : 0, fn, ctx, err);
+}
+
+int pretok_regex_is_qwen2(const pretok_regex *re) { return re->qwen2_ws; }

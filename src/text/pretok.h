@@ -67,13 +67,42 @@ pretok_regex *pretok_regex_compile(const char *pattern, size_t len, clef_err *er
 pretok_regex *pretok_regex_compile_opts(const char *pattern, size_t len, int use_jit, clef_err *err);
 void pretok_regex_free(pretok_regex *re);
 
-/* Called once per piece [start, end) of `text`, in order. */
-typedef void (*pretok_piece_fn)(void *ctx, const char *text, size_t start, size_t end);
+/* The Split regex of the Qwen2 / Qwen3 tokenizers (SPEC §5 step 3), as
+ * tokenizer.json spells it. */
+#define PRETOK_QWEN2_PATTERN                                                                                           \
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"     \
+    "\\s+(?!\\S)|\\s+"
+
+/* Whitespace runs of at least this many bytes are split without PCRE2
+ * (pretok_split, Qwen2 pattern only). */
+#define PRETOK_WS_RUN_MIN 64
+
+/* Called once per piece [start, end) of `text`, in order.  Return 0 to go
+ * on, nonzero to stop the split there. */
+typedef int (*pretok_piece_fn)(void *ctx, const char *text, size_t start, size_t end);
 
 /* Split valid UTF-8 `text[0..n)` with behaviour Isolated: every non-empty
  * match is a piece, and so is each non-empty stretch between matches.
- * Returns 0, or -1 with err (500) if PCRE2 reports an error (e.g. a match
- * limit) — the text is then not (fully) split. */
+ * Pieces come in order, from one scan of the whole text, so the pieces
+ * passed before a stop are exactly the first pieces of the whole split.
+ * With the Qwen2 pattern (PRETOK_QWEN2_PATTERN), a whitespace run of
+ * PRETOK_WS_RUN_MIN bytes or more is split by the rule PCRE2 would apply
+ * (see ws_run_piece in pretok.c), because PCRE2 backtracks over the whole
+ * run and fails with "match limit exceeded" near 10 MiB of spaces; the
+ * pieces are the same (test_tokenizer_long checks it on random text).  The
+ * work per piece is then bounded by the piece's length.
+ * Returns 0 when the whole text was split, 1 when `fn` stopped it, or -1
+ * with err (500) if PCRE2 reports an error (e.g. a match limit, possible
+ * only with other patterns) — the text is then not (fully) split. */
 int pretok_split(const pretok_regex *re, const char *text, size_t n, pretok_piece_fn fn, void *ctx, clef_err *err);
+
+/* pretok_split with the whitespace-run threshold `ws_min` in bytes (0 = every
+ * run through PCRE2); for tests, which compare both ways.  Patterns other than
+ * the Qwen2 one always go through PCRE2. */
+int pretok_split_ws(const pretok_regex *re, const char *text, size_t n, size_t ws_min, pretok_piece_fn fn, void *ctx,
+                    clef_err *err);
+
+/* Whether `re` was compiled from PRETOK_QWEN2_PATTERN. */
+int pretok_regex_is_qwen2(const pretok_regex *re);
 
 #endif

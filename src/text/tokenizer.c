@@ -17,6 +17,7 @@
 #include "json/json.h"
 #include "text/bpe.h"
 #include "text/pretok.h"
+#include "util/file.h"
 
 struct clef_tokenizer {
     bpe_strmap vocab;       /* byte-level token string -> id */
@@ -26,6 +27,8 @@ struct clef_tokenizer {
     pretok_regex *split;    /* Split pre-tokenizer */
     int nfc;                /* normaliser is NFC (else none) */
     size_t size;            /* largest id + 1 */
+    size_t max_token_bytes; /* bytes of the longest vocab token (128 for Qwen3): a piece of n bytes gives at
+                               least ceil(n / max_token_bytes) ids */
 };
 
 /* ---- load helpers ---- */
@@ -40,25 +43,13 @@ __attribute__((format(printf, 3, 4))) static int load_fail(clef_err *err, const 
     return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "tokenizer %s: %s", path, msg);
 }
 
+/* tokenizer.json through clef_file_read: a FIFO or device is refused before
+ * it is read, and so is a file over CLEF_FILE_MAX_TOKENIZER (the Qwen3 file
+ * is 11.4 MB), so a wrong path cannot hang or fill memory. */
 static char *read_whole_file(const char *path, size_t *len, clef_err *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        load_fail(err, path, "cannot open: %s", strerror(errno));
-        return NULL;
-    }
-    clef_buf b = {0};
-    char chunk[1 << 16];
-    size_t got;
-    while ((got = fread(chunk, 1, sizeof chunk, f)) > 0) clef_buf_append(&b, chunk, got);
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        clef_buf_free(&b);
-        load_fail(err, path, "read error");
-        return NULL;
-    }
-    *len = b.len;
-    return b.data ? b.data : clef_xcalloc(1, 1);
+    char label[CLEF_ERR_MESSAGE_MAX / 2];
+    snprintf(label, sizeof label, "tokenizer %s", path);
+    return clef_file_read(path, label, CLEF_FILE_MAX_TOKENIZER, len, err);
 }
 
 static int is_type(const json_value *v, const char *type) {
@@ -90,6 +81,9 @@ static int load_vocab(clef_tokenizer *t, const json_value *model, const char *pa
                              (long long)MAX_TOKEN_ID);
         bpe_strmap_put(&t->vocab, vocab->keys[i], vocab->key_lens[i], (int32_t)id);
         note_id(t, id);
+        size_t chars = 0; /* byte-level spelling: one character per byte of the token */
+        for (size_t k = 0; k < vocab->key_lens[i]; k++) chars += ((uint8_t)vocab->keys[i][k] & 0xC0) != 0x80;
+        if (chars > t->max_token_bytes) t->max_token_bytes = chars;
     }
     return 0;
 }
@@ -276,11 +270,51 @@ typedef struct encode_ctx {
     const clef_tokenizer *t;
     clef_ids *out;
     bpe_scratch scratch;
+    size_t n0;          /* out->n before this call */
+    size_t max_ids;     /* stop once more ids than this are certain */
+    int keep_prefix;    /* stop only after appending (the ids so far are then the exact prefix) */
+    size_t at_least;    /* when stopped: the text has at least this many ids */
+    int stopped;
+    size_t ws_min, bpe_long_min; /* pretok_split_ws / bpe_encode_piece_ex thresholds */
+    size_t seg_len;     /* bytes of the segment being split */
+    int stop_at_seg_end; /* the stop came after the segment's last piece */
 } encode_ctx;
 
-static void encode_piece(void *vctx, const char *text, size_t start, size_t end) {
+static size_t ids_so_far(const encode_ctx *c) { return c->out->n - c->n0; }
+
+/* Stretches shorter than this are tokenized rather than bounded: cheap, and
+ * it keeps the count exact when only the last pieces cross max_ids. */
+#define BOUND_MIN_BYTES 4096
+
+/* Whether a stretch of `bytes` bytes still to be BPE'd makes the total
+ * certainly exceed max_ids (each id covers at most max_token_bytes bytes);
+ * only used when the caller does not need the ids themselves. */
+static int bound_exceeds(encode_ctx *c, size_t bytes) {
+    if (c->keep_prefix || c->max_ids == SIZE_MAX || bytes < BOUND_MIN_BYTES) return 0;
+    size_t lb = ids_so_far(c) + (bytes + c->t->max_token_bytes - 1) / c->t->max_token_bytes;
+    if (lb <= c->max_ids) return 0;
+    c->at_least = lb;
+    c->stopped = 1;
+    c->stop_at_seg_end = 0;
+    return 1;
+}
+
+/* After appending: stop once more than max_ids ids are out. */
+static int count_exceeds(encode_ctx *c) {
+    if (ids_so_far(c) <= c->max_ids) return 0;
+    c->at_least = ids_so_far(c);
+    c->stopped = 1;
+    return 1;
+}
+
+static int encode_piece(void *vctx, const char *text, size_t start, size_t end) {
     encode_ctx *c = vctx;
-    bpe_encode_piece(&c->t->merges, c->t->byte_id, (const uint8_t *)text + start, end - start, &c->scratch, c->out);
+    if (bound_exceeds(c, end - start)) return 1;
+    bpe_encode_piece_ex(&c->t->merges, c->t->byte_id, (const uint8_t *)text + start, end - start, c->bpe_long_min,
+                        &c->scratch, c->out);
+    if (!count_exceeds(c)) return 0;
+    c->stop_at_seg_end = end == c->seg_len;
+    return 1;
 }
 
 static int is_ascii(const char *s, size_t n) {
@@ -292,13 +326,18 @@ static int is_ascii(const char *s, size_t n) {
 /* Normalise, split and BPE one stretch of text between added tokens. */
 static int encode_segment(encode_ctx *c, const char *s, size_t n, clef_err *err) {
     if (n == 0) return 0;
-    if (!c->t->nfc || is_ascii(s, n)) return pretok_split(c->t->split, s, n, encode_piece, c, err);
+    if (!c->t->nfc || is_ascii(s, n)) {
+        c->seg_len = n;
+        if (bound_exceeds(c, n)) return 0;
+        return pretok_split_ws(c->t->split, s, n, c->ws_min, encode_piece, c, err) < 0 ? -1 : 0;
+    }
     size_t nn;
     char *norm = pretok_nfc(s, n, &nn, err);
     if (!norm) return -1;
-    int rc = pretok_split(c->t->split, norm, nn, encode_piece, c, err);
+    c->seg_len = nn;
+    int rc = bound_exceeds(c, nn) ? 0 : pretok_split_ws(c->t->split, norm, nn, c->ws_min, encode_piece, c, err);
     free(norm);
-    return rc;
+    return rc < 0 ? -1 : 0;
 }
 
 /* Cut out added tokens (longest match, leftmost first) and encode the rest. */
@@ -313,28 +352,58 @@ static int encode_text(encode_ctx *c, const char *text, size_t len, clef_err *er
             continue;
         }
         if (encode_segment(c, text + seg, i - seg, err)) return -1;
+        if (c->stopped) return 0;
         clef_ids_push(c->out, id);
         seg = i += m;
+        if (count_exceeds(c)) {
+            if (seg == len) c->stopped = 0; /* it was the last token: the count is complete */
+            return 0;
+        }
     }
-    return encode_segment(c, text + seg, len - seg, err);
+    int rc = encode_segment(c, text + seg, len - seg, err);
+    if (c->stopped && c->stop_at_seg_end) c->stopped = 0; /* the last piece took it over: complete */
+    return rc;
 }
 
-int clef_tokenize(const clef_tokenizer *t, const char *text, size_t len, clef_ids *out, clef_err *err) {
+static int tokenize_run(const clef_tokenizer *t, const char *text, size_t len, size_t max_ids, int keep_prefix,
+                        size_t ws_min, size_t bpe_long_min, clef_ids *out, size_t *n_ids, clef_err *err) {
     if (!t || !out || (!text && len)) return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "clef_tokenize: bad arguments");
     size_t bad = pretok_utf8_invalid_at(text, len);
     if (bad < len)
         return clef_fail(err, 400, CLEF_E_REQUEST, NULL, "text is not valid UTF-8 (invalid byte 0x%02x at offset %zu)",
                          (uint8_t)text[bad], bad);
+    if (n_ids) *n_ids = 0;
     if (len == 0) return 0;
     if (len > (size_t)INT32_MAX)  /* the merge loop indexes symbols with int32 */
         return clef_fail(err, 400, CLEF_E_REQUEST, NULL, "text of %zu bytes is too long to tokenize", len);
-    size_t n0 = out->n;
-    encode_ctx c = {.t = t, .out = out};
+    encode_ctx c = {.t = t, .out = out, .n0 = out->n, .max_ids = max_ids, .keep_prefix = keep_prefix,
+                    .ws_min = ws_min, .bpe_long_min = bpe_long_min};
     int rc = encode_text(&c, text, len, err);
     bpe_scratch_free(&c.scratch);
-    if (rc) out->n = n0;  /* all or nothing: never hand back a partial encoding */
-    return rc;
+    if (rc) {
+        out->n = c.n0;  /* all or nothing: never hand back a partial encoding */
+        return -1;
+    }
+    if (c.stopped && !keep_prefix) out->n = c.n0;
+    if (n_ids) *n_ids = c.stopped ? c.at_least : ids_so_far(&c);
+    return c.stopped;
 }
+
+int clef_tokenize_bounded(const clef_tokenizer *t, const char *text, size_t len, size_t max_ids, int keep_prefix,
+                          clef_ids *out, size_t *n_ids, clef_err *err) {
+    return tokenize_run(t, text, len, max_ids, keep_prefix, PRETOK_WS_RUN_MIN, BPE_LONG_PIECE, out, n_ids, err);
+}
+
+int clef_tokenize(const clef_tokenizer *t, const char *text, size_t len, clef_ids *out, clef_err *err) {
+    return clef_tokenize_bounded(t, text, len, SIZE_MAX, 1, out, NULL, err) < 0 ? -1 : 0;
+}
+
+int clef_tokenize_tuned(const clef_tokenizer *t, const char *text, size_t len, size_t ws_min, size_t bpe_long_min,
+                        clef_ids *out, clef_err *err) {
+    return tokenize_run(t, text, len, SIZE_MAX, 1, ws_min, bpe_long_min, out, NULL, err) < 0 ? -1 : 0;
+}
+
+size_t clef_tokenizer_max_token_bytes(const clef_tokenizer *t) { return t ? t->max_token_bytes : 0; }
 
 size_t clef_tokenizer_size(const clef_tokenizer *t) { return t ? t->size : 0; }
 

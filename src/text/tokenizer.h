@@ -48,8 +48,44 @@ void clef_tokenizer_free(clef_tokenizer *t);
  * overlongs, surrogates or code points above U+10FFFF) or longer than
  * INT32_MAX bytes; (500) on an internal regex/normaliser failure.  On error
  * `out` is left as it was.  Linear-ish in `len`: a 100 KB run of one
- * character takes tens of milliseconds. */
+ * character takes tens of milliseconds; a run of whitespace of any length
+ * is split without PCRE2's backtracking limit (text/pretok.h), so 16 MiB of
+ * spaces tokenize too. */
 int clef_tokenize(const clef_tokenizer *t, const char *text, size_t len, clef_ids *out, clef_err *err);
+
+/* clef_tokenize that stops as soon as the text is certain to give more than
+ * `max_ids` ids (SIZE_MAX: never), so an over-long text costs about the
+ * tokenizing of its first max_ids ids, not of all of it.  Pieces are
+ * tokenized in order from one split of the whole text, so the ids appended
+ * before a stop are exactly the first ids of the whole encoding.
+ *   keep_prefix = 1: stop only after a piece (or added token) whose ids take
+ *     the count past max_ids; `out` then holds those first *n_ids ids
+ *     (*n_ids > max_ids).  For a cut to the first max_ids ids.
+ *   keep_prefix = 0: may also stop before a piece or a stretch between added
+ *     tokens of 4096 bytes or more when its bytes alone prove the count (every
+ *     id covers at most the longest vocab token's bytes, 128 for Qwen3);
+ *     nothing is appended then, and *n_ids is a lower bound of the count
+ *     (> max_ids).  For a refusal.
+ * A stop right after the text's last piece counts as complete (rc 0, exact
+ * count).
+ * Returns 0 when the whole text was tokenized (*n_ids = ids appended, which
+ * may exceed max_ids when the last piece took it past), 1 when it stopped
+ * early, or -1 with err as clef_tokenize (`out` as it was).  `n_ids` may be
+ * NULL. */
+int clef_tokenize_bounded(const clef_tokenizer *t, const char *text, size_t len, size_t max_ids, int keep_prefix,
+                          clef_ids *out, size_t *n_ids, clef_err *err);
+
+/* clef_tokenize with the long-input paths' thresholds chosen, for tests
+ * that check they change nothing: whitespace runs of at least `ws_min` bytes
+ * split without PCRE2 (0: never; text/pretok.h), pieces of at least
+ * `bpe_long_min` bytes merged through rank buckets (SIZE_MAX: never;
+ * text/bpe.h).  clef_tokenize uses PRETOK_WS_RUN_MIN and BPE_LONG_PIECE. */
+int clef_tokenize_tuned(const clef_tokenizer *t, const char *text, size_t len, size_t ws_min, size_t bpe_long_min,
+                        clef_ids *out, clef_err *err);
+
+/* Bytes of the longest vocabulary token (128 for Qwen3): the bound behind
+ * clef_tokenize_bounded's early stop. */
+size_t clef_tokenizer_max_token_bytes(const clef_tokenizer *t);
 
 /* Number of ids the tokenizer can produce: largest vocab or added-token id
  * + 1 (151676 for Qwen3-Omni; the embedding has 152064 rows). */

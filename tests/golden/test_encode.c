@@ -158,15 +158,25 @@ static void test_seed_and_cut(void **state) {
     assert_true(rec.state_tokens > rec.state_tokens_kept);
     size_t fixed = 300 - rec.state_tokens_kept;
     clef_record_free(&rec);
-    /* truncate_state = 0 refuses the same record (rule 11), naming its full size. */
+    /* truncate_state = 0 refuses the same record (rule 11).  Tokenizing stops
+     * at the first piece that takes the state past the room left (300 -
+     * fixed), so the message gives a lower bound: here that piece was one
+     * token, so "more than 300". */
     clef_record full;
     assert_int_equal(clef_encode_record(f->tok, &req, CLEF_DEFAULT_MAX_LENGTH, 0, &full, &err), 0);
     char want[256];
-    snprintf(want, sizeof want, "maximum context length: record requires %zu tokens; maximum is 300", full.n_ids);
     clef_err_clear(&err);
     assert_int_equal(clef_encode_record(f->tok, &req, 300, 0, &rec, &err), -1);
     assert_int_equal(err.status, 422);
     assert_string_equal(err.type, CLEF_E_CAPACITY);
+    assert_string_equal(err.message, "maximum context length: record requires more than 300 tokens; maximum is 300");
+    assert_string_equal(err.param, "state");
+    /* When only the last piece takes it over, the whole state was tokenized:
+     * the message names the record's exact size. */
+    snprintf(want, sizeof want, "maximum context length: record requires %zu tokens; maximum is %zu", full.n_ids,
+             full.n_ids - 1);
+    clef_err_clear(&err);
+    assert_int_equal(clef_encode_record(f->tok, &req, full.n_ids - 1, 0, &rec, &err), -1);
     assert_string_equal(err.message, want);
     assert_string_equal(err.param, "state");
     /* A record that fits exactly is accepted without a cut. */

@@ -175,6 +175,7 @@ static void test_rope_resolution(void **state) {
     /* rope_parameters without θ falls back to rope_theta; section defaults. */
     set(tc, "rope_parameters", parse_text("{\"rope_type\":\"default\"}"));
     set(tc, "rope_theta", json_new_float(2.5e4));
+    set(tc, "head_dim", json_new_int(128)); /* the default section [24,20,20] covers 128/2 frequencies */
     clef_config cfg;
     clef_err err;
     assert_int_equal(run_parse(d, &cfg, &err), 0);
@@ -182,6 +183,7 @@ static void test_rope_resolution(void **state) {
     assert_int_equal(cfg.text.mrope_section[0], 24);
     assert_int_equal(cfg.text.mrope_section[1], 20);
     assert_int_equal(cfg.text.mrope_section[2], 20);
+    set(tc, "head_dim", json_new_int(16));
     /* rope_parameters.rope_theta wins over rope_theta. */
     set(tc, "rope_parameters", parse_text("{\"rope_theta\":1e6,\"mrope_section\":[4,2,2]}"));
     assert_int_equal(run_parse(d, &cfg, &err), 0);
@@ -229,10 +231,37 @@ static void test_missing_required_keys(void **state) {
 static void test_head_dim_default(void **state) {
     docs *d = *state;
     remove_text_key(d, "head_dim");
+    set(text_config(d), "rope_parameters", parse_text("{\"rope_theta\":1e6,\"mrope_section\":[2,1,1]}"));
     clef_config cfg;
     clef_err err;
     assert_int_equal(run_parse(d, &cfg, &err), 0);
     assert_int_equal(cfg.text.head_dim, 8); /* 32 / 4 */
+}
+
+/* mrope_section must give each of the head_dim/2 rotary frequencies to one
+ * axis: a section that sums to more or less is refused, from either RoPE dict
+ * and for the default section too. */
+static void test_mrope_section_sum(void **state) {
+    docs *d = *state;
+    json_value *tc = text_config(d);
+    clef_config cfg;
+    clef_err err;
+    set(tc, "rope_parameters", parse_text("{\"rope_theta\":1e6,\"mrope_section\":[4,2,3]}"));
+    assert_int_equal(run_parse(d, &cfg, &err), -1);
+    assert_int_equal(err.status, 500);
+    assert_string_equal(err.type, CLEF_E_INTERNAL);
+    assert_string_equal(err.message, "config.json: thinker_config.text_config.mrope_section [4,2,3] sums to 9, but "
+                                     "head_dim 16 has 8 rotary frequencies (head_dim/2)");
+    set(tc, "rope_parameters", parse_text("{\"rope_theta\":1e6,\"mrope_section\":[4,2,1]}"));
+    expect_reject(d, "mrope_section [4,2,1] sums to 7", "head_dim 16 has 8");
+    remove_text_key(d, "rope_parameters");
+    set(text_config(d), "rope_theta", json_new_int(1000000));
+    set(text_config(d), "rope_scaling", parse_text("{\"type\":\"default\",\"mrope_section\":[8,4,4]}"));
+    expect_reject(d, "mrope_section [8,4,4] sums to 16", NULL);
+    remove_text_key(d, "rope_scaling"); /* the default [24,20,20] does not fit head_dim 16 either */
+    expect_reject(d, "mrope_section [24,20,20] sums to 64, but head_dim 16 has 8", NULL);
+    set(text_config(d), "rope_scaling", parse_text("{\"type\":\"default\",\"mrope_section\":[4,2,2]}"));
+    assert_int_equal(run_parse(d, &cfg, &err), 0);
 }
 
 static void test_sanity_checks(void **state) {
@@ -315,6 +344,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_reject_rope_variants, setup, teardown),
         cmocka_unit_test_setup_teardown(test_missing_required_keys, setup, teardown),
         cmocka_unit_test_setup_teardown(test_head_dim_default, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mrope_section_sum, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sanity_checks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dense_layers, setup, teardown),
         cmocka_unit_test_setup_teardown(test_head_config, setup, teardown),

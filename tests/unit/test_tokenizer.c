@@ -303,10 +303,11 @@ typedef struct pieces {
     size_t n;
 } pieces;
 
-static void collect(void *ctx, const char *text, size_t start, size_t end) {
+static int collect(void *ctx, const char *text, size_t start, size_t end) {
     pieces *p = ctx;
     if (p->n < 4096) p->v[p->n][0] = start, p->v[p->n][1] = end;
     p->n++;
+    return 0;
 }
 
 static void test_split_jit_matches_interpreter(void **state) {
