@@ -141,6 +141,10 @@ int clef_checkpoint_check_finite(const clef_checkpoint *ck, int skip_towers, int
     atomic_size_t first = SIZE_MAX; /* lowest chunk with a bad element found so far */
 #ifdef _OPENMP
     int threads = n_threads > 0 ? n_threads : omp_get_max_threads();
+    /* the scan is bound by memory: more threads than processors buy nothing, and a thread count the
+     * backend will refuse (OMP_NUM_THREADS=100000) must not start 100,000 threads here first */
+    if (threads > omp_get_num_procs()) threads = omp_get_num_procs();
+    if (threads < 1) threads = 1;
 #else
     int threads = 1; /* a build without OpenMP (the fuzz targets) scans on one thread */
     (void)n_threads;

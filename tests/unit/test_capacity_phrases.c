@@ -164,7 +164,7 @@ static void test_every_capacity_refusal_has_a_marker(void **state) {
     n++;
     cases[n] = (cap_case){"record over the window", body_of("noul", 0, 1, "\"a b c d e f g h i j\"", ""),
                           clef_limits_default(), 145, CLEF_E_CAPACITY, "state",
-                          "maximum context length: record requires 147 tokens; maximum is 145"};
+                          "maximum context length: record requires more than 145 tokens; maximum is 145"};
     n++;
 
     /* media counts */
