@@ -50,7 +50,11 @@ static void serve_usage(FILE *f) {
             "  --max-batch-tokens N      tokens packed into one forward pass (default %d); a longer\n"
             "                            record runs alone\n"
             "  --max-queue N             records waiting for the engine before 503 (default %d)\n"
-            "  --max-connections N       concurrent HTTP connections (default %d)\n"
+            "  --max-connections N       concurrent HTTP connections (default: as many as the open-file\n"
+            "                            limit allows, at most %d; the soft limit is raised to the hard one)\n"
+            "  --max-connections-per-client N\n"
+            "                            concurrent connections from one client IP address (default %d;\n"
+            "                            0 = no cap); one past it is closed at once, unanswered\n"
             "  --threads N               compute threads of the model (default: all cores); idle ones\n"
             "                            sleep rather than spin (OMP_WAIT_POLICY=passive is set unless\n"
             "                            OMP_WAIT_POLICY or GOMP_SPINCOUNT is already in the environment)\n"
@@ -66,7 +70,8 @@ static void serve_usage(FILE *f) {
             "  --max-score-levels N      levels per score question, maximum (default %zu)\n",
             8000, CLEF_SERVER_DEFAULT_MAX_BODY >> 20, CLEF_SERVER_DEFAULT_BODY_BUDGET_BODIES,
             CLEF_SERVER_DEFAULT_MEDIA_BUDGET >> 20, CLEF_SERVER_DEFAULT_BUDGET_WAIT_MS, CLEF_SCHED_DEFAULT_MAX_BATCH_TOKENS,
-            CLEF_SCHED_DEFAULT_MAX_QUEUE, CLEF_SERVER_DEFAULT_MAX_CONNECTIONS, d.max_questions, d.max_choice_options,
+            CLEF_SCHED_DEFAULT_MAX_QUEUE, CLEF_SERVER_AUTO_MAX_CONNECTIONS,
+            CLEF_SERVER_DEFAULT_MAX_CONNECTIONS_PER_CLIENT, d.max_questions, d.max_choice_options,
             d.min_score_levels, d.max_score_levels);
     const clef_media_limits *m = &d.media;
     fprintf(f,
@@ -163,7 +168,8 @@ static int positive(const char *flag, size_t v) {
 
 int cli_serve(int argc, char **argv) {
     clef_server_options o = {.port = 8000, .limits = clef_limits_default()};
-    size_t port = 8000, body_mb = CLEF_SERVER_DEFAULT_MAX_BODY >> 20, threads = 0, seed = 1;
+    size_t port = 8000, body_mb = CLEF_SERVER_DEFAULT_MAX_BODY >> 20, threads = 0, seed = 1,
+           per_client = CLEF_SERVER_DEFAULT_MAX_CONNECTIONS_PER_CLIENT;
     size_t media_budget_mb = CLEF_SERVER_DEFAULT_MEDIA_BUDGET >> 20, wait_ms = CLEF_SERVER_DEFAULT_BUDGET_WAIT_MS;
     size_t body_budget_mb = SIZE_MAX; /* SIZE_MAX = not given: the default multiple of --max-body-mb */
     media_flags mf = media_flags_default(&o.limits.media);
@@ -185,6 +191,7 @@ int cli_serve(int argc, char **argv) {
             (r = arg_size(argc, argv, &i, "--max-batch-tokens", &o.max_batch_tokens)) ||
             (r = arg_size(argc, argv, &i, "--max-queue", &o.max_queue)) ||
             (r = arg_size(argc, argv, &i, "--max-connections", &o.max_connections)) ||
+            (r = arg_size(argc, argv, &i, "--max-connections-per-client", &per_client)) ||
             (r = arg_size(argc, argv, &i, "--threads", &threads)) ||
             (r = arg_str(argc, argv, &i, "--device", &o.device)) ||
             (r = arg_numerics(argc, argv, &i, "--numerics", &o.numerics)) ||
@@ -213,6 +220,7 @@ int cli_serve(int argc, char **argv) {
         return 2;
     }
     o.seed = seed;
+    o.max_connections_per_client = per_client ? per_client : CLEF_SERVER_NO_CAP;
     if (o.synthetic && !o.tokenizer && !(o.tokenizer = cli_default_tokenizer("clef serve"))) return 2;
     /* Refuse what the loader thread would refuse, before the port is bound:
      * a bad preset, format or tokenizer is a usage error (exit 2), not a

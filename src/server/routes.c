@@ -22,7 +22,13 @@
 #include "util/timer.h"
 
 #define REQUEST_ID_MAX 128
+#define REQUEST_ID_HEADER "X-Request-Id"
+#define TYPESAFE_ID_HEADER "x-typesafe-request-id"
 #define LOG_PATH_MAX 200
+
+typedef struct extra_header {
+    const char *name, *value;
+} extra_header;
 
 /* Per-request state, from the first call to the completion callback. */
 typedef struct request_ctx {
@@ -37,6 +43,20 @@ typedef struct request_ctx {
     int too_large;  /* body passed the limit: the rest is discarded, 413 at the end */
     int responded;
     int headers_checked; /* first_call ran (on the first call, or deferred to the last) */
+    /* A refusal decided from the headers of a request that announced a body
+     * is held, not queued: libmicrohttpd would close without reading the
+     * body, and a client that writes its body at once would get EPIPE
+     * instead of the status.  The body is read and discarded (at most
+     * discard_left bytes), then the held answer is queued. */
+    int holding;          /* 1 while first_call runs: respond() holds instead of queueing */
+    int held;             /* an answer is held in held_* */
+    int held_status;
+    const char *held_type; /* a string literal */
+    clef_buf held_body;
+    extra_header held_extra[2]; /* names and values are string literals */
+    size_t held_n_extra;
+    unsigned long long discard_left; /* body bytes still read and dropped before the held answer */
+    int body_complete;    /* the last call came: counted in clef_server.deciding until completion */
     size_t tokens;  /* input tokens of an answered decision, for the log */
 } request_ctx;
 
@@ -56,16 +76,25 @@ static void copy_printable(char *dst, size_t cap, const char *src) {
     dst[n] = '\0';
 }
 
-/* The client's X-Request-Id when it is 1..128 visible ASCII characters,
- * else 16 random hex digits. */
-static void request_id(struct MHD_Connection *c, char *out) {
-    const char *given = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Request-Id");
+/* 1 if a client's request id is 1..REQUEST_ID_MAX visible ASCII characters. */
+static int request_id_ok(const char *given) {
     size_t n = given ? strlen(given) : 0;
     int ok = n > 0 && n <= REQUEST_ID_MAX;
     for (size_t i = 0; ok && i < n; i++) ok = given[i] > 0x20 && given[i] < 0x7f;
-    if (ok) {
-        memcpy(out, given, n + 1);
-        return;
+    return ok;
+}
+
+/* The client's X-Request-Id when valid, else its x-typesafe-request-id (the
+ * TypeSafe SDK's name) when valid, else 16 random hex digits.  Sent back
+ * under both names (respond). */
+static void request_id(struct MHD_Connection *c, char *out) {
+    static const char *const names[] = {REQUEST_ID_HEADER, TYPESAFE_ID_HEADER};
+    for (size_t k = 0; k < 2; k++) {
+        const char *given = MHD_lookup_connection_value(c, MHD_HEADER_KIND, names[k]);
+        if (request_id_ok(given)) {
+            memcpy(out, given, strlen(given) + 1);
+            return;
+        }
     }
     unsigned char rnd[8];
     static atomic_ulong counter;
@@ -99,14 +128,22 @@ static void access_log(struct MHD_Connection *c, const request_ctx *r, int statu
 
 /* ---- responses ------------------------------------------------------ */
 
-typedef struct extra_header {
-    const char *name, *value;
-} extra_header;
-
 /* Queue `body` (taken; may be empty) with status and content type, the
- * request id, Retry-After on 503, any extra headers; count and log it. */
+ * request id (under both names), Retry-After on 503, any extra headers;
+ * count and log it.  While r->holding, keep it in r->held_* instead. */
 static enum MHD_Result respond(clef_server *s, struct MHD_Connection *c, request_ctx *r, int status,
                                const char *content_type, clef_buf *body, const extra_header *extra, size_t n_extra) {
+    if (r->holding) { /* a refusal from the headers: held until the body is read (request_ctx) */
+        r->held = 1;
+        r->held_status = status;
+        r->held_type = content_type;
+        r->held_body = *body;
+        *body = (clef_buf){0};
+        r->held_n_extra = n_extra < 2 ? n_extra : 2;
+        for (size_t i = 0; i < r->held_n_extra; i++) r->held_extra[i] = extra[i];
+        r->responded = 1;
+        return MHD_YES;
+    }
     struct MHD_Response *resp;
     if (body->len) {
         resp = MHD_create_response_from_buffer(body->len, body->data, MHD_RESPMEM_MUST_FREE);
@@ -117,7 +154,8 @@ static enum MHD_Result respond(clef_server *s, struct MHD_Connection *c, request
     clef_buf_free(body);
     if (!resp) return MHD_NO;
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
-    MHD_add_response_header(resp, "X-Request-Id", r->id);
+    MHD_add_response_header(resp, REQUEST_ID_HEADER, r->id);
+    MHD_add_response_header(resp, TYPESAFE_ID_HEADER, r->id);
     if (status == 503) MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
     if (atomic_load(&s->stopping)) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     for (size_t i = 0; i < n_extra; i++) MHD_add_response_header(resp, extra[i].name, extra[i].value);
@@ -216,8 +254,9 @@ static int content_type_ok(const char *ct) {
     return !strncasecmp(cs, "utf-8", 5) || !strncasecmp(cs, "utf8", 4);
 }
 
-/* Checks that need only the headers; a refusal is answered at once, so the
- * client (with Expect: 100-continue) never sends the body. */
+/* Checks that need only the headers.  A refusal here is held while the body
+ * is read and dropped (clef_server_handle), then sent; a client waiting on
+ * Expect: 100-continue gets 100 Continue first. */
 static enum MHD_Result systemone_headers(clef_server *s, struct MHD_Connection *c, request_ctx *r) {
     if (atomic_load(&s->stopping))
         return fail_now(s, c, r, 503, CLEF_E_OVERLOADED, NULL, "the server is shutting down");
@@ -387,6 +426,29 @@ static enum MHD_Result first_call(clef_server *s, struct MHD_Connection *c, requ
     }
 }
 
+/* The most body bytes read and discarded before a refusal decided from the
+ * headers is sent: max(2 x the body limit, 16 MiB).  A request declaring
+ * more is answered at once (and libmicrohttpd closes without reading). */
+static unsigned long long discard_bound(const clef_server *s) {
+    unsigned long long twice = 2ull * s->opt.max_body_bytes, floor = 16ull << 20;
+    return twice > floor ? twice : floor;
+}
+
+/* A Transfer-Encoding other than exactly "chunked" (compared like
+ * libmicrohttpd does, ignoring case): libmicrohttpd takes such a body as one
+ * of unknown length that only the client's close ends, so it is refused
+ * with 501 before any of it is read. */
+static enum MHD_Result refuse_encoding(clef_server *s, struct MHD_Connection *c, request_ctx *r, const char *te) {
+    char shown[128], msg[300];
+    size_t n = 0;
+    for (; te[n] && n + 1 < sizeof shown; n++) shown[n] = (te[n] >= 0x20 && te[n] < 0x7f) ? te[n] : '?';
+    shown[n] = '\0';
+    snprintf(msg, sizeof msg,
+             "Transfer-Encoding '%s%s' is not supported; send a Content-Length or Transfer-Encoding: chunked", shown,
+             te[n] ? "..." : "");
+    return fail_now(s, c, r, 501, CLEF_E_REQUEST, NULL, msg);
+}
+
 enum MHD_Result clef_server_handle(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                    const char *version, const char *upload_data, size_t *upload_data_size,
                                    void **con_cls) {
@@ -404,16 +466,52 @@ enum MHD_Result clef_server_handle(void *cls, struct MHD_Connection *c, const ch
         /* A request without a body is answered on the next call: a
          * response queued this early makes libmicrohttpd close the
          * connection (it assumes an unread body), which would break
-         * keep-alive for every GET.  A request with a body is judged now,
-         * so a refused body is never read. */
+         * keep-alive for every GET.  A request with a body is judged now;
+         * a refusal is held while the body is read and dropped (up to
+         * discard_bound), so a client writing its whole body first still
+         * reads the answer. */
         if (!has_body(c)) return MHD_YES;
         r->headers_checked = 1;
-        return first_call(s, c, r, method, url);
+        const char *te = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+        if (te && strcasecmp(te, "chunked")) return refuse_encoding(s, c, r, te);
+        const char *cl = te ? NULL : MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        unsigned long long declared = cl ? strtoull(cl, NULL, 10) : 0, bound = discard_bound(s);
+        r->holding = te != NULL || declared <= bound;
+        enum MHD_Result rc = first_call(s, c, r, method, url);
+        r->holding = 0;
+        r->discard_left = te ? bound : declared;
+        return rc;
     }
     if (*upload_data_size) {
-        if (!r->responded) absorb(s, r, upload_data, *upload_data_size);
+        if (r->held) {
+            if (*upload_data_size > r->discard_left) {
+                /* a chunked body past the bound: libmicrohttpd cannot queue
+                 * an answer mid-body, so the connection is cut */
+                char addr[64], line[400];
+                client_address(c, addr, sizeof addr);
+                int n = snprintf(line, sizeof line,
+                                 "clef: %s \"%s %s\" closed: body past %llu bytes before its %d answer id=%s\n", addr,
+                                 r->method, r->path, discard_bound(s), r->held_status, r->id);
+                if (n > 0) {
+                    ssize_t w = write(STDERR_FILENO, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+                    (void)w;
+                }
+                return MHD_NO;
+            }
+            r->discard_left -= *upload_data_size;
+        } else if (!r->responded) {
+            absorb(s, r, upload_data, *upload_data_size);
+        }
         *upload_data_size = 0;
         return MHD_YES;
+    }
+    if (!r->body_complete) { /* from here on a stop waits for this request (server.c drain) */
+        r->body_complete = 1;
+        atomic_fetch_add(&s->deciding, 1);
+    }
+    if (r->held) {
+        r->held = 0;
+        return respond(s, c, r, r->held_status, r->held_type, &r->held_body, r->held_extra, r->held_n_extra);
     }
     if (r->responded) return MHD_YES;
     if (!r->headers_checked) {
@@ -429,7 +527,9 @@ void clef_server_completed(void *cls, struct MHD_Connection *c, void **con_cls, 
     request_ctx *r = *con_cls;
     if (!r) return;
     drop_body(s, r);
+    clef_buf_free(&r->held_body);
     free(r->over_budget);
+    if (r->body_complete) atomic_fetch_sub(&s->deciding, 1);
     free(r);
     *con_cls = NULL;
     atomic_fetch_sub(&s->in_flight, 1);

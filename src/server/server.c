@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -150,6 +151,10 @@ static struct MHD_Daemon *start_daemon(clef_server *s) {
                          MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                          MHD_OPTION_NOTIFY_COMPLETED, clef_server_completed, s,
                          MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->opt.max_connections,
+                         MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+                         s->opt.max_connections_per_client == CLEF_SERVER_NO_CAP
+                             ? 0u
+                             : (unsigned)s->opt.max_connections_per_client,
                          MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
                          MHD_OPTION_END);
     freeaddrinfo(ai);
@@ -202,24 +207,55 @@ static int wait_for_stop(clef_server *s) {
     }
 }
 
-/* Stop accepting, let in-flight requests (and so the queue) finish. */
+/* Stop accepting, let the requests whose body is complete (being decided or
+ * answered, and so the queue) finish; the caller's MHD_stop_daemon then cuts
+ * the rest: uploads still arriving, which could hold the stop for the whole
+ * grace period. */
 static void drain(clef_server *s) {
     atomic_store(&s->stopping, 1);
     MHD_socket listen_fd = MHD_quiesce_daemon(s->daemon);
     if (listen_fd != MHD_INVALID_SOCKET) close(listen_fd);
     double deadline = clef_now() + s->opt.shutdown_grace_s;
-    while (atomic_load(&s->in_flight) > 0 && clef_now() < deadline) {
+    while (atomic_load(&s->deciding) > 0 && clef_now() < deadline) {
         struct timespec ms10 = {0, 10 * 1000 * 1000};
         nanosleep(&ms10, NULL);
     }
-    long left = atomic_load(&s->in_flight);
+    long left = atomic_load(&s->deciding), cut = atomic_load(&s->in_flight) - left;
     if (left > 0) say("clef serve: %ld requests still in flight after %.0f s; closing them", left, s->opt.shutdown_grace_s);
+    if (cut > 0) say("clef serve: cutting %ld requests whose body had not arrived", cut);
+}
+
+/* Raise the soft open-file limit to the hard one and fit max_connections
+ * into it (CLEF_SERVER_RESERVED_FDS kept for everything else). */
+static void fit_connections(clef_server_options *o) {
+    struct rlimit rl = {0, 0};
+    size_t allowed = CLEF_SERVER_AUTO_MAX_CONNECTIONS;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        if (rl.rlim_cur < rl.rlim_max) {
+            struct rlimit raised = {rl.rlim_max, rl.rlim_max};
+            if (setrlimit(RLIMIT_NOFILE, &raised) == 0) rl = raised;
+        }
+        if (rl.rlim_cur != RLIM_INFINITY)
+            allowed = rl.rlim_cur > 2 * CLEF_SERVER_RESERVED_FDS ? (size_t)rl.rlim_cur - CLEF_SERVER_RESERVED_FDS
+                                                                 : CLEF_SERVER_RESERVED_FDS;
+    }
+    if (!o->max_connections) {
+        o->max_connections = allowed < CLEF_SERVER_AUTO_MAX_CONNECTIONS ? allowed : CLEF_SERVER_AUTO_MAX_CONNECTIONS;
+    } else if (o->max_connections > allowed) {
+        say("clef serve: --max-connections %zu exceeds what the open-file limit (%llu) allows; using %zu",
+            o->max_connections, (unsigned long long)rl.rlim_cur, allowed);
+        o->max_connections = allowed;
+    }
+    if (o->max_connections > UINT32_MAX) o->max_connections = UINT32_MAX;
 }
 
 static void fill_defaults(clef_server_options *o) {
     if (!o->host) o->host = "127.0.0.1";
     if (!o->max_body_bytes) o->max_body_bytes = CLEF_SERVER_DEFAULT_MAX_BODY;
-    if (!o->max_connections) o->max_connections = CLEF_SERVER_DEFAULT_MAX_CONNECTIONS;
+    fit_connections(o);
+    if (!o->max_connections_per_client) o->max_connections_per_client = CLEF_SERVER_DEFAULT_MAX_CONNECTIONS_PER_CLIENT;
+    if (o->max_connections_per_client != CLEF_SERVER_NO_CAP && o->max_connections_per_client > UINT32_MAX)
+        o->max_connections_per_client = CLEF_SERVER_NO_CAP;
     if (!o->limits.max_questions) o->limits = clef_limits_default();
     if (o->shutdown_grace_s <= 0) o->shutdown_grace_s = 60;
     if (o->api_key && !o->api_key[0]) o->api_key = NULL;
@@ -281,6 +317,11 @@ int clef_server_run(const clef_server_options *opt) {
     budget_text(s->opt.body_budget_bytes, body, sizeof body);
     say("clef serve: memory budgets: decoded media %s, request bodies %s (a request waits up to %ld ms for room)", media,
         body, s->opt.budget_wait_ms);
+    if (s->opt.max_connections_per_client == CLEF_SERVER_NO_CAP)
+        say("clef serve: connections: at most %zu, no per-client cap", s->opt.max_connections);
+    else
+        say("clef serve: connections: at most %zu, %zu per client address", s->opt.max_connections,
+            s->opt.max_connections_per_client);
     if (pthread_create(&s->loader, NULL, load_model, s) != 0) {
         say("clef serve: cannot start the loader thread");
         MHD_stop_daemon(s->daemon);

@@ -16,7 +16,9 @@
  *
  * Errors are always {"error":{"message","type","param"}} with
  * Content-Type: application/json (SPEC §2.2); 503s carry Retry-After.  Every
- * response carries X-Request-Id (the client's when it sent a valid one).
+ * response carries X-Request-Id and x-typesafe-request-id, the same value:
+ * the client's X-Request-Id when valid, else its x-typesafe-request-id when
+ * valid, else a random one.
  * One access-log line per request goes to stderr:
  *   clef: <client> "<METHOD> <path>" <status> tokens=<n> ms=<t> id=<request id>
  */
@@ -31,7 +33,13 @@
 
 #define CLEF_SERVER_DEFAULT_PORT 8000
 #define CLEF_SERVER_DEFAULT_MAX_BODY ((size_t)32 << 20)
-#define CLEF_SERVER_DEFAULT_MAX_CONNECTIONS 256
+/* --max-connections left at 0: as many as the open-file limit allows (its
+ * soft limit raised to the hard one at start, CLEF_SERVER_RESERVED_FDS kept
+ * for the model's files and logs), at most this many threads. */
+#define CLEF_SERVER_AUTO_MAX_CONNECTIONS 4096
+#define CLEF_SERVER_RESERVED_FDS 64
+#define CLEF_SERVER_DEFAULT_MAX_CONNECTIONS_PER_CLIENT 32
+#define CLEF_SERVER_NO_CAP SIZE_MAX /* max_connections_per_client: no per-client cap */
 #define CLEF_SERVER_DEFAULT_MEDIA_BUDGET ((size_t)1024 << 20)
 #define CLEF_SERVER_DEFAULT_BODY_BUDGET_BODIES 4 /* the body budget: 4 x max_body_bytes by default */
 #define CLEF_SERVER_DEFAULT_BUDGET_WAIT_MS 2000
@@ -58,7 +66,14 @@ typedef struct clef_server_options {
     size_t max_length;             /* token budget per record; 0 = 64000 */
     size_t max_batch_tokens;       /* tokens per packed forward; 0 = the scheduler's default */
     size_t max_queue;              /* records waiting before 503; 0 = the scheduler's default */
-    size_t max_connections;        /* concurrent connections; 0 = CLEF_SERVER_DEFAULT_MAX_CONNECTIONS */
+    size_t max_connections;        /* concurrent connections; 0 = as many as the open-file limit allows,
+                                      at most CLEF_SERVER_AUTO_MAX_CONNECTIONS; a larger N than the
+                                      limit allows is lowered to it (logged) */
+    size_t max_connections_per_client; /* concurrent connections from one client IP address
+                                      (libmicrohttpd's per-IP limit: a connection past it is closed
+                                      at accept, without an answer); 0 =
+                                      CLEF_SERVER_DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
+                                      CLEF_SERVER_NO_CAP = none */
     int n_threads;                 /* compute threads of the model; <= 0 = all cores */
     const char *device;            /* "cpu", "cuda", "cuda:N"; NULL = automatic (backend/device.h) */
     clef_numerics numerics;        /* GPU numerics (backend/numerics.h); 0 = environment, else fast */
@@ -78,12 +93,15 @@ typedef struct clef_server_options {
                                       CLEF_SERVER_BUDGET_UNLIMITED = none */
     long budget_wait_ms;           /* how long a request waits for room in either budget before its
                                       503; 0 = CLEF_SERVER_DEFAULT_BUDGET_WAIT_MS, < 0 = no wait */
-    double shutdown_grace_s;       /* on SIGINT/SIGTERM, wait this long for in-flight requests;
-                                      0 = 60 s */
+    double shutdown_grace_s;       /* on SIGINT/SIGTERM, wait this long for the requests whose body
+                                      is complete (being decided or answered); uploads still arriving
+                                      are cut at once; 0 = 60 s */
 } clef_server_options;
 
 /* Listen, load the model in the background, serve until SIGINT or SIGTERM,
- * then stop accepting, finish the queued and in-flight requests and return.
+ * then stop accepting, finish the requests whose body is complete (and so the
+ * queue), cut the uploads still arriving, and return.  Raises the soft
+ * RLIMIT_NOFILE to the hard limit.
  * Installs handlers for SIGINT/SIGTERM (a second one while stopping exits
  * the process at once with status 1) and ignores SIGPIPE.  Returns 0 after a
  * clean stop, 1 when the listener cannot start or the model fails to load

@@ -30,6 +30,8 @@ typedef struct clef_server {
     clef_err load_err;        /* why loading failed (state FAILED) */
     atomic_int stopping;      /* 1 after SIGINT/SIGTERM: new requests get 503 + Connection: close */
     atomic_long in_flight;    /* requests between their first call and completion */
+    atomic_long deciding;     /* of those, requests whose body is complete (being decided or answered):
+                                 the ones a stop waits for */
     pthread_t loader;
 } clef_server;
 

@@ -1,0 +1,484 @@
+/* The wire behaviour of `clef serve` on libmicrohttpd (issue 15, items 9, 7,
+ * 6 and part of 1), over raw sockets on loopback so the test controls every
+ * byte and every pause:
+ *   - X-Request-Id and x-typesafe-request-id: either accepted (X-Request-Id
+ *     wins), both sent with the same value;
+ *   - refusals decided from the headers (401, 413, 415, 503 while loading)
+ *     read by a client that writes its whole 4 MiB body without waiting;
+ *   - Transfer-Encodings other than `chunked` answered 501 JSON at once;
+ *   - SIGTERM with a stalled upload: the decision in flight gets 200 and the
+ *     server exits 0 in seconds, not after the 60 s grace;
+ *   - --max-connections-per-client: 100 stalled connections from 127.0.0.1
+ *     leave room for a client on 127.0.0.2.
+ * Every wait is bounded (poll with timeouts, counted loops). */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "httputil.h"
+#include "json/json.h"
+#include "testutil.h"
+
+/* ---- raw HTTP over sockets ---------------------------------------------- */
+
+#include "testutil.h"
+
+/* ---- raw HTTP over sockets ---------------------------------------------- */
+
+/* A connection to 127.0.0.1:port from `from` ("127.0.0.1", "127.0.0.2"),
+ * non-blocking.  Returns the fd or -1. */
+static int raw_connect(const char *from, unsigned port) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    if (fd < 0) return -1;
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    inet_pton(AF_INET, from, &a.sin_addr);
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        return -1;
+    }
+    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+    if (connect(fd, (struct sockaddr *)&to, sizeof to) != 0 && errno != EINPROGRESS) {
+        close(fd);
+        return -1;
+    }
+    struct pollfd p = {fd, POLLOUT, 0};
+    int err = 0;
+    socklen_t el = sizeof err;
+    if (poll(&p, 1, 5000) != 1 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0 || err) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Write all of p (waiting for room up to `timeout_s` in all).  Returns 0, or
+ * the errno that stopped it (EPIPE / ECONNRESET when the server closed). */
+static int raw_send_all(int fd, const void *p, size_t n, double timeout_s) {
+    const char *c = p;
+    double deadline = hu_now() + timeout_s;
+    while (n) {
+        ssize_t w = send(fd, c, n, MSG_NOSIGNAL);
+        if (w > 0) {
+            c += w, n -= (size_t)w;
+            continue;
+        }
+        if (w < 0 && errno != EAGAIN && errno != EINTR) return errno;
+        int left = (int)((deadline - hu_now()) * 1000);
+        if (left <= 0) return ETIMEDOUT;
+        struct pollfd q = {fd, POLLOUT, 0};
+        poll(&q, 1, left < 100 ? left : 100);
+    }
+    return 0;
+}
+
+typedef struct raw_reply {
+    int status;         /* 0: no complete response arrived */
+    int recv_error;     /* errno of a failed recv (ECONNRESET), 0 if none */
+    int closed;         /* the server closed (EOF) after or instead of the response */
+    int head_only;      /* set by the caller: the answer to a HEAD (no body whatever its length) */
+    clef_buf raw;       /* everything received */
+    const char *body;   /* into raw */
+    size_t body_len;
+    char request_id[160], typesafe_id[160], retry_after[32], content_type[96], connection[32], www_auth[64];
+} raw_reply;
+
+static void raw_reply_free(raw_reply *r) {
+    clef_buf_free(&r->raw);
+    memset(r, 0, sizeof *r);
+}
+
+static void header_value(const char *head, size_t head_len, const char *name, char *out, size_t cap) {
+    out[0] = '\0';
+    size_t nl = strlen(name);
+    for (const char *p = head; p && p < head + head_len;) {
+        const char *eol = memchr(p, '\n', (size_t)(head + head_len - p));
+        if (!eol) break;
+        if ((size_t)(eol - p) > nl && !strncasecmp(p, name, nl) && p[nl] == ':') {
+            const char *v = p + nl + 1;
+            while (*v == ' ') v++;
+            size_t vl = (size_t)(eol - v);
+            while (vl && (v[vl - 1] == '\r' || v[vl - 1] == ' ')) vl--;
+            if (vl >= cap) vl = cap - 1;
+            memcpy(out, v, vl);
+            out[vl] = '\0';
+            return;
+        }
+        p = eol + 1;
+    }
+}
+
+/* Parse the first final (non-1xx) response in r->raw if complete; 1 when done. */
+static int raw_parse(raw_reply *r) {
+    size_t off = 0;
+    for (;;) {
+        if (r->raw.len < off + 12) return 0;
+        const char *base = r->raw.data + off;
+        const char *end = NULL;
+        for (size_t i = 0; i + 3 < r->raw.len - off; i++)
+            if (!memcmp(base + i, "\r\n\r\n", 4)) {
+                end = base + i + 4;
+                break;
+            }
+        if (!end) return 0;
+        if (strncmp(base, "HTTP/1.", 7)) return 0;
+        int status = atoi(base + 9);
+        if (status >= 100 && status < 200) {
+            off = (size_t)(end - r->raw.data);
+            continue;
+        }
+        size_t head_len = (size_t)(end - base);
+        char cl[32];
+        header_value(base, head_len, "Content-Length", cl, sizeof cl);
+        size_t want = cl[0] && !r->head_only ? strtoul(cl, NULL, 10) : 0;
+        size_t have = r->raw.len - (size_t)(end - r->raw.data);
+        if (cl[0] && have < want) return 0;
+        if (!cl[0] && !r->closed && !r->head_only) return 0;
+        r->status = status;
+        r->body = end;
+        r->body_len = cl[0] || r->head_only ? want : have;
+        header_value(base, head_len, "X-Request-Id", r->request_id, sizeof r->request_id);
+        header_value(base, head_len, "x-typesafe-request-id", r->typesafe_id, sizeof r->typesafe_id);
+        header_value(base, head_len, "Retry-After", r->retry_after, sizeof r->retry_after);
+        header_value(base, head_len, "Content-Type", r->content_type, sizeof r->content_type);
+        header_value(base, head_len, "Connection", r->connection, sizeof r->connection);
+        header_value(base, head_len, "WWW-Authenticate", r->www_auth, sizeof r->www_auth);
+        return 1;
+    }
+}
+
+/* Read what is there without waiting; returns 1 once a response is complete,
+ * -1 when the connection ended without one, 0 to wait for more. */
+static int raw_pump(int fd, raw_reply *r) {
+    char buf[65536];
+    for (;;) {
+        ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+        if (n > 0) {
+            clef_buf_append(&r->raw, buf, (size_t)n);
+            if (raw_parse(r)) return 1;
+            continue;
+        }
+        if (n == 0) {
+            r->closed = 1;
+            clef_buf_reserve(&r->raw, 1);
+            return raw_parse(r) ? 1 : -1;
+        }
+        if (errno == EAGAIN || errno == EINTR) return 0;
+        r->recv_error = errno;
+        return raw_parse(r) ? 1 : -1;
+    }
+}
+
+/* Wait up to timeout_s for a complete response on fd. */
+static void raw_read_reply(int fd, double timeout_s, raw_reply *r) {
+    double deadline = hu_now() + timeout_s;
+    for (;;) {
+        int st = raw_pump(fd, r);
+        if (st != 0) return;
+        int left = (int)((deadline - hu_now()) * 1000);
+        if (left <= 0) return;
+        struct pollfd q = {fd, POLLIN, 0};
+        poll(&q, 1, left);
+    }
+}
+
+/* Connect from `from`, send `req` (len bytes) at once, read one response. */
+static double raw_roundtrip(const char *from, unsigned port, const char *req, size_t len, double timeout_s,
+                            raw_reply *r) {
+    memset(r, 0, sizeof *r);
+    double t0 = hu_now();
+    int fd = raw_connect(from, port);
+    if (fd < 0) fail_msg("cannot connect from %s to port %u", from, port);
+    int e = raw_send_all(fd, req, len, timeout_s);
+    if (e && e != EPIPE && e != ECONNRESET) fail_msg("send: %s", strerror(e));
+    raw_read_reply(fd, timeout_s, r);
+    close(fd);
+    return hu_now() - t0;
+}
+
+/* The parsed JSON error body of a reply; fails unless it is
+ * {"error":{"message":string,"type":string,"param":string|null}} with
+ * type `type` and a message containing `message`. */
+static void assert_json_error(const char *what, const raw_reply *r, int status, const char *type, const char *message) {
+    if (r->status != status)
+        fail_msg("%s: status %d (recv error %s), expected %d: %.300s", what, r->status,
+                 r->recv_error ? strerror(r->recv_error) : "none", status, r->raw.data ? r->raw.data : "");
+    if (strcmp(r->content_type, "application/json")) fail_msg("%s: Content-Type '%s'", what, r->content_type);
+    clef_err perr;
+    json_value *v = json_parse(r->body, r->body_len, &perr);
+    if (!v) fail_msg("%s: body is not JSON: %.*s", what, (int)r->body_len, r->body);
+    const json_value *e = json_get(v, "error");
+    const json_value *m = e ? json_get(e, "message") : NULL, *t = e ? json_get(e, "type") : NULL,
+                     *p = e ? json_get(e, "param") : NULL;
+    if (!m || m->type != JSON_STRING || !t || t->type != JSON_STRING || !p ||
+        (p->type != JSON_STRING && p->type != JSON_NULL))
+        fail_msg("%s: not an error body: %.*s", what, (int)r->body_len, r->body);
+    if (strcmp(t->str, type)) fail_msg("%s: type %s, expected %s", what, t->str, type);
+    if (!strstr(m->str, message)) fail_msg("%s: message '%s' lacks '%s'", what, m->str, message);
+    if (!r->request_id[0] || strcmp(r->request_id, r->typesafe_id))
+        fail_msg("%s: request ids '%s' / '%s'", what, r->request_id, r->typesafe_id);
+    if ((status == 503 || status == 429) && strcmp(r->retry_after, "1"))
+        fail_msg("%s: Retry-After '%s'", what, r->retry_after);
+    json_free(v);
+}
+
+
+/* ---- fixtures ------------------------------------------------------------ */
+
+static const char triage[] =
+    "{\"model\":\"clef-omni\",\"state\":\"Our checkout started returning errors and orders are blocked.\","
+    "\"questions\":{\"department\":{\"type\":\"choice\",\"instructions\":\"Which team should handle the message?\","
+    "\"criteria\":{\"billing\":\"Payments or invoices\",\"technical\":\"Bugs or outages\"}},"
+    "\"urgency\":{\"type\":\"score\",\"criteria\":[\"Can wait\",\"This week\",\"Today\"]}}}";
+
+/* A POST /v1/systemone head with `extra` header lines ("" or "Name: v\r\n..."). */
+static char *post_head(const char *extra, const char *content_type, size_t content_length) {
+    clef_buf b = {0};
+    clef_buf_printf(&b, "POST /v1/systemone HTTP/1.1\r\nHost: 127.0.0.1\r\n%s", extra);
+    if (content_type) clef_buf_printf(&b, "Content-Type: %s\r\n", content_type);
+    clef_buf_printf(&b, "Content-Length: %zu\r\n\r\n", content_length);
+    return b.data;
+}
+
+static int setup(void **state) {
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    return 0;
+}
+
+static int teardown(void **state) {
+    curl_global_cleanup();
+    return 0;
+}
+
+/* ---- item 9: request ids ------------------------------------------------- */
+
+static void get_ids(unsigned port, const char *path, const char *headers, int status, raw_reply *r) {
+    char req[1024];
+    int n = snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\n%sConnection: close\r\n\r\n", path,
+                     headers);
+    raw_roundtrip("127.0.0.1", port, req, (size_t)n, 5, r);
+    if (r->status != status) fail_msg("GET %s with '%s': status %d, expected %d", path, headers, r->status, status);
+}
+
+static void test_request_ids(void **state) {
+    hu_server srv;
+    hu_start(&srv, NULL, NULL);
+    raw_reply r;
+    /* none given: one random id under both names */
+    get_ids(srv.port, "/healthz", "", 200, &r);
+    assert_int_equal(strlen(r.request_id), 16);
+    assert_string_equal(r.request_id, r.typesafe_id);
+    raw_reply_free(&r);
+    /* the TypeSafe SDK's header alone is taken */
+    get_ids(srv.port, "/healthz", "x-typesafe-request-id: ts-123\r\n", 200, &r);
+    assert_string_equal(r.request_id, "ts-123");
+    assert_string_equal(r.typesafe_id, "ts-123");
+    raw_reply_free(&r);
+    /* both valid: X-Request-Id wins */
+    get_ids(srv.port, "/v1/models", "X-Request-Id: xr-1\r\nx-typesafe-request-id: ts-2\r\n", 200, &r);
+    assert_string_equal(r.request_id, "xr-1");
+    assert_string_equal(r.typesafe_id, "xr-1");
+    raw_reply_free(&r);
+    /* an invalid X-Request-Id (129 characters) gives way to a valid typesafe one */
+    char hdr[400];
+    memset(hdr, 0, sizeof hdr);
+    strcpy(hdr, "X-Request-Id: ");
+    memset(hdr + strlen(hdr), 'a', 129);
+    strcat(hdr, "\r\nx-typesafe-request-id: ts-3\r\n");
+    get_ids(srv.port, "/nowhere", hdr, 404, &r);
+    assert_json_error("404 ids", &r, 404, "invalid_request", "no route GET /nowhere");
+    assert_string_equal(r.request_id, "ts-3");
+    raw_reply_free(&r);
+    assert_int_equal(hu_stop(&srv), 0);
+    hu_remove_log(&srv);
+}
+
+/* ---- item 7: refusals from the headers reach a client that writes first -- */
+
+#define BIG_BODY ((size_t)4 << 20)
+
+/* Write the head and all of a 4 MiB body without reading, then read. */
+static void refused_after_body(unsigned port, const char *extra, const char *content_type, raw_reply *r) {
+    memset(r, 0, sizeof *r);
+    char *head = post_head(extra, content_type, BIG_BODY);
+    char *body = malloc(BIG_BODY);
+    assert_non_null(body);
+    memset(body, ' ', BIG_BODY);
+    int fd = raw_connect("127.0.0.1", port);
+    assert_true(fd >= 0);
+    int e = raw_send_all(fd, head, strlen(head), 10);
+    if (!e) e = raw_send_all(fd, body, BIG_BODY, 10);
+    if (e) fail_msg("writing the body: %s (the server stopped reading)", strerror(e));
+    raw_read_reply(fd, 10, r);
+    close(fd);
+    free(head);
+    free(body);
+}
+
+static void test_refusals_read_the_body(void **state) {
+    hu_server srv;
+    const char *args[] = {"--api-key", "sekrit", "--max-body-mb", "1", NULL};
+    hu_start(&srv, args, NULL);
+    raw_reply r;
+    refused_after_body(srv.port, "Authorization: Bearer wrong\r\n", "application/json", &r);
+    assert_json_error("401", &r, 401, "invalid_request", "missing or invalid API key");
+    assert_string_equal(r.www_auth, "Bearer");
+    raw_reply_free(&r);
+    refused_after_body(srv.port, "Authorization: Bearer sekrit\r\n", "text/plain", &r);
+    assert_json_error("415", &r, 415, "invalid_request", "Content-Type must be application/json, got 'text/plain'");
+    raw_reply_free(&r);
+    /* 4 MiB declared past the 1 MiB limit, within the 16 MiB read bound */
+    refused_after_body(srv.port, "Authorization: Bearer sekrit\r\n", "application/json", &r);
+    assert_json_error("413", &r, 413, "payload_too_large",
+                      "request body of 4194304 bytes exceeds the limit of 1048576 bytes");
+    raw_reply_free(&r);
+    /* the connection stays usable for the next client: a decision */
+    char *head = post_head("Authorization: Bearer sekrit\r\nConnection: close\r\n", "application/json",
+                           strlen(triage));
+    clef_buf req = {0};
+    clef_buf_puts(&req, head);
+    clef_buf_puts(&req, triage);
+    raw_roundtrip("127.0.0.1", srv.port, req.data, req.len, 30, &r);
+    assert_int_equal(r.status, 200);
+    raw_reply_free(&r);
+    clef_buf_free(&req);
+    free(head);
+    assert_int_equal(hu_stop(&srv), 0);
+    hu_remove_log(&srv);
+
+    /* 503 while the model loads */
+    setenv("CLEF_SERVE_TEST_LOAD_DELAY_MS", "20000", 1);
+    hu_start_nowait(&srv, NULL, NULL);
+    unsetenv("CLEF_SERVE_TEST_LOAD_DELAY_MS");
+    refused_after_body(srv.port, "", "application/json", &r);
+    assert_json_error("503 loading", &r, 503, "model_loading", "the model is loading");
+    raw_reply_free(&r);
+    assert_int_equal(hu_stop(&srv), 0);
+    hu_remove_log(&srv);
+}
+
+/* ---- item 6: Transfer-Encodings that are not `chunked` -------------------- */
+
+static void test_transfer_encoding_501(void **state) {
+    hu_server srv;
+    hu_start(&srv, NULL, NULL);
+    static const char *const encodings[] = {"gzip, chunked", "identity", "chunked, gzip"};
+    for (size_t i = 0; i < 3; i++) {
+        char req[400], want[200];
+        int n = snprintf(req, sizeof req,
+                         "POST /v1/systemone HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                         "Transfer-Encoding: %s\r\n\r\n",
+                         encodings[i]);
+        raw_reply r;
+        double t = raw_roundtrip("127.0.0.1", srv.port, req, (size_t)n, 1.0, &r);
+        snprintf(want, sizeof want, "Transfer-Encoding '%s' is not supported", encodings[i]);
+        assert_json_error(encodings[i], &r, 501, "invalid_request", want);
+        if (t > 1.0) fail_msg("%s: answered after %.2f s", encodings[i], t);
+        raw_reply_free(&r);
+    }
+    assert_int_equal(hu_stop(&srv), 0);
+    hu_remove_log(&srv);
+}
+
+/* ---- item 6: SIGTERM with a stalled upload -------------------------------- */
+
+static void test_stop_cuts_stalled_upload(void **state) {
+    hu_server srv;
+    setenv("CLEF_SERVE_TEST_FORWARD_DELAY_MS", "1500", 1);
+    hu_start(&srv, NULL, NULL);
+    unsetenv("CLEF_SERVE_TEST_FORWARD_DELAY_MS");
+    /* a: half an upload, then silence */
+    int a = raw_connect("127.0.0.1", srv.port);
+    assert_true(a >= 0);
+    char *head = post_head("", "application/json", 1000);
+    assert_int_equal(raw_send_all(a, head, strlen(head), 5), 0);
+    assert_int_equal(raw_send_all(a, "{\"model\":", 9, 5), 0);
+    free(head);
+    /* b: a whole decision, held in the forward for 1.5 s */
+    int b = raw_connect("127.0.0.1", srv.port);
+    assert_true(b >= 0);
+    head = post_head("", "application/json", strlen(triage));
+    assert_int_equal(raw_send_all(b, head, strlen(head), 5), 0);
+    assert_int_equal(raw_send_all(b, triage, strlen(triage), 5), 0);
+    free(head);
+    hu_sleep_ms(400);
+    double t0 = hu_now();
+    kill(srv.pid, SIGTERM);
+    raw_reply r;
+    memset(&r, 0, sizeof r);
+    raw_read_reply(b, 10, &r);
+    if (r.status != 200) fail_msg("the decision in flight: status %d: %.300s", r.status, r.raw.data ? r.raw.data : "");
+    raw_reply_free(&r);
+    int rc = hu_wait_exit(&srv);
+    double took = hu_now() - t0;
+    assert_int_equal(rc, 0);
+    if (took > 3.5) fail_msg("the server took %.2f s to stop", took);
+    close(a);
+    close(b);
+    char *log = hu_log(&srv);
+    assert_non_null(strstr(log, "cutting 1 requests whose body had not arrived"));
+    free(log);
+    hu_remove_log(&srv);
+}
+
+/* ---- item 1 (part): the per-client connection cap ------------------------- */
+
+static void test_per_client_cap(void **state) {
+    hu_server srv;
+    /* 64 slots: without the per-client cap the 100 stalled connections below take them all */
+    const char *args[] = {"--max-connections", "64", "--max-connections-per-client", "16", NULL};
+    hu_start(&srv, args, NULL);
+    enum { N = 100 };
+    int fds[N];
+    for (int i = 0; i < N; i++) {
+        fds[i] = raw_connect("127.0.0.1", srv.port);
+        assert_true(fds[i] >= 0);
+        assert_int_equal(raw_send_all(fds[i], "G", 1, 2), 0);
+    }
+    /* the excess is closed at accept: count the connections the server ended (≤ 2 s) */
+    int closed = 0;
+    double deadline = hu_now() + 2;
+    while (closed < N - 16 && hu_now() < deadline) {
+        closed = 0;
+        for (int i = 0; i < N; i++) {
+            char c;
+            ssize_t n = recv(fds[i], &c, 1, MSG_DONTWAIT | MSG_PEEK);
+            if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) closed++;
+        }
+        hu_sleep_ms(50);
+    }
+    assert_int_equal(closed, N - 16);
+    /* another client address is served at once */
+    raw_reply r;
+    static const char health[] = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    double t = raw_roundtrip("127.0.0.2", srv.port, health, sizeof health - 1, 1.0, &r);
+    if (r.status != 200 || t > 1.0) fail_msg("/healthz from 127.0.0.2: status %d after %.2f s", r.status, t);
+    raw_reply_free(&r);
+    char *head = post_head("Connection: close\r\n", "application/json", strlen(triage));
+    clef_buf req = {0};
+    clef_buf_puts(&req, head);
+    clef_buf_puts(&req, triage);
+    t = raw_roundtrip("127.0.0.2", srv.port, req.data, req.len, 1.0, &r);
+    if (r.status != 200 || t > 1.0) fail_msg("a decision from 127.0.0.2: status %d after %.2f s", r.status, t);
+    raw_reply_free(&r);
+    clef_buf_free(&req);
+    free(head);
+    for (int i = 0; i < N; i++) close(fds[i]);
+    assert_int_equal(hu_stop(&srv), 0);
+    hu_remove_log(&srv);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_request_ids),
+        cmocka_unit_test(test_refusals_read_the_body),
+        cmocka_unit_test(test_transfer_encoding_501),
+        cmocka_unit_test(test_stop_cuts_stalled_upload),
+        cmocka_unit_test(test_per_client_cap),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
