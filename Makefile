@@ -82,7 +82,7 @@ fuzz-loader: deps
 # libFuzzer over the media decoders (tests/fuzz/fuzz_media.c): each input goes to the decoder its
 # magic number names (else to the one its first byte picks), through data URL -> decode ->
 # preprocess; seeded with tests/fixtures/media, mutated with fuzz_media.dict's magic numbers.
-FUZZ_MEDIA_SRCS = $(filter-out src/media/avdecode_off.c,$(wildcard src/media/*.c)) src/util/buf.c src/util/err.c
+FUZZ_MEDIA_SRCS = $(filter-out src/media/avdecode_off.c,$(wildcard src/media/*.c)) src/util/buf.c src/util/err.c src/util/budget.c
 
 # the numeric kernels: ASan/UBSan but no coverage tracing (their inner loops' comparisons were most of the time)
 FUZZ_MEDIA_PLAIN = src/media/resize.c src/media/melspec.c
