@@ -18,18 +18,11 @@
 
 #include "io/config.h"
 #include "quant/format.h"
+#include "fuzz_check.h"
 
 #ifndef CLEF_FIXTURES
 #define CLEF_FIXTURES "tests/fixtures"
 #endif
-
-#define CHECK(cond)                                                                                                    \
-    do {                                                                                                               \
-        if (!(cond)) {                                                                                                 \
-            fprintf(stderr, "fuzz_config: invariant failed: %s (%s:%d)\n", #cond, __FILE__, __LINE__);               \
-            abort();                                                                                                   \
-        }                                                                                                              \
-    } while (0)
 
 static char *cfg_text, *head_text;
 static size_t cfg_len, head_len;

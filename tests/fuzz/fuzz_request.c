@@ -19,20 +19,13 @@
 #include "decision/request.h"
 #include "json/json.h"
 #include "text/tokenizer.h"
+#include "fuzz_check.h"
 
 #ifndef CLEF_FIXTURES
 #define CLEF_FIXTURES "tests/fixtures"
 #endif
 
 static clef_tokenizer *tok;
-
-#define CHECK(cond)                                                          \
-    do {                                                                     \
-        if (!(cond)) {                                                       \
-            fprintf(stderr, "fuzz_request: invariant failed: %s (%s:%d)\n", #cond, __FILE__, __LINE__); \
-            abort();                                                         \
-        }                                                                    \
-    } while (0)
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     clef_err err;

@@ -20,18 +20,11 @@
 
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
+#include "fuzz_check.h"
 
 #ifndef CLEF_FIXTURES
 #define CLEF_FIXTURES "tests/fixtures"
 #endif
-
-#define CHECK(cond)                                                                                                    \
-    do {                                                                                                               \
-        if (!(cond)) {                                                                                                 \
-            fprintf(stderr, "fuzz_safetensors: invariant failed: %s (%s:%d)\n", #cond, __FILE__, __LINE__);           \
-            abort();                                                                                                   \
-        }                                                                                                              \
-    } while (0)
 
 static char dir[64], st_path[128], index_path[128];
 

@@ -20,18 +20,11 @@
 
 #include "text/pretok.h"
 #include "text/tokenizer.h"
+#include "fuzz_check.h"
 
 #ifndef CLEF_FIXTURES
 #define CLEF_FIXTURES "tests/fixtures"
 #endif
-
-#define CHECK(cond)                                                                                                    \
-    do {                                                                                                               \
-        if (!(cond)) {                                                                                                 \
-            fprintf(stderr, "fuzz_tokenize_long: invariant failed: %s (%s:%d)\n", #cond, __FILE__, __LINE__);        \
-            abort();                                                                                                   \
-        }                                                                                                              \
-    } while (0)
 
 #define MAX_TEXT ((size_t)1 << 20)
 #define MAX_EXPANDED ((size_t)64 << 10)

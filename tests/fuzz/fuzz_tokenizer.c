@@ -13,14 +13,7 @@
 #include <unistd.h>
 
 #include "text/tokenizer.h"
-
-#define CHECK(cond)                                                                                                    \
-    do {                                                                                                               \
-        if (!(cond)) {                                                                                                 \
-            fprintf(stderr, "fuzz_tokenizer: invariant failed: %s (%s:%d)\n", #cond, __FILE__, __LINE__);            \
-            abort();                                                                                                   \
-        }                                                                                                              \
-    } while (0)
+#include "fuzz_check.h"
 
 static char path[64];
 

@@ -100,19 +100,25 @@ static void test_bench_from_elsewhere(void **state) {
     clef_buf_free(&out);
 }
 
-/* An installed clef (PREFIX/bin/clef) uses PREFIX/share/clef/tokenizer.json. */
-static void test_installed_layout(void **state) {
-    char dir[700], bin[800], tok[800];
-    snprintf(dir, sizeof dir, "%s/prefix", tmproot);
-    snprintf(bin, sizeof bin, "%s/bin", dir);
+/* A copy of clef at TMP/<root>/<bin_dir>/clef beside a marked tokenizer at
+ * TMP/<root>/<tok_dir>/tokenizer.json; returns whether the copy's `decide`
+ * (run from TMP) sees the marker. */
+static int layout_sees_marker(const char *root, const char *bin_dir, const char *tok_dir) {
+    char bin[800], tok[800];
+    snprintf(bin, sizeof bin, "%s/%s/%s", tmproot, root, bin_dir);
     mkdirs(bin);
-    snprintf(tok, sizeof tok, "%s/share/clef", dir);
+    snprintf(tok, sizeof tok, "%s/%s/%s", tmproot, root, tok_dir);
     mkdirs(tok);
     strcat(tok, "/tokenizer.json");
     write_marked_tokenizer(tok);
     strcat(bin, "/clef");
     copy_binary(bin);
-    assert_true(decide_sees_marker(bin, tmproot));
+    return decide_sees_marker(bin, tmproot);
+}
+
+/* An installed clef (PREFIX/bin/clef) uses PREFIX/share/clef/tokenizer.json. */
+static void test_installed_layout(void **state) {
+    assert_true(layout_sees_marker("prefix", "bin", "share/clef"));
     /* the plain binary, run from the same directory, has the source tree's */
     assert_false(decide_sees_marker(CLEF_BINARY, tmproot));
 }
@@ -120,17 +126,7 @@ static void test_installed_layout(void **state) {
 /* A build directory of a checkout (CHECKOUT/build/clef) uses
  * CHECKOUT/tests/fixtures/tiny-clef-omni/tokenizer.json. */
 static void test_build_layout(void **state) {
-    char dir[700], bin[800], tok[800];
-    snprintf(dir, sizeof dir, "%s/checkout", tmproot);
-    snprintf(bin, sizeof bin, "%s/build", dir);
-    mkdirs(bin);
-    snprintf(tok, sizeof tok, "%s/tests/fixtures/tiny-clef-omni", dir);
-    mkdirs(tok);
-    strcat(tok, "/tokenizer.json");
-    write_marked_tokenizer(tok);
-    strcat(bin, "/clef");
-    copy_binary(bin);
-    assert_true(decide_sees_marker(bin, tmproot));
+    assert_true(layout_sees_marker("checkout", "build", "tests/fixtures/tiny-clef-omni"));
 }
 
 int main(void) {
