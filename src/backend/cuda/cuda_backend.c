@@ -134,7 +134,7 @@ typedef struct cuda_ctx {
     clef_cuda_knobs k;
     /* the layers' tensor maps are built (expert_maps): for the TMA kernel below the wgmma threshold or the
      * persistent wgmma kernel above (k.tma or k.wgmma_ws) on a Hopper device (ck_caps_hopper) */
-    int tma;
+    int expert_maps_on;
     /* FP8-block experts as W8A8 on the FP8 tensor cores (cuda_fp8mma.cu): CLEF_CUDA_FP8_MMA, default 0;
      * cleared where the build lacks sm_90a or the device is not compute capability 9.0 */
     int fp8_mma; /* CLEF_CUDA_FP8_MMA (a user setting: it changes numerics), where ck_caps_hopper */
@@ -1331,22 +1331,21 @@ static int att_stage_eq(const att_stage *x, const att_stage *y) {
  * 56.7 -> 57.1).  A segment's variant depends on its own length only, so its result does not depend
  * on the batch around it. */
 
-/* The attention variant of segment s (ck_attn_tc_rows): `fixed` when set, else ck_pick_attention's. */
-static int attn_variant_of(const clef_attn_desc *a, int64_t s, int fixed, int split) {
-    const clef_cuda_knobs none = {.attn = 0};
-    return fixed ? fixed : ck_pick_attention(&none, split, a->q_off[s + 1] - a->q_off[s], 1);
+/* The attention variant of segment s (ck_attn_tc_rows): ck_pick_attention's for its length. */
+static int attn_variant_of(const cuda_ctx *c, const clef_attn_desc *a, int64_t s, int split) {
+    return ck_pick_attention(&c->k, split, a->q_off[s + 1] - a->q_off[s], a->scale > 0.0f);
 }
 
 /* Query tiles of the segments of variant `want` (rows bm) into t (pairs segment, first row; NULL: count
  * only), the heaviest (latest first row) first; returns how many. */
-static int64_t attn_tiles(const clef_attn_desc *a, int fixed, int split, int want, int64_t bm, int32_t *t) {
+static int64_t attn_tiles(const cuda_ctx *c, const clef_attn_desc *a, int split, int want, int64_t bm, int32_t *t) {
     int64_t maxq = 0, m = 0;
     for (int64_t s = 0; s < a->n_seg; s++)
-        if (attn_variant_of(a, s, fixed, split) == want && a->q_off[s + 1] - a->q_off[s] > maxq)
+        if (attn_variant_of(c, a, s, split) == want && a->q_off[s + 1] - a->q_off[s] > maxq)
             maxq = a->q_off[s + 1] - a->q_off[s];
     for (int64_t i0 = ((maxq + bm - 1) / bm - 1) * bm; i0 >= 0; i0 -= bm)
         for (int64_t s = 0; s < a->n_seg; s++)
-            if (attn_variant_of(a, s, fixed, split) == want && a->q_off[s + 1] - a->q_off[s] > i0) {
+            if (attn_variant_of(c, a, s, split) == want && a->q_off[s + 1] - a->q_off[s] > i0) {
                 if (t) t[2 * m] = (int32_t)s, t[2 * m + 1] = (int32_t)i0;
                 m++;
             }
@@ -1365,7 +1364,7 @@ static int cu_attention(clef_backend *be, const float *q, const float *k, const 
     const int tc = attn_tc_head(D), split = split_of(c, PRECISE_ATTN);
     /* default: v2 in the fast mode, v2w (128-row tiles) in the precise one for long segments: the fastest of
      * each on the H200 (CLEF_ATTN_BENCH: 8 x 4096 fast v2 214 vs v1 176 TFLOP/s; precise v2w 112, v1 108,
-     * v2 95), v2 for the precise mode's short segments (ATTN_SHORT) */
+     * v2 95), v2 for the precise mode's short segments (CK_ATTN_SHORT) */
     const int ksplit = ck_attention_ksplit(&c->k, split);
     const int fixed = !(a->scale > 0.0f) ? 1 : c->k.attn;
     for (int64_t s = 0; s < ns; s++) {
@@ -1381,7 +1380,7 @@ static int cu_attention(clef_backend *be, const float *q, const float *k, const 
     const int kinds[2] = {fixed ? fixed : 2, 3}, n_kinds = fixed || split != 2 ? 1 : 2;
     int64_t nt[2] = {0, 0};
     for (int i = 0; tc && i < n_kinds; i++)
-        nt[i] = attn_tiles(a, fixed, split, kinds[i], ck_attn_tc_rows(ksplit, kinds[i]), NULL);
+        nt[i] = attn_tiles(c, a, split, kinds[i], ck_attn_tc_rows(ksplit, kinds[i]), NULL);
     /* q and k left converted by qk_norm_rope for exactly these rows (self-attention over all T rows) */
     const att_stage want = {q, k, nq, a->q_stride, a->k_stride, nh, nkv, D, split};
     const int staged = tc && c->att_valid && nk == nq && att_stage_eq(&c->att, &want);
@@ -1395,7 +1394,7 @@ static int cu_attention(clef_backend *be, const float *q, const float *k, const 
     memcpy(h + off_bytes, a->kv_off, off_bytes);
     int32_t *ht = (int32_t *)(h + 2 * off_bytes);
     for (int i = 0; tc && i < n_kinds; i++)
-        attn_tiles(a, fixed, split, kinds[i], ck_attn_tc_rows(ksplit, kinds[i]), ht + (i ? 2 * nt[0] : 0));
+        attn_tiles(c, a, split, kinds[i], ck_attn_tc_rows(ksplit, kinds[i]), ht + (i ? 2 * nt[0] : 0));
     char *d = stage_meta(c, meta, err);
     if (!d) return op_end(c, -1);
     const int64_t *dq = (const int64_t *)d, *dk = (const int64_t *)(d + off_bytes);
@@ -1452,7 +1451,7 @@ static int cu_router_topk(clef_backend *be, const float *logits, int64_t T, int6
 
 /* Whether the experts' tensor maps are made: a kernel that reads them is on (TMA below the wgmma
  * threshold, the persistent wgmma kernel above). */
-static int expert_maps(const cuda_ctx *c) { return c->tma; }
+static int expert_maps(const cuda_ctx *c) { return c->expert_maps_on; }
 
 /* Device pointer arrays of a layer's experts (and, with expert_maps(c), their
  * tensor maps), uploaded once and re-checked against the layer's weights on
@@ -2226,7 +2225,7 @@ static int ctx_init(cuda_ctx *c, clef_err *err) {
      * ck_pick_* ask ck_caps_hopper; the experts' tensor maps (the TMA kernel below the wgmma threshold,
      * the persistent wgmma kernel above) and W8A8 follow it here */
     c->caps = (ck_caps){.cc_major = prop.major, .cc_minor = prop.minor, .sm90a_built = ck_wgmma_built()};
-    c->tma = (c->k.tma || c->k.wgmma_ws) && ck_caps_hopper(&c->caps);
+    c->expert_maps_on = (c->k.tma || c->k.wgmma_ws) && ck_caps_hopper(&c->caps);
     if (!ck_caps_hopper(&c->caps)) c->fp8_mma = 0;
     /* 64 MiB, allocated once: split-K algorithms whose reduction goes through the workspace
      * (COMPUTE_TYPE / OUTPUT_TYPE partials, split x rows x N floats) are called on as many rows as
@@ -2322,7 +2321,7 @@ void clef_cuda_describe(clef_backend *be, char *buf, size_t cap) {
              hopper && c->k.wgmma && c->k.wgmma_ws ? (c->k.wgmma_ws == 2 ? ", persistent wgmma experts (CTA pairs)"
                                                                         : ", persistent wgmma experts")
                                                    : "",
-             c->tma && c->k.tma ? ", TMA expert kernel below" : "",
+             c->expert_maps_on && c->k.tma ? ", TMA expert kernel below" : "",
              c->fp8_mma ? ", fp8-block experts W8A8 (fp8 wgmma)" : "",
              c->k.attn == 1   ? ", attention v1"
              : c->k.attn == 2 ? ", attention v2"
