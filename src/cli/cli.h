@@ -5,6 +5,7 @@
 #define CLEF_CLI_CLI_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 int cli_decide(int argc, char **argv);
 int cli_demo(int argc, char **argv);
@@ -14,6 +15,8 @@ int cli_serve(int argc, char **argv);
 int cli_quantize(int argc, char **argv);
 int cli_parity(int argc, char **argv);
 int cli_synth(int argc, char **argv);
+/* `clef --version`: "clef VERSION (commit C)" and "cuda: sm_80 ... compute_120" (or "not built") on f; 0. */
+int cli_version(FILE *f);
 int cli_devcheck(int argc, char **argv);
 
 /* `clef serve`'s OpenMP wait policy, applied before anything else runs.

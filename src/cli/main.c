@@ -20,7 +20,8 @@ static void usage(FILE *f) {
             "  synth    --preset tiny|small|full --out DIR [--seed N]    write a random-weight checkpoint\n"
             "  devcheck --synthetic P --requests FILE [--device cuda]    a device vs the CPU: parity, batch invariance\n"
             "\n"
-            "`clef <command> --help` describes a command's flags.\n");
+            "`clef <command> --help` describes a command's flags; `clef --version` prints the version,\n"
+            "the commit and the GPU architectures the binary holds.\n");
 }
 
 static int dispatch(int argc, char **argv) {
@@ -29,6 +30,7 @@ static int dispatch(int argc, char **argv) {
         return argc < 2 ? 2 : 0;
     }
     const char *cmd = argv[1];
+    if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) return cli_version(stdout);
     if (!strcmp(cmd, "decide")) return cli_decide(argc - 1, argv + 1);
     if (!strcmp(cmd, "demo")) return cli_demo(argc - 1, argv + 1);
     if (!strcmp(cmd, "inspect")) return cli_inspect(argc - 1, argv + 1);
