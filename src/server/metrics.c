@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "backend/cuda/cuda.h"
+#include "clef_version.h"
 #include "util/buf.h"
 
 #define STATUS_MIN 100
@@ -32,6 +34,7 @@ struct clef_metrics {
     histogram latency[CLEF_ROUTE_COUNT];
     histogram batch_records, batch_tokens, forward_seconds;
     uint64_t tokens, records;
+    char device_path[16], device_detail[512]; /* clef_metrics_set_device; path "" until then */
 };
 
 static const char *ROUTE_LABELS[CLEF_ROUTE_COUNT] = {"/v1/systemone", "/v1/models", "/healthz", "/metrics", "other"};
@@ -75,6 +78,22 @@ void clef_metrics_batch(clef_metrics *m, size_t n_records, size_t n_tokens, doub
     m->tokens += n_tokens;
     m->records += n_records;
     pthread_mutex_unlock(&m->lock);
+}
+
+void clef_metrics_set_device(clef_metrics *m, const char *path, const char *detail) {
+    pthread_mutex_lock(&m->lock);
+    snprintf(m->device_path, sizeof m->device_path, "%s", path ? path : "");
+    snprintf(m->device_detail, sizeof m->device_detail, "%s", detail ? detail : "");
+    pthread_mutex_unlock(&m->lock);
+}
+
+/* A label value in the exposition format: backslash, double quote and newline escaped. */
+static void label_value(clef_buf *out, const char *v) {
+    for (; *v; v++) {
+        if (*v == '\\' || *v == '"') clef_buf_printf(out, "\\%c", *v);
+        else if (*v == '\n') clef_buf_printf(out, "\\n");
+        else clef_buf_printf(out, "%c", *v);
+    }
 }
 
 static void header(clef_buf *out, const char *name, const char *type, const char *help) {
@@ -131,6 +150,19 @@ void clef_metrics_render(clef_metrics *m, size_t queue_depth, int loaded, double
     clef_buf_printf(out, "clef_model_loaded %d\n", loaded ? 1 : 0);
     header(out, "clef_model_load_seconds", "gauge", "Seconds the model took to load (0 while loading).");
     clef_buf_printf(out, "clef_model_load_seconds %.6f\n", load_seconds);
+    header(out, "clef_build_info", "gauge", "The binary answering: version, commit, GPU architectures it holds.");
+    clef_buf_printf(out, "clef_build_info{version=\"%s\",commit=\"%s\",cuda_archs=\"%s\"} 1\n", CLEF_VERSION,
+                    CLEF_COMMIT, clef_cuda_built_archs());
+    pthread_mutex_lock(&m->lock);
+    if (m->device_path[0]) {
+        header(out, "clef_device_info", "gauge", "The device the model runs on: kernel path and description.");
+        clef_buf_printf(out, "clef_device_info{path=\"");
+        label_value(out, m->device_path);
+        clef_buf_printf(out, "\",detail=\"");
+        label_value(out, m->device_detail);
+        clef_buf_printf(out, "\"} 1\n");
+    }
+    pthread_mutex_unlock(&m->lock);
 }
 
 void clef_metrics_render_budgets(clef_budget *media, clef_budget *body, clef_buf *out) {

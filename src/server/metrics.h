@@ -19,6 +19,11 @@
  *                                            gauges: the same for request bodies held in memory
  *   clef_budget_waits_total{budget}          counter: charges that waited for room ("media", "body")
  *   clef_budget_refusals_total{budget}       counter: charges refused (answered 503)
+ *   clef_build_info{version,commit,cuda_archs}
+ *                                            gauge 1: what binary answers (`clef --version`)
+ *   clef_device_info{path,detail}            gauge 1 once loaded: the kernel path the device takes
+ *                                            ("cpu", "portable", "hopper") and the device's
+ *                                            description (clef_cuda_describe; "" on the CPU)
  * All functions are thread-safe.
  */
 #ifndef CLEF_SERVER_METRICS_H
@@ -57,6 +62,11 @@ void clef_metrics_batch(clef_metrics *m, size_t n_records, size_t n_tokens, doub
 /* Append the exposition text.  queue_depth, loaded (0/1) and load_seconds
  * are gauges sampled by the caller. */
 void clef_metrics_render(clef_metrics *m, size_t queue_depth, int loaded, double load_seconds, clef_buf *out);
+
+/* The loaded model's device: its kernel path ("cpu", "portable", "hopper";
+ * clef_cuda_kernel_path) and description (copied; NULL = ""), rendered as
+ * clef_device_info.  Called once the engine is open. */
+void clef_metrics_set_device(clef_metrics *m, const char *path, const char *detail);
 
 /* Append the two memory budgets' series (read from the budgets themselves). */
 void clef_metrics_render_budgets(clef_budget *media, clef_budget *body, clef_buf *out);

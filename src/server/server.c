@@ -13,8 +13,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "backend/cuda/cuda.h"
 #include "io/config.h"
 #include "json/json.h"
+#include "model/model.h"
 #include "server/server_internal.h"
 #include "util/timer.h"
 
@@ -126,6 +128,12 @@ static void *load_model(void *arg) {
     if (!s->engine || !s->sched) {
         atomic_store_explicit(&s->state, SERVER_FAILED, memory_order_release);
         return NULL;
+    }
+    {
+        clef_backend *be = clef_model_backend(clef_engine_model(s->engine));
+        char detail[512];
+        clef_cuda_describe(be, detail, sizeof detail);
+        clef_metrics_set_device(s->metrics, clef_cuda_kernel_path(be), detail);
     }
     say("clef serve: model loaded in %.2f s; ready", clef_engine_load_seconds(s->engine));
     atomic_store_explicit(&s->state, SERVER_READY, memory_order_release);

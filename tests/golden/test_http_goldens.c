@@ -12,6 +12,7 @@
 #include "clef.h"
 #include "decision/answer.h"
 #include "httputil.h"
+#include "clef_version.h"
 #include "testutil.h"
 
 static json_value **cases;
@@ -289,6 +290,13 @@ static void test_routes(void **state) {
     assert_true(hu_metric(t, "clef_model_loaded") == 1);
     assert_true(hu_metric(t, "clef_model_load_seconds") > 0);
     assert_non_null(strstr(t, "# TYPE clef_request_duration_seconds histogram\n"));
+    /* what answers: the binary (its version, commit and GPU architectures) and the device's kernel
+     * path; the tests run the server on the CPU (CLEF_DEVICE=cpu) */
+    char build[256];
+    snprintf(build, sizeof build, "clef_build_info{version=\"%s\",commit=\"%s\",cuda_archs=\"%s\"} 1\n", CLEF_VERSION,
+             CLEF_COMMIT, CLEF_CUDA_ARCH_LIST);
+    assert_non_null(strstr(t, build));
+    assert_non_null(strstr(t, "clef_device_info{path=\"cpu\",detail=\"\"} 1\n"));
     hu_free(&r);
 
     hu_get(&srv, "/nope", NULL, &r);

@@ -190,6 +190,18 @@ clef_backend *clef_cuda_backend_create_ex(const clef_cuda_options *opt, clef_err
  * truncated); "" when `be` is not a CUDA backend. */
 void clef_cuda_describe(clef_backend *be, char *buf, size_t cap);
 
+/* Which kernel family the device runs (docs/DESIGN.md "GPU architectures"):
+ * "hopper" (an sm_90a build on a compute capability 9.0 device: the wgmma,
+ * tensor-copy and FP8 wgmma kernels) or "portable" (mma.sync and cp.async,
+ * every device from sm_80: Ampere, Ada, Blackwell, or Hopper without sm_90a
+ * code); "cpu" when `be` is not a CUDA backend.  A static string. */
+const char *clef_cuda_kernel_path(clef_backend *be);
+
+/* The GPU architectures this binary holds code for, as `clef --version`
+ * prints them ("sm_80 sm_86 sm_89 sm_90a sm_100 sm_120 compute_120": sm_ =
+ * machine code, compute_ = PTX the driver compiles); "" without CUDA. */
+const char *clef_cuda_built_archs(void);
+
 /* The numerics a CUDA backend runs, as named: "fast", "balanced", "precise",
  * or the precise parts of a CLEF_CUDA_PRECISE list ("dense,experts", ...);
  * "f32" for any other backend (the CPU). */

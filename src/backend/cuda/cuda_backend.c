@@ -9,6 +9,8 @@
  * compiled. */
 #include "backend/cuda/cuda.h"
 
+#include "clef_version.h" /* CLEF_CUDA_ARCH_LIST */
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -2196,10 +2198,27 @@ static int ctx_init(cuda_ctx *c, clef_err *err) {
     if (cu_check(cudaSetDevice(c->device), "set device", err)) return -1;
     struct cudaDeviceProp prop;
     if (cu_check(cudaGetDeviceProperties(&prop, c->device), "device properties", err)) return -1;
+    /* sm_80 is the floor: every kernel multiplies on bf16 tensor cores (mma.sync m16n8k16 bf16, cp.async),
+     * which Turing (T4, sm_75) and older lack (docs/DESIGN.md "GPU architectures") */
     if (prop.major < 8)
         return clef_fail(err, 500, CLEF_E_INTERNAL, NULL,
-                         "CUDA device %d (%s) has compute capability %d.%d; clef needs 8.0 or newer (built for 9.0)",
+                         "CUDA device %d (%s) has compute capability %d.%d; clef's GPU kernels need bf16 tensor cores, "
+                         "compute capability 8.0 (Ampere) or newer; use --device cpu on this machine",
                          c->device, prop.name, prop.major, prop.minor);
+    /* the binary must hold machine code for this device, or PTX the driver can compile for it: ask for one
+     * kernel's attributes before anything is allocated, so a missing architecture is one clear error */
+    {
+        const cudaError_t e = ck_image_check();
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            return clef_fail(err, 500, CLEF_E_INTERNAL, NULL,
+                             "CUDA device %d (%s, compute capability %d.%d) cannot run this clef binary's GPU code "
+                             "(it holds %s): rebuild with -DCLEF_CUDA_ARCHS=native on this machine or add %d%d to "
+                             "CLEF_CUDA_ARCHS (%s)",
+                             c->device, prop.name, prop.major, prop.minor, clef_cuda_built_archs(), prop.major,
+                             prop.minor, cudaGetErrorString(e));
+        }
+    }
     int rt = 0;
     cudaRuntimeGetVersion(&rt);
     c->total_mem = prop.totalGlobalMem;
@@ -2300,6 +2319,13 @@ const char *clef_numerics_of(clef_backend *be) {
     return names[cu_of(be)->precise_parts & 7];
 }
 
+const char *clef_cuda_kernel_path(clef_backend *be) {
+    if (!clef_backend_is_cuda(be)) return "cpu";
+    return ck_caps_hopper(&cu_of(be)->caps) ? "hopper" : "portable";
+}
+
+const char *clef_cuda_built_archs(void) { return CLEF_CUDA_ARCH_LIST; }
+
 void clef_cuda_describe(clef_backend *be, char *buf, size_t cap) {
     if (!cap) return;
     if (!clef_backend_is_cuda(be)) {
@@ -2312,7 +2338,8 @@ void clef_cuda_describe(clef_backend *be, char *buf, size_t cap) {
     if (hopper && c->k.wgmma == 1) snprintf(wg, sizeof wg, ", wgmma experts");
     else if (hopper && c->k.wgmma == 2)
         snprintf(wg, sizeof wg, ", wgmma experts from %d rows (packed %d)", c->k.wgmma_rows, c->k.qwgmma_rows);
-    snprintf(buf, cap, "%s%s%s%s%s%s%s%s%s%s%s%s%s", c->desc, c->precise ? ", precise" : !c->precise_parts ? ", fast (bf16)" : "",
+    snprintf(buf, cap, "%s, %s kernels%s%s%s%s%s%s%s%s%s%s%s%s", c->desc, clef_cuda_kernel_path(be),
+             c->precise ? ", precise" : !c->precise_parts ? ", fast (bf16)" : "",
              !c->precise && (c->precise_parts & PRECISE_DENSE) ? ", precise dense" : "",
              !c->precise && (c->precise_parts & PRECISE_EXPERTS) ? ", precise experts" : "",
              !c->precise && (c->precise_parts & PRECISE_ATTN) ? ", precise attention" : "",
@@ -2380,6 +2407,8 @@ clef_backend *clef_cuda_backend_create(int device, clef_numerics numerics, clef_
     return clef_cuda_backend_create_ex(&o, err);
 }
 
+const char *clef_cuda_kernel_path(clef_backend *be) { return (void)be, "cpu"; }
+const char *clef_cuda_built_archs(void) { return ""; }
 void clef_cuda_describe(clef_backend *be, char *buf, size_t cap) {
     (void)be;
     if (cap) buf[0] = '\0';

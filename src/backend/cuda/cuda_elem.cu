@@ -382,6 +382,11 @@ __global__ void cosine_kernel(const float *__restrict__ a, const int32_t *__rest
 } /* namespace */
 
 extern "C" {
+cudaError_t ck_image_check(void) {
+    cudaFuncAttributes a;
+    return cudaFuncGetAttributes(&a, add_flat4_kernel);
+}
+
 
 static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 

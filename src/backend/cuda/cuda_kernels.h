@@ -122,6 +122,11 @@ cudaError_t ck_gemm(const ck_gemm_args *a, cudaStream_t st);
  * (CMake's CUDA architectures include 90a), else 0. */
 int ck_wgmma_built(void);
 
+/* cudaSuccess when the binary holds code the current device can run (its
+ * machine code, or PTX the driver compiles for it): the attributes of one
+ * kernel; cudaErrorNoKernelImageForDevice (or another error) when not. */
+cudaError_t ck_image_check(void);
+
 /* The grouped modes of ck_gemm (GATEUP, DOWN) on Hopper warpgroup MMAs
  * (wgmma.mma_async, cuda_wgmma.cu): same arguments, same results contract
  * (one fixed-order sum over K per element, hi then lo per 16-wide chunk).
