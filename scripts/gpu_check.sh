@@ -16,6 +16,8 @@
 #   transformers  bench/bench_transformers.py (the peer baseline on the same card; BENCH_IMPLS=grouped_mm
 #                 skips its slow eager loop)
 #   bench_modes   the same in the other numerics (BENCH_NUMERICS, default "precise balanced")
+#   portable      bin-portable (gpu_pack.sh PORTABLE=80-virtual: sm_80 PTX only, JIT-compiled here): the
+#                 CUDA suite, `small` parity + batch invariance and the full bench, as an sm_80 device runs them
 #   quant_small   `small` with its experts quantized: CUDA vs the CPU's answers for the same weights
 #                 (bench/parity/cpu_answers_small_seed1_<format>.jsonl), then BF16 vs each format
 #   numerics_full `clef parity` on `full`: BF16 precise vs BF16 fast (the default) (how much the random 48-layer
@@ -86,7 +88,7 @@ for st in $STAGES; do
             nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv
             echo "cublasLt from: $CUBLAS_DIR"; echo "pack commit: $(cat "$UNPACK/COMMIT")"
             ldd "$BIN/clef" | grep -E "not found|cublas" || true
-            "$BIN/clef" --help > /dev/null && echo "clef runs"
+            "$BIN/clef" --help > /dev/null && echo "clef runs" && "$BIN/clef" --version
         } > "$OUT/env.log" 2>&1
         timeout 120 python3 - >> "$OUT/env.log" 2>&1 <<'EOF'
 import torch, time
@@ -164,6 +166,34 @@ EOF
     transformers)
         PYTHONUNBUFFERED=1 run_stage transformers 270 python3 bench/bench_transformers.py
         grep -E "ceiling|RESULT|peak|built" "$OUT/transformers.log" >> "$SUM"
+        ;;
+    portable) # issue 22: the code an Ampere / Ada device runs, on this GPU: bin-portable (gpu_pack.sh
+        # PORTABLE=80-virtual) holds only sm_80 PTX, which the driver JIT-compiles (cached under
+        # $UNPACK/jit), so the backend picks the mma.sync / cp.async kernels (no sm_90a code); the CUDA
+        # suite, fidelity on `small` with batch invariance, and the speed beside the Hopper path
+        PB=$UNPACK/bin-portable
+        if [ ! -d "$PB" ]; then
+            note "stage portable: no bin-portable in the pack (PORTABLE=80-virtual scripts/gpu_pack.sh)"
+            continue
+        fi
+        export CUDA_CACHE_PATH=$UNPACK/jit CUDA_CACHE_MAXSIZE=4294967296
+        "$PB/clef" --version >> "$SUM" 2>&1
+        : > "$OUT/portable_tests.log"
+        for t in test_cuda_ops test_cuda_golden test_cuda_quant test_cuda_towers; do
+            [ -x "$PB/$t" ] || continue
+            run_stage "portable_$t" 240 "$PB/$t"
+            cat "$OUT/portable_$t.log" >> "$OUT/portable_tests.log" && rm -f "$OUT/portable_$t.log"
+        done
+        grep -E "PASSED|FAILED|Error|error" "$OUT/portable_tests.log" | tail -20 >> "$SUM"
+        REF=${REF:-bench/parity/cpu_answers_small_seed1.jsonl}
+        if [ -s "$REF" ]; then
+            run_stage portable_parity 200 "$PB/clef" devcheck --synthetic small --seed 1 --device cuda \
+                --requests bench/parity/requests_200.jsonl --reference "$REF" --batches 1,8,64
+            note "portable parity: $(grep -E "^numerics|^parity top-1|^parity total|^batch invariance: batches|^devcheck" "$OUT/portable_parity.log" | tail -5 | tr '\n' ' ')"
+        fi
+        run_stage portable_bench 240 "$PB/clef" bench --synthetic full --seed 1 --device cuda --text-only \
+            --runs ${PORTABLE_RUNS:-1x300,1x1000,32x1000} --iters 5
+        grep -v -E "^(clef|===)" "$OUT/portable_bench.log" | grep -E "^(run |latency_ms_p50|tokens_per_s|gpu_peak|device_detail)" >> "$SUM"
         ;;
     bench_modes) # the other numerics modes (BENCH_NUMERICS, default "precise balanced"), for what they cost
         for nm in ${BENCH_NUMERICS:-precise balanced}; do
