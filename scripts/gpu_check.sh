@@ -80,6 +80,15 @@ run_stage() { # name timeout command...
     return $rc
 }
 
+cuda_suite() { # bin-folder stage-prefix timeout log-name: the four CUDA test programs, one log
+    : > "$OUT/$4.log"
+    for t in test_cuda_ops test_cuda_golden test_cuda_quant test_cuda_towers; do
+        [ -x "$1/$t" ] || continue
+        run_stage "$2$t" "$3" "$1/$t"
+        cat "$OUT/$2$t.log" >> "$OUT/$4.log" && rm -f "$OUT/$2$t.log"
+    done
+}
+
 for st in $STAGES; do
     case $st in
     env)
@@ -111,12 +120,7 @@ EOF
         grep FLOOR "$OUT/env.log" | tee -a "$SUM"
         ;;
     tests)
-        : > "$OUT/tests.log"
-        for t in test_cuda_ops test_cuda_golden test_cuda_quant test_cuda_towers; do
-            [ -x "$BIN/$t" ] || continue
-            run_stage "$t" 150 "$BIN/$t"
-            cat "$OUT/$t.log" >> "$OUT/tests.log" && rm -f "$OUT/$t.log"
-        done
+        cuda_suite "$BIN" "" 150 tests
         grep -E "rel L2|bitwise|PASSED|FAILED|mode:|Error|error" "$OUT/tests.log" | tail -60 >> "$SUM"
         ;;
     cpuref)
@@ -178,12 +182,7 @@ EOF
         fi
         export CUDA_CACHE_PATH=$UNPACK/jit CUDA_CACHE_MAXSIZE=4294967296
         "$PB/clef" --version >> "$SUM" 2>&1
-        : > "$OUT/portable_tests.log"
-        for t in test_cuda_ops test_cuda_golden test_cuda_quant test_cuda_towers; do
-            [ -x "$PB/$t" ] || continue
-            run_stage "portable_$t" 240 "$PB/$t"
-            cat "$OUT/portable_$t.log" >> "$OUT/portable_tests.log" && rm -f "$OUT/portable_$t.log"
-        done
+        cuda_suite "$PB" portable_ 240 portable_tests
         grep -E "PASSED|FAILED|Error|error" "$OUT/portable_tests.log" | tail -20 >> "$SUM"
         REF=${REF:-bench/parity/cpu_answers_small_seed1.jsonl}
         if [ -s "$REF" ]; then
