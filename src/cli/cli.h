@@ -15,6 +15,7 @@ int cli_quantize(int argc, char **argv);
 int cli_parity(int argc, char **argv);
 int cli_synth(int argc, char **argv);
 int cli_devcheck(int argc, char **argv);
+int cli_eval(int argc, char **argv);
 
 /* `clef serve`'s OpenMP wait policy, applied before anything else runs.
  * libgomp reads OMP_WAIT_POLICY / GOMP_SPINCOUNT once, when it is loaded, and
