@@ -67,6 +67,8 @@ static int refill(clef_lines *r, clef_err *err) {
     if (n < 0 || (n == 0 && zerr != Z_OK && zerr != Z_STREAM_END)) {
         if (zerr == Z_ERRNO)
             why = strerror(errno);
+        else if (why && !strncmp(why, "<fd:", 4) && strstr(why, ": ")) /* gzdopen names the file "<fd:N>" */
+            why = strstr(why, ": ") + 2;
         clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "%s: cannot read past line %zu: %s%s", r->path, r->line_no,
                   why && *why ? why : "read error",
                   zerr == Z_BUF_ERROR ? " (the gzip stream is truncated)" : zerr == Z_DATA_ERROR ? " (the gzip stream is damaged)" : "");
