@@ -34,7 +34,8 @@ struct clef_metrics {
     uint64_t tokens, records;
 };
 
-static const char *ROUTE_LABELS[CLEF_ROUTE_COUNT] = {"/v1/systemone", "/v1/models", "/healthz", "/metrics", "other"};
+static const char *ROUTE_LABELS[CLEF_ROUTE_COUNT] = {"/v1/systemone", "/v1/models", "/healthz", "/metrics", "/",
+                                                      "/openapi.json", "other"};
 
 const char *clef_route_label(clef_route r) { return r < CLEF_ROUTE_COUNT ? ROUTE_LABELS[r] : "other"; }
 
