@@ -3,6 +3,7 @@
  * DIR/results.jsonl, DIR/environment.json, DIR/status.json.  A progress bar
  * (a tty) or plain progress lines on stderr. */
 #include <errno.h>
+#include <omp.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -243,9 +244,10 @@ static int write_environment(const eval_args *a, clef_engine *e, const char *lab
     put_key_str(&b, "numerics", clef_numerics_of(be));
     clef_buf_printf(&b, ",\"loaded_seconds\":%.3f", clef_engine_load_seconds(e));
     clef_buf_puts(&b, ",\"engine_options\":{");
+    /* the CPU backend's threads: --threads, else OMP_NUM_THREADS, else every core (backend/cpu/cpu.h) */
     clef_buf_printf(&b, "\"threads\":%zu,\"max_batch_tokens\":%zu,\"in_flight\":%zu,\"max_length\":%zu,"
                         "\"truncate_state\":%s,\"text_only\":%s",
-                    a->threads, a->max_batch_tokens ? a->max_batch_tokens : (size_t)CLEF_SCHED_DEFAULT_MAX_BATCH_TOKENS,
+                    a->threads ? a->threads : (size_t)omp_get_max_threads(), a->max_batch_tokens ? a->max_batch_tokens : (size_t)CLEF_SCHED_DEFAULT_MAX_BATCH_TOKENS,
                     a->in_flight, clef_engine_max_length(e), a->truncate_state ? "true" : "false",
                     a->text_only ? "true" : "false");
     put_key_str(&b, "model_name", a->model_name ? a->model_name : CLEF_EVAL_DEFAULT_MODEL_NAME);
@@ -268,6 +270,7 @@ static int write_environment(const eval_args *a, clef_engine *e, const char *lab
     json_render_string(cpu, strlen(cpu), &b);
     clef_buf_printf(&b, ",\"cpus_online\":%ld", sysconf(_SC_NPROCESSORS_ONLN));
     put_key_str(&b, "OMP_NUM_THREADS", getenv("OMP_NUM_THREADS"));
+    put_key_str(&b, "OMP_WAIT_POLICY", getenv("OMP_WAIT_POLICY")); /* passive unless set (cli.h) */
     clef_buf_puts(&b, "}");
     char *rows = realpath(a->rows, NULL);
     put_key_str(&b, "rows_path", rows ? rows : a->rows);
@@ -342,13 +345,8 @@ int cli_eval(int argc, char **argv) {
     clef_err err;
     clef_err_clear(&err);
     clef_eval_progress st = {.event = "loading", .eta_s = -1};
-    /* DIR must exist for status.json: clef_eval_run creates it too, so a
-     * missing DIR here is only created, never refused */
-    if (mkdir(a.out, 0777) != 0 && errno != EEXIST) {
-        fprintf(stderr, "clef eval: cannot create --out %s: %s\n", a.out, strerror(errno));
-        return 1;
-    }
-    if (clef_eval_write_status(a.out, &st, &err) != 0) {
+    /* DIR (and its missing parents) now, for the "loading" status */
+    if (clef_eval_make_dir(a.out, &err) != 0 || clef_eval_write_status(a.out, &st, &err) != 0) {
         fprintf(stderr, "clef eval: %s\n", err.message);
         return 1;
     }

@@ -46,7 +46,7 @@ static int dispatch(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
-    if (argc >= 2 && !strcmp(argv[1], "serve")) cli_serve_wait_policy(argv);
+    if (argc >= 2 && (!strcmp(argv[1], "serve") || !strcmp(argv[1], "eval"))) cli_serve_wait_policy(argv);
     int rc = dispatch(argc, argv);
     /* A response that could not be written (disk full, closed pipe) must not
      * exit 0 as if it had been delivered. */

@@ -100,8 +100,8 @@ void cli_serve_wait_policy(char **argv) {
     if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return; /* the operator's choice */
     if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
     execv("/proc/self/exe", argv);
-    fprintf(stderr, "clef serve: cannot re-execute with OMP_WAIT_POLICY=passive (%s); compute threads will spin\n",
-            strerror(errno));
+    fprintf(stderr, "clef %s: cannot re-execute with OMP_WAIT_POLICY=passive (%s); compute threads will spin\n",
+            argv[1], strerror(errno));
     unsetenv("OMP_WAIT_POLICY");
 }
 

@@ -43,8 +43,7 @@ void clef_eval_utc_now(char *out, size_t cap) {
     snprintf(out, cap, "%s.%06ld+00:00", day, ts.tv_nsec / 1000);
 }
 
-/* mkdir -p: every missing component of `dir`; 0 or -1 + err. */
-static int make_dirs(const char *dir, clef_err *err) {
+int clef_eval_make_dir(const char *dir, clef_err *err) {
     char path[4096];
     if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
         return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "--out %.200s...: path too long", dir);
@@ -512,7 +511,7 @@ static int next_row(run *r, clef_lines *lr, clef_buf *line, const prev_set *ps, 
 
 int clef_eval_run(clef_engine *e, const clef_eval_options *o, clef_eval_progress *final, clef_err *err) {
     clef_err_clear(err);
-    if (make_dirs(o->out_dir, err)) return -1;
+    if (clef_eval_make_dir(o->out_dir, err)) return -1;
     char results[4200];
     snprintf(results, sizeof results, "%s/results.jsonl", o->out_dir);
     size_t max_row = o->max_row_bytes ? o->max_row_bytes : CLEF_EVAL_DEFAULT_MAX_ROW_BYTES;

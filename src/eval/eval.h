@@ -108,6 +108,11 @@ int clef_eval_write_status(const char *out_dir, const clef_eval_progress *p, cle
  * Returns 0 or -1 + err (500, naming the file and the reason). */
 int clef_eval_write_file(const char *out_dir, const char *name, const char *text, size_t len, clef_err *err);
 
+/* Create `dir` and every missing parent (mkdir -p).  Returns 0 (also when it
+ * exists) or -1 + err (500: a component cannot be created or is not a
+ * directory). */
+int clef_eval_make_dir(const char *dir, clef_err *err);
+
 /* "2026-12-01T10:11:12.123456+00:00" (Python datetime.isoformat() of UTC
  * now) into out[0..cap), cap >= 33. */
 void clef_eval_utc_now(char *out, size_t cap);
