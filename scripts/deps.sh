@@ -1,11 +1,26 @@
 #!/bin/sh
 # deps.sh — install the Debian packages clef builds and tests with.
 #   scripts/deps.sh          install what is missing (as root), or print the apt command
-#   scripts/deps.sh --check  exit 0 if everything is installed, 1 otherwise (prints what is missing)
+#   scripts/deps.sh --test   the same, plus the optional test packages: python3-jsonschema for
+#                            test_openapi, chromium + chromium-driver for test_playground (the
+#                            playground page in a real browser); without them those tests are
+#                            skipped, saying why.  CI (.ci/run) installs them.
+#   scripts/deps.sh --check  exit 0 if everything is installed, 1 otherwise (prints what is missing);
+#                            with --test also the test packages
 set -eu
 PKGS="build-essential cmake pkg-config libpcre2-dev libutf8proc-dev libopenblas-dev libssl-dev libcmocka-dev libmicrohttpd-dev libcurl4-openssl-dev clang libclang-rt-14-dev
       libjpeg62-turbo-dev libpng-dev libwebp-dev libavformat-dev libavcodec-dev libswresample-dev libswscale-dev
       libavutil-dev libfftw3-dev zlib1g-dev"
+TEST_PKGS="python3 python3-jsonschema chromium chromium-driver"
+
+check=0
+for a in "$@"; do
+    case "$a" in
+    --check) check=1 ;;
+    --test) PKGS="$PKGS $TEST_PKGS" ;;
+    *) echo "usage: scripts/deps.sh [--test] [--check]" >&2; exit 2 ;;
+    esac
+done
 
 missing=""
 for p in $PKGS; do
@@ -15,7 +30,7 @@ done
 if [ -z "$missing" ]; then
     exit 0
 fi
-if [ "${1:-}" = "--check" ]; then
+if [ "$check" = 1 ]; then
     echo "missing Debian packages:$missing" >&2
     exit 1
 fi

@@ -18,8 +18,12 @@ int cli_synth(int argc, char **argv);
 /* `clef --version`: "clef VERSION (commit C)" and "cuda: sm_80 ... compute_120" (or "not built") on f; 0. */
 int cli_version(FILE *f);
 int cli_devcheck(int argc, char **argv);
+int cli_eval(int argc, char **argv);
 
-/* `clef serve`'s OpenMP wait policy, applied before anything else runs.
+/* `clef serve`'s (and `clef eval`'s: its worker threads parse and encode
+ * beside the compute threads as connection threads do; 2,000 rows on 2 busy
+ * cores: 75-94 rows/s spinning, 123-139 passive, docs/BENCHMARKS.md) OpenMP
+ * wait policy, applied before anything else runs.
  * libgomp reads OMP_WAIT_POLICY / GOMP_SPINCOUNT once, when it is loaded, and
  * by default its idle compute threads spin for a while after every parallel
  * region; on a busy machine they then take the cores the connection threads

@@ -19,6 +19,7 @@ static void usage(FILE *f) {
             "  parity   --model A --model B --requests FILE.jsonl        compare two models' answers\n"
             "  synth    --preset tiny|small|full --out DIR [--seed N]    write a random-weight checkpoint\n"
             "  devcheck --synthetic P --requests FILE [--device cuda]    a device vs the CPU: parity, batch invariance\n"
+            "  eval     --model DIR --rows ROWS.jsonl[.gz] --out DIR     answer Decision Index rows, write its results\n"
             "\n"
             "`clef <command> --help` describes a command's flags; `clef --version` prints the version,\n"
             "the commit and the GPU architectures the binary holds.\n");
@@ -40,13 +41,14 @@ static int dispatch(int argc, char **argv) {
     if (!strcmp(cmd, "parity")) return cli_parity(argc - 1, argv + 1);
     if (!strcmp(cmd, "synth")) return cli_synth(argc - 1, argv + 1);
     if (!strcmp(cmd, "devcheck")) return cli_devcheck(argc - 1, argv + 1);
+    if (!strcmp(cmd, "eval")) return cli_eval(argc - 1, argv + 1);
     fprintf(stderr, "clef: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return 2;
 }
 
 int main(int argc, char **argv) {
-    if (argc >= 2 && !strcmp(argv[1], "serve")) cli_serve_wait_policy(argv);
+    if (argc >= 2 && (!strcmp(argv[1], "serve") || !strcmp(argv[1], "eval"))) cli_serve_wait_policy(argv);
     int rc = dispatch(argc, argv);
     /* A response that could not be written (disk full, closed pipe) must not
      * exit 0 as if it had been delivered. */

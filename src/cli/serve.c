@@ -19,8 +19,10 @@ static void serve_usage(FILE *f) {
             "usage: clef serve (--model DIR | --synthetic tiny|small|full [--seed N] [--quant F]\n"
             "                   [--tokenizer F]) [options]\n"
             "  Serves SystemOne decisions over HTTP: POST /v1/systemone, GET /v1/models, GET /healthz,\n"
-            "  GET /metrics (see docs/API.md).  The model loads in the background; /healthz answers 503\n"
-            "  until it is ready.  SIGINT/SIGTERM stop accepting, finish queued work and exit 0.\n"
+            "  GET /metrics, GET /openapi.json (the OpenAPI 3.1 description) and GET / (the playground:\n"
+            "  a page to write a request and see every option's probability; see docs/API.md).  The model\n"
+            "  loads in the background; /healthz answers 503 until it is ready.  SIGINT/SIGTERM stop\n"
+            "  accepting, finish queued work and exit 0.\n"
             "\n"
             "  --model DIR               checkpoint directory\n"
             "  --synthetic P             instead of --model: random weights of preset P drawn into memory\n"
@@ -58,6 +60,7 @@ static void serve_usage(FILE *f) {
             "  --threads N               compute threads of the model (default: all cores); idle ones\n"
             "                            sleep rather than spin (OMP_WAIT_POLICY=passive is set unless\n"
             "                            OMP_WAIT_POLICY or GOMP_SPINCOUNT is already in the environment)\n"
+            "  --no-ui                   no playground page: GET / is 404 like any unknown path\n"
             "  --text-only               do not load the media towers (their memory, ~2.4 GB on the full\n"
             "                            model, stays free); requests with media get 422\n"
             "  --device D                cpu, cuda, cuda:N (default: CUDA when a GPU is present, else cpu)\n"
@@ -97,8 +100,8 @@ void cli_serve_wait_policy(char **argv) {
     if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return; /* the operator's choice */
     if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
     execv("/proc/self/exe", argv);
-    fprintf(stderr, "clef serve: cannot re-execute with OMP_WAIT_POLICY=passive (%s); compute threads will spin\n",
-            strerror(errno));
+    fprintf(stderr, "clef %s: cannot re-execute with OMP_WAIT_POLICY=passive (%s); compute threads will spin\n",
+            argv[1], strerror(errno));
     unsetenv("OMP_WAIT_POLICY");
 }
 
@@ -205,6 +208,8 @@ int cli_serve(int argc, char **argv) {
             o.truncate_state = 1;
         } else if (!strcmp(argv[i], "--text-only")) {
             o.text_only = 1;
+        } else if (!strcmp(argv[i], "--no-ui")) {
+            o.no_ui = 1;
         } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             serve_usage(stdout);
             return 0;

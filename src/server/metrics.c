@@ -37,7 +37,8 @@ struct clef_metrics {
     char device_path[16], device_detail[512]; /* clef_metrics_set_device; path "" until then */
 };
 
-static const char *ROUTE_LABELS[CLEF_ROUTE_COUNT] = {"/v1/systemone", "/v1/models", "/healthz", "/metrics", "other"};
+static const char *ROUTE_LABELS[CLEF_ROUTE_COUNT] = {"/v1/systemone", "/v1/models", "/healthz", "/metrics", "/",
+                                                      "/openapi.json", "other"};
 
 const char *clef_route_label(clef_route r) { return r < CLEF_ROUTE_COUNT ? ROUTE_LABELS[r] : "other"; }
 

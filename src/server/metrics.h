@@ -40,6 +40,8 @@ typedef enum clef_route {
     CLEF_ROUTE_MODELS,
     CLEF_ROUTE_HEALTHZ,
     CLEF_ROUTE_METRICS,
+    CLEF_ROUTE_UI,      /* GET /: the playground page (unless --no-ui) */
+    CLEF_ROUTE_OPENAPI, /* GET /openapi.json */
     CLEF_ROUTE_OTHER,
     CLEF_ROUTE_COUNT
 } clef_route;

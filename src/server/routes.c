@@ -18,6 +18,7 @@
 #include "decision/answer.h"
 #include "json/json.h"
 #include "server/auth.h"
+#include "server/embedded.h"
 #include "server/server_internal.h"
 #include "util/timer.h"
 
@@ -67,6 +68,8 @@ static clef_route route_of(const char *url) {
     if (!strcmp(url, "/v1/models")) return CLEF_ROUTE_MODELS;
     if (!strcmp(url, "/healthz")) return CLEF_ROUTE_HEALTHZ;
     if (!strcmp(url, "/metrics")) return CLEF_ROUTE_METRICS;
+    if (!strcmp(url, "/")) return CLEF_ROUTE_UI;
+    if (!strcmp(url, "/openapi.json")) return CLEF_ROUTE_OPENAPI;
     return CLEF_ROUTE_OTHER;
 }
 
@@ -234,6 +237,26 @@ static enum MHD_Result get_metrics(clef_server *s, struct MHD_Connection *c, req
     return respond(s, c, r, 200, "text/plain; version=0.0.4; charset=utf-8", &b, NULL, 0);
 }
 
+/* ---- static files: GET / (the playground) and GET /openapi.json ------ */
+
+/* The page may load nothing but itself: inline script and style, data: /
+ * blob: images and media (attachment previews), fetch to this origin. */
+#define UI_CSP                                                                                                         \
+    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data: blob:; "              \
+    "media-src data: blob:; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+
+static enum MHD_Result get_static(clef_server *s, struct MHD_Connection *c, request_ctx *r, const unsigned char *bytes,
+                                  size_t len, const char *content_type, int page) {
+    clef_buf b = {0};
+    clef_buf_append(&b, bytes, len);
+    static const extra_header page_headers[] = {{"Content-Security-Policy", UI_CSP},
+                                                {"X-Content-Type-Options", "nosniff"},
+                                                {"Referrer-Policy", "no-referrer"}};
+    static const extra_header doc_headers[] = {{"X-Content-Type-Options", "nosniff"}};
+    return page ? respond(s, c, r, 200, content_type, &b, page_headers, 3)
+                : respond(s, c, r, 200, content_type, &b, doc_headers, 1);
+}
+
 /* ---- POST /v1/systemone --------------------------------------------- */
 
 /* application/json, optionally with parameters; a charset must be UTF-8
@@ -394,11 +417,13 @@ static int is_get(const char *method) { return !strcmp(method, "GET") || !strcmp
  * the body. */
 static enum MHD_Result first_call(clef_server *s, struct MHD_Connection *c, request_ctx *r, const char *method,
                                   const char *url) {
+    if (r->route == CLEF_ROUTE_UI && s->opt.no_ui) r->route = CLEF_ROUTE_OTHER; /* --no-ui: 404 as any path */
     if (r->route == CLEF_ROUTE_OTHER) {
         char msg[400];
         snprintf(msg, sizeof msg,
-                 "no route %s %s; routes are POST /v1/systemone, GET /v1/models, GET /healthz, GET /metrics",
-                 r->method, r->path);
+                 "no route %s %s; routes are POST /v1/systemone, GET /v1/models, GET /healthz, GET /metrics, "
+                 "GET /openapi.json%s",
+                 r->method, r->path, s->opt.no_ui ? "" : ", GET /");
         return fail_now(s, c, r, 404, CLEF_E_REQUEST, NULL, msg);
     }
     int post_route = r->route == CLEF_ROUTE_SYSTEMONE;
@@ -410,7 +435,8 @@ static enum MHD_Result first_call(clef_server *s, struct MHD_Connection *c, requ
         extra_header allow = {MHD_HTTP_HEADER_ALLOW, post_route ? "POST" : "GET, HEAD"};
         return respond_error(s, c, r, &e, &allow, 1);
     }
-    if (r->route != CLEF_ROUTE_HEALTHZ && s->opt.api_key && s->opt.api_key[0] &&
+    /* the page needs no key (it is static and asks for the key itself) */
+    if (r->route != CLEF_ROUTE_HEALTHZ && r->route != CLEF_ROUTE_UI && s->opt.api_key && s->opt.api_key[0] &&
         !clef_auth_bearer_ok(MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION),
                              s->opt.api_key)) {
         clef_err e;
@@ -422,6 +448,10 @@ static enum MHD_Result first_call(clef_server *s, struct MHD_Connection *c, requ
     case CLEF_ROUTE_HEALTHZ: return get_healthz(s, c, r);
     case CLEF_ROUTE_MODELS: return get_models(s, c, r);
     case CLEF_ROUTE_METRICS: return get_metrics(s, c, r);
+    case CLEF_ROUTE_UI:
+        return get_static(s, c, r, clef_embed_index_html, clef_embed_index_html_len, "text/html; charset=utf-8", 1);
+    case CLEF_ROUTE_OPENAPI:
+        return get_static(s, c, r, clef_embed_openapi_json, clef_embed_openapi_json_len, "application/json", 0);
     default: return systemone_headers(s, c, r);
     }
 }

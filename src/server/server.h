@@ -5,6 +5,8 @@
  *   GET  /v1/models      the served model (Jev/TypeSafe "models" and OpenAI "data" listings)
  *   GET  /healthz        503 {"status":"loading"} until the model answers, then 200 {"status":"ok"}
  *   GET  /metrics        Prometheus text (see server/metrics.h)
+ *   GET  /               the playground page (src/server/ui/index.html; off with no_ui)
+ *   GET  /openapi.json   the OpenAPI 3.1 description of these routes (src/server/openapi.json)
  *
  * Threads: libmicrohttpd runs one thread per connection; a connection thread
  * reads the body (refusing it early when over the limit), parses, validates
@@ -96,6 +98,7 @@ typedef struct clef_server_options {
     double shutdown_grace_s;       /* on SIGINT/SIGTERM, wait this long for the requests whose body
                                       is complete (being decided or answered); uploads still arriving
                                       are cut at once; 0 = 60 s */
+    int no_ui;                     /* 1: no playground page, GET / is 404 like any unknown path */
 } clef_server_options;
 
 /* Listen, load the model in the background, serve until SIGINT or SIGTERM,
