@@ -15,6 +15,7 @@
 #include "backend/cuda/cuda.h"
 #include "cli/args.h"
 #include "cli/cli.h"
+#include "clef_version.h"
 #include "engine/scheduler.h"
 #include "eval/eval.h"
 #include "json/json.h"
@@ -241,6 +242,7 @@ static int write_environment(const eval_args *a, clef_engine *e, const char *lab
     put_key_str(&b, "format", format);
     put_key_str(&b, "device", be->ops->name);
     put_key_str(&b, "device_detail", *detail ? detail : NULL);
+    put_key_str(&b, "kernel_path", clef_cuda_kernel_path(be)); /* "cpu", "portable", "hopper" */
     put_key_str(&b, "numerics", clef_numerics_of(be));
     clef_buf_printf(&b, ",\"loaded_seconds\":%.3f", clef_engine_load_seconds(e));
     clef_buf_puts(&b, ",\"engine_options\":{");
@@ -261,6 +263,9 @@ static int write_environment(const eval_args *a, clef_engine *e, const char *lab
     clef_buf_puts(&b, ",\"build\":{\"compiler\":");
     json_render_string(COMPILER, sizeof COMPILER - 1, &b);
     put_key_str(&b, "build_type", CLEF_BUILD_TYPE);
+    put_key_str(&b, "version", CLEF_VERSION);
+    put_key_str(&b, "commit", CLEF_COMMIT);
+    put_key_str(&b, "cuda_archs", CLEF_CUDA_ARCH_LIST); /* "" without CUDA, as `clef --version` */
 #ifdef CLEF_HAVE_CUDA
     clef_buf_puts(&b, ",\"cuda\":true}");
 #else
