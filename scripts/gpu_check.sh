@@ -16,6 +16,8 @@
 #   transformers  bench/bench_transformers.py (the peer baseline on the same card; BENCH_IMPLS=grouped_mm
 #                 skips its slow eager loop)
 #   bench_modes   the same in the other numerics (BENCH_NUMERICS, default "precise balanced")
+#   eval          `clef eval` over EVAL_ROWS (2,000) rows of 300 tokens on the full preset, and bench at that shape
+#   cpu_bench     the CPU backend on this machine's cores: `small` and the full preset (CPU_BENCH_FULL, int4)
 #   portable      bin-portable (gpu_pack.sh PORTABLE=80-virtual: sm_80 PTX only, JIT-compiled here): the
 #                 CUDA suite, `small` parity + batch invariance and the full bench, as an sm_80 device runs them
 #   quant_small   `small` with its experts quantized: CUDA vs the CPU's answers for the same weights
@@ -193,6 +195,30 @@ EOF
         run_stage portable_bench 240 "$PB/clef" bench --synthetic full --seed 1 --device cuda --text-only \
             --runs ${PORTABLE_RUNS:-1x300,1x1000,32x1000} --iters 5
         grep -v -E "^(clef|===)" "$OUT/portable_bench.log" | grep -E "^(run |latency_ms_p50|tokens_per_s|gpu_peak|device_detail)" >> "$SUM"
+        ;;
+    eval) # issue 19: `clef eval` over EVAL_ROWS (default 2,000) generated rows of exactly 300 tokens on the
+        # full preset (bench/eval_rows.py: bench's request shape), then `clef bench` of the same records
+        # packed as eval packs them (--max-batch-tokens 16384: 54 records a forward)
+        python3 bench/eval_rows.py "${EVAL_ROWS:-2000}" 300 > "$UNPACK/eval_rows.jsonl"
+        rm -rf "$OUT/eval"
+        run_stage eval 400 "$BIN/clef" eval --synthetic full --seed 1 --device cuda --rows "$UNPACK/eval_rows.jsonl" \
+            --out "$OUT/eval" --truncate-state --max-length 300 --text-only
+        note "eval: $(tr -d '\n' < "$OUT/eval/status.json" | cut -c1-400)"
+        run_stage eval_bench 200 "$BIN/clef" bench --synthetic full --seed 1 --device cuda --text-only \
+            --runs 1x300,32x300,54x300 --iters 5
+        grep -E "^(run |latency_ms_p50|tokens_per_s|records_per_s)" "$OUT/eval_bench.log" >> "$SUM"
+        ;;
+    cpu_bench) # issue 20: the CPU path on this machine's cores: `small` BF16 and the full preset INT4 and
+        # BF16 at 300 tokens (CPU_BENCH_FULL="int4 bf16"; bf16 = no --quant)
+        OMP_NUM_THREADS=$(nproc) run_stage cpu_bench_small 300 "$BIN/clef" bench --synthetic small --seed 1 \
+            --device cpu --text-only --tokens 300 --iters 3
+        grep -E "^(run |latency_ms|cpu_ms|load_s)" "$OUT/cpu_bench_small.log" >> "$SUM"
+        for f in ${CPU_BENCH_FULL:-int4}; do
+            q=; [ "$f" != bf16 ] && q="--quant $f"
+            OMP_NUM_THREADS=$(nproc) run_stage "cpu_bench_full_$f" 500 "$BIN/clef" bench --synthetic full --seed 1 \
+                --device cpu --text-only --tokens 300 --iters 2 $q
+            grep -E "^(run |latency_ms|cpu_ms|load_s|peak_rss)" "$OUT/cpu_bench_full_$f.log" >> "$SUM"
+        done
         ;;
     bench_modes) # the other numerics modes (BENCH_NUMERICS, default "precise balanced"), for what they cost
         for nm in ${BENCH_NUMERICS:-precise balanced}; do
