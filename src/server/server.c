@@ -32,11 +32,17 @@ static void say(const char *fmt, ...) {
     (void)w;
 }
 
+/* libmicrohttpd's own log lines, except the one it writes for every
+ * connection the sweeper shut down mid-request (the hang-up it then reads:
+ * "... due to the error: detected connection closure"): conns.c logs those
+ * cuts itself, one line per deadline at most every 10 s, so a thousand slow
+ * clients are not a thousand lines. */
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
     char msg[512];
     vsnprintf(msg, sizeof msg, fmt, ap);
     size_t n = strlen(msg);
     while (n && msg[n - 1] == '\n') msg[--n] = '\0';
+    if (strstr(msg, "when reading request due to the error: detected connection closure")) return;
     say("clef serve: libmicrohttpd: %s", msg);
 }
 
