@@ -52,11 +52,22 @@ static void serve_usage(FILE *f) {
             "  --max-batch-tokens N      tokens packed into one forward pass (default %d); a longer\n"
             "                            record runs alone\n"
             "  --max-queue N             records waiting for the engine before 503 (default %d)\n"
-            "  --max-connections N       concurrent HTTP connections (default: as many as the open-file\n"
-            "                            limit allows, at most %d; the soft limit is raised to the hard one)\n"
+            "  --max-connections N       concurrent HTTP connections served (default: as many as the\n"
+            "                            open-file limit allows, at most %d; the soft limit is raised to the\n"
+            "                            hard one); past it, while descriptors last, each request gets 503\n"
+            "                            JSON + Retry-After and its connection is closed\n"
             "  --max-connections-per-client N\n"
             "                            concurrent connections from one client IP address (default %d;\n"
             "                            0 = no cap); one past it is closed at once, unanswered\n"
+            "  --header-timeout-s N      seconds a connection has to send a complete request head, from\n"
+            "                            its accept or its previous answer; bytes trickled in do not\n"
+            "                            extend it; then it is closed (default %d; 0 = none; at most 3600)\n"
+            "  --body-timeout-s N        seconds a request has for its body after its head, plus 1 s per\n"
+            "                            --min-body-rate-kb KiB received; then it is closed (default %d;\n"
+            "                            0 = none; at most 86400)\n"
+            "  --min-body-rate-kb N      each N KiB of body received extends --body-timeout-s by 1 s, i.e.\n"
+            "                            the slowest average rate past it, KiB/s (default %zu; 0 = none:\n"
+            "                            the whole body within --body-timeout-s)\n"
             "  --threads N               compute threads of the model (default: all cores); idle ones\n"
             "                            sleep rather than spin (OMP_WAIT_POLICY=passive is set unless\n"
             "                            OMP_WAIT_POLICY or GOMP_SPINCOUNT is already in the environment)\n"
@@ -74,7 +85,8 @@ static void serve_usage(FILE *f) {
             8000, CLEF_SERVER_DEFAULT_MAX_BODY >> 20, CLEF_SERVER_DEFAULT_BODY_BUDGET_BODIES,
             CLEF_SERVER_DEFAULT_MEDIA_BUDGET >> 20, CLEF_SERVER_DEFAULT_BUDGET_WAIT_MS, CLEF_SCHED_DEFAULT_MAX_BATCH_TOKENS,
             CLEF_SCHED_DEFAULT_MAX_QUEUE, CLEF_SERVER_AUTO_MAX_CONNECTIONS,
-            CLEF_SERVER_DEFAULT_MAX_CONNECTIONS_PER_CLIENT, d.max_questions, d.max_choice_options,
+            CLEF_SERVER_DEFAULT_MAX_CONNECTIONS_PER_CLIENT, CLEF_SERVER_DEFAULT_HEADER_TIMEOUT_S,
+            CLEF_SERVER_DEFAULT_BODY_TIMEOUT_S, CLEF_SERVER_DEFAULT_MIN_BODY_RATE >> 10, d.max_questions, d.max_choice_options,
             d.min_score_levels, d.max_score_levels);
     const clef_media_limits *m = &d.media;
     fprintf(f,
@@ -175,6 +187,8 @@ int cli_serve(int argc, char **argv) {
            per_client = CLEF_SERVER_DEFAULT_MAX_CONNECTIONS_PER_CLIENT;
     size_t media_budget_mb = CLEF_SERVER_DEFAULT_MEDIA_BUDGET >> 20, wait_ms = CLEF_SERVER_DEFAULT_BUDGET_WAIT_MS;
     size_t body_budget_mb = SIZE_MAX; /* SIZE_MAX = not given: the default multiple of --max-body-mb */
+    size_t header_s = CLEF_SERVER_DEFAULT_HEADER_TIMEOUT_S, body_s = CLEF_SERVER_DEFAULT_BODY_TIMEOUT_S,
+           rate_kb = CLEF_SERVER_DEFAULT_MIN_BODY_RATE >> 10;
     media_flags mf = media_flags_default(&o.limits.media);
     for (int i = 1; i < argc; i++) {
         int r;
@@ -195,6 +209,9 @@ int cli_serve(int argc, char **argv) {
             (r = arg_size(argc, argv, &i, "--max-queue", &o.max_queue)) ||
             (r = arg_size(argc, argv, &i, "--max-connections", &o.max_connections)) ||
             (r = arg_size(argc, argv, &i, "--max-connections-per-client", &per_client)) ||
+            (r = arg_size(argc, argv, &i, "--header-timeout-s", &header_s)) ||
+            (r = arg_size(argc, argv, &i, "--body-timeout-s", &body_s)) ||
+            (r = arg_size(argc, argv, &i, "--min-body-rate-kb", &rate_kb)) ||
             (r = arg_size(argc, argv, &i, "--threads", &threads)) ||
             (r = arg_str(argc, argv, &i, "--device", &o.device)) ||
             (r = arg_numerics(argc, argv, &i, "--numerics", &o.numerics)) ||
@@ -272,6 +289,16 @@ int cli_serve(int argc, char **argv) {
                 body_budget_mb, body_mb);
         return 2;
     }
+    if (header_s > 3600 || body_s > 86400 || rate_kb > ((size_t)1 << 20)) {
+        fprintf(stderr, "clef serve: %s\n",
+                header_s > 3600 ? "--header-timeout-s is at most 3600"
+                : body_s > 86400 ? "--body-timeout-s is at most 86400"
+                                 : "--min-body-rate-kb is at most 1048576");
+        return 2;
+    }
+    o.header_timeout_s = header_s ? (double)header_s : -1;
+    o.body_timeout_s = body_s ? (double)body_s : -1;
+    o.min_body_rate = rate_kb ? rate_kb << 10 : CLEF_SERVER_NO_CAP;
     if (wait_ms > 60000) {
         fprintf(stderr, "clef serve: --budget-wait-ms is at most 60000\n");
         return 2;

@@ -9,12 +9,17 @@
 #include "util/buf.h"
 #include "util/timer.h"
 
-/* One waiting submission; lives on the submitter's stack until `done`. */
+/* One waiting submission.  A blocking one (clef_scheduler_submit) lives on
+ * the submitter's stack until `done`; an asynchronous one is heap-allocated,
+ * owns its err, and is freed by the engine thread after its callback. */
 typedef struct ticket {
     clef_job *job;
     clef_err *err;
     int done;
     pthread_cond_t cond;
+    clef_scheduler_done_fn on_done; /* NULL = blocking: wake the submitter instead */
+    void *ctx;
+    clef_err own_err;
     struct ticket *next;
 } ticket;
 
@@ -66,8 +71,18 @@ static void run_batch(clef_scheduler *s, ticket **batch, size_t n, clef_job ***j
     clef_engine_run(s->engine, *jobs, n, *errs);
     double seconds = clef_now() - t0;
     if (s->opt.on_batch) s->opt.on_batch(s->opt.ctx, n, tokens, seconds);
+    /* Callbacks first, outside the lock (they may take other locks). */
+    for (size_t i = 0; i < n; i++) {
+        ticket *t = batch[i];
+        if (!t->on_done) continue;
+        t->own_err = (*errs)[i];
+        t->on_done(t->ctx, t->job, &t->own_err);
+        free(t);
+        batch[i] = NULL;
+    }
     pthread_mutex_lock(&s->lock);
     for (size_t i = 0; i < n; i++) {
+        if (!batch[i]) continue;
         *batch[i]->err = (*errs)[i];
         batch[i]->done = 1;
         pthread_cond_signal(&batch[i]->cond);
@@ -115,27 +130,48 @@ clef_scheduler *clef_scheduler_start(clef_engine *e, const clef_scheduler_option
     return s;
 }
 
-int clef_scheduler_submit(clef_scheduler *s, clef_job *job, clef_err *err) {
-    ticket t = {.job = job, .err = err};
-    pthread_mutex_lock(&s->lock);
-    if (s->stopping || s->depth >= s->opt.max_queue) {
-        size_t depth = s->depth;
-        int stopping = s->stopping;
-        pthread_mutex_unlock(&s->lock);
-        if (stopping) return clef_fail(err, 503, CLEF_E_OVERLOADED, NULL, "the server is shutting down");
+/* Queue `t` unless the scheduler stops or the queue is full (then -1 + err,
+ * 503).  Called with the lock held. */
+static int enqueue_locked(clef_scheduler *s, ticket *t, clef_err *err) {
+    if (s->stopping) return clef_fail(err, 503, CLEF_E_OVERLOADED, NULL, "the server is shutting down");
+    if (s->depth >= s->opt.max_queue)
         return clef_fail(err, 503, CLEF_E_OVERLOADED, NULL, "the request queue is full (%zu records waiting); retry later",
-                         depth);
-    }
-    pthread_cond_init(&t.cond, NULL);
-    if (s->tail) s->tail->next = &t;
-    else s->head = &t;
-    s->tail = &t;
+                         s->depth);
+    if (s->tail) s->tail->next = t;
+    else s->head = t;
+    s->tail = t;
     s->depth++;
     pthread_cond_signal(&s->work);
+    return 0;
+}
+
+int clef_scheduler_submit(clef_scheduler *s, clef_job *job, clef_err *err) {
+    ticket t = {.job = job, .err = err};
+    pthread_cond_init(&t.cond, NULL);
+    pthread_mutex_lock(&s->lock);
+    if (enqueue_locked(s, &t, err) != 0) {
+        pthread_mutex_unlock(&s->lock);
+        pthread_cond_destroy(&t.cond);
+        return -1;
+    }
     while (!t.done) pthread_cond_wait(&t.cond, &s->lock);
     pthread_mutex_unlock(&s->lock);
     pthread_cond_destroy(&t.cond);
     return err->status ? -1 : 0;
+}
+
+int clef_scheduler_submit_async(clef_scheduler *s, clef_job *job, clef_scheduler_done_fn on_done, void *ctx,
+                                clef_err *err) {
+    ticket *t = clef_xcalloc(1, sizeof *t);
+    t->job = job;
+    t->err = &t->own_err;
+    t->on_done = on_done;
+    t->ctx = ctx;
+    pthread_mutex_lock(&s->lock);
+    int rc = enqueue_locked(s, t, err);
+    pthread_mutex_unlock(&s->lock);
+    if (rc != 0) free(t);
+    return rc;
 }
 
 size_t clef_scheduler_queue_depth(clef_scheduler *s) {

@@ -1,9 +1,10 @@
 /* scheduler.h — admission queue and packing loop in front of an engine.
  *
- * Many producer threads (the server's connection threads) hand in encoded
- * records (clef_job, see engine.h) and wait; one engine thread takes every
- * record waiting, in arrival order, up to a token budget, and runs them as
- * one packed forward (clef_engine_run).  A record longer than the budget runs
+ * Producers hand in encoded records (clef_job, see engine.h) and either wait
+ * (clef_scheduler_submit) or are called back (clef_scheduler_submit_async,
+ * the server's way: its worker threads never wait for a forward); one engine
+ * thread takes every record waiting, in arrival order, up to a token budget,
+ * and runs them as one packed forward (clef_engine_run).  A record longer than the budget runs
  * alone.  The queue is bounded: when it is full a submission is refused at
  * once (503 + retry) instead of piling up memory.
  *
@@ -41,6 +42,22 @@ clef_scheduler *clef_scheduler_start(clef_engine *e, const clef_scheduler_option
  * the scheduler is stopping (the caller should send Retry-After), or the
  * job's own forward error (422 capacity, 500 internal).  Thread-safe. */
 int clef_scheduler_submit(clef_scheduler *s, clef_job *job, clef_err *err);
+
+/* Called once per asynchronous submission, on the engine thread, after the
+ * job's forward: `err` (borrowed, valid during the call) is cleared
+ * (status 0) with job->logits filled, or the job's own forward error (422
+ * capacity, 500 internal).  It must not block for long (the next forward
+ * waits for it) and must not call back into the scheduler's stop or free. */
+typedef void (*clef_scheduler_done_fn)(void *ctx, clef_job *job, const clef_err *err);
+
+/* Queue one encoded job and return at once.  Returns 0 when queued: then
+ * on_done(ctx, job, err) runs exactly once (also when a stop comes first:
+ * clef_scheduler_stop finishes the queue), and `job` must stay valid and
+ * untouched until it does.  Returns -1 + err when refused (503 "overloaded":
+ * the queue is full or the scheduler is stopping); on_done is then never
+ * called.  Thread-safe. */
+int clef_scheduler_submit_async(clef_scheduler *s, clef_job *job, clef_scheduler_done_fn on_done, void *ctx,
+                                clef_err *err);
 
 /* Records waiting now (not counting the batch being run). */
 size_t clef_scheduler_queue_depth(clef_scheduler *s);

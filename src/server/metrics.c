@@ -195,3 +195,23 @@ void clef_metrics_render_budgets(clef_budget *media, clef_budget *body, clef_buf
         clef_buf_printf(out, "clef_budget_refusals_total{budget=\"%s\"} %llu\n", names[i],
                         (unsigned long long)st[i].refused);
 }
+
+void clef_metrics_render_connections(size_t open, size_t max, uint64_t over_limit, uint64_t timed_out_headers,
+                                     uint64_t timed_out_body, size_t worker_queue, clef_buf *out) {
+    header(out, "clef_connections_open", "gauge", "TCP connections open now.");
+    clef_buf_printf(out, "clef_connections_open %zu\n", open);
+    header(out, "clef_connections_max", "gauge",
+           "Connections served at once (--max-connections); those past it get 503.");
+    clef_buf_printf(out, "clef_connections_max %zu\n", max);
+    header(out, "clef_connections_over_limit_total", "counter",
+           "Connections accepted past --max-connections (their requests are answered 503).");
+    clef_buf_printf(out, "clef_connections_over_limit_total %llu\n", (unsigned long long)over_limit);
+    header(out, "clef_connections_timed_out_total", "counter",
+           "Connections closed past their deadline, by phase (request head, body).");
+    clef_buf_printf(out, "clef_connections_timed_out_total{phase=\"headers\"} %llu\n",
+                    (unsigned long long)timed_out_headers);
+    clef_buf_printf(out, "clef_connections_timed_out_total{phase=\"body\"} %llu\n", (unsigned long long)timed_out_body);
+    header(out, "clef_worker_queue_depth", "gauge",
+           "Requests with a complete body waiting for a worker thread (parse, validate, encode).");
+    clef_buf_printf(out, "clef_worker_queue_depth %zu\n", worker_queue);
+}

@@ -24,12 +24,20 @@
  *   clef_device_info{path,detail}            gauge 1 once loaded: the kernel path the device takes
  *                                            ("cpu", "portable", "hopper") and the device's
  *                                            description (clef_cuda_describe; "" on the CPU)
+ *   clef_connections_open                    gauge: TCP connections open now
+ *   clef_connections_max                     gauge: --max-connections (those past it get 503)
+ *   clef_connections_over_limit_total        counter: connections accepted past --max-connections
+ *   clef_connections_timed_out_total{phase}  counter: connections closed past their deadline,
+ *                                            phase="headers" (request head) or "body"
+ *   clef_worker_queue_depth                  gauge: complete requests waiting for a worker thread
+ *                                            (to be parsed, validated and encoded)
  * All functions are thread-safe.
  */
 #ifndef CLEF_SERVER_METRICS_H
 #define CLEF_SERVER_METRICS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "util/budget.h"
 #include "util/buf.h"
@@ -72,5 +80,10 @@ void clef_metrics_set_device(clef_metrics *m, const char *path, const char *deta
 
 /* Append the two memory budgets' series (read from the budgets themselves). */
 void clef_metrics_render_budgets(clef_budget *media, clef_budget *body, clef_buf *out);
+
+/* Append the connection series and the worker queue (values sampled by the
+ * caller). */
+void clef_metrics_render_connections(size_t open, size_t max, uint64_t over_limit, uint64_t timed_out_headers,
+                                     uint64_t timed_out_body, size_t worker_queue, clef_buf *out);
 
 #endif

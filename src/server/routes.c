@@ -4,7 +4,24 @@
  * libmicrohttpd calls the handler several times per request: once when the
  * headers are in (we decide everything that needs no body there: route,
  * method, auth, loading, content type, declared length), once per body
- * chunk, and once more when the body is complete. */
+ * chunk, and once more when the body is complete.
+ *
+ * The handler runs on one of libmicrohttpd's few polling threads, which
+ * serve every connection, so it never waits there.  Whatever can wait is
+ * handed off while the connection is suspended (MHD_suspend_connection;
+ * libmicrohttpd then neither reads it nor calls the handler) and the worker
+ * that finishes it resumes the connection, after which libmicrohttpd calls
+ * the handler again at the same step:
+ *   - a body-budget wait (the body's Content-Length at the headers, or a
+ *     chunked body's buffer growing): to s->body_waiter;
+ *   - the decision (parse, validate, encode, media decoding and its budget
+ *     waits): to s->deciders, whose task queues the record on the scheduler
+ *     without waiting; the engine thread's callback resumes the connection,
+ *     and the handler renders and queues the answer.
+ * While suspended, the request_ctx belongs to the one worker (or engine
+ * callback) that will resume it; each touches nothing of it after
+ * MHD_resume_connection, which also orders its writes before the handler's
+ * next reads (libmicrohttpd takes a mutex on both sides). */
 #define _GNU_SOURCE /* strcasestr */
 #include <ctype.h>
 #include <netdb.h>
@@ -31,8 +48,16 @@ typedef struct extra_header {
     const char *name, *value;
 } extra_header;
 
+/* A body-budget wait handed to s->body_waiter. */
+typedef enum body_wait { WAIT_NONE, WAIT_HEAD, WAIT_GROW } body_wait;
+/* The decision handed to s->deciders (then the scheduler). */
+typedef enum decide_state { DECIDE_NONE, DECIDE_RUNNING, DECIDE_DONE } decide_state;
+
 /* Per-request state, from the first call to the completion callback. */
 typedef struct request_ctx {
+    clef_server *s;            /* for the worker and engine threads */
+    struct MHD_Connection *c;
+    clef_conn *conn;           /* the connection's state (conns.c); NULL only if never announced */
     double t0;
     clef_route route;
     char method[16];
@@ -58,6 +83,20 @@ typedef struct request_ctx {
     size_t held_n_extra;
     unsigned long long discard_left; /* body bytes still read and dropped before the held answer */
     int body_complete;    /* the last call came: counted in clef_server.deciding until completion */
+    int hold_ok;          /* a refusal from the headers may be held (chunked, or declared <= discard_bound) */
+    int close_after;      /* answer with Connection: close (a connection over --max-connections) */
+    /* A body-budget wait, while the connection is suspended: */
+    body_wait wait;       /* which step resumes (WAIT_NONE: none pending) */
+    size_t wait_bytes;    /* bytes asked of the body budget */
+    size_t grow_cap;      /* WAIT_GROW: the buffer capacity those bytes are for */
+    double wait_deadline; /* clef_now() at the ask + --budget-wait-ms */
+    int wait_granted;     /* set by the waiter: 1 = the bytes are held, 0 = refused (wait_err) */
+    clef_err wait_err;
+    /* The decision, while the connection is suspended: */
+    decide_state decide;
+    clef_job job;         /* the encoded request, owned while job_live */
+    int job_live;
+    clef_err decide_err;  /* DECIDE_DONE: status 0 = job's logits are filled, else the answer */
     size_t tokens;  /* input tokens of an answered decision, for the log */
 } request_ctx;
 
@@ -120,7 +159,8 @@ static void client_address(struct MHD_Connection *c, char *out, size_t cap) {
  * concurrent connections never interleave. */
 static void access_log(struct MHD_Connection *c, const request_ctx *r, int status, double ms) {
     char addr[64], line[512];
-    client_address(c, addr, sizeof addr);
+    if (r->conn) snprintf(addr, sizeof addr, "%s", r->conn->addr);
+    else client_address(c, addr, sizeof addr);
     int n = snprintf(line, sizeof line, "clef: %s \"%s %s\" %d tokens=%zu ms=%.1f id=%s\n", addr, r->method, r->path,
                      status, r->tokens, ms, r->id);
     if (n > 0) {
@@ -160,7 +200,7 @@ static enum MHD_Result respond(clef_server *s, struct MHD_Connection *c, request
     MHD_add_response_header(resp, REQUEST_ID_HEADER, r->id);
     MHD_add_response_header(resp, TYPESAFE_ID_HEADER, r->id);
     if (status == 503) MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
-    if (atomic_load(&s->stopping)) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    if (r->close_after || atomic_load(&s->stopping)) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     for (size_t i = 0; i < n_extra; i++) MHD_add_response_header(resp, extra[i].name, extra[i].value);
     enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, resp);
     MHD_destroy_response(resp);
@@ -234,6 +274,10 @@ static enum MHD_Result get_metrics(clef_server *s, struct MHD_Connection *c, req
     clef_metrics_render(s->metrics, ready ? clef_scheduler_queue_depth(s->sched) : 0, ready,
                         ready ? clef_engine_load_seconds(s->engine) : 0.0, &b);
     clef_metrics_render_budgets(s->media_budget, s->body_budget, &b);
+    clef_conn_stats cs;
+    clef_conns_stats(s, &cs);
+    clef_metrics_render_connections(cs.open, s->opt.max_connections, cs.over_limit_total, cs.cut_headers_total,
+                                    cs.cut_body_total, clef_workq_pending(s->deciders), &b);
     return respond(s, c, r, 200, "text/plain; version=0.0.4; charset=utf-8", &b, NULL, 0);
 }
 
@@ -277,6 +321,59 @@ static int content_type_ok(const char *ct) {
     return !strncasecmp(cs, "utf-8", 5) || !strncasecmp(cs, "utf8", 4);
 }
 
+/* ---- body-budget waits, off the polling threads ---------------------- */
+
+/* On s->body_waiter: wait for r->wait_bytes until r->wait_deadline, then
+ * resume the connection (nothing of r is touched after that). */
+static void body_wait_task(void *arg) {
+    request_ctx *r = arg;
+    clef_server *s = r->s;
+    struct MHD_Connection *c = r->c;
+    clef_err_clear(&r->wait_err);
+    r->wait_granted = clef_budget_acquire_until(s->body_budget, r->wait_bytes, r->wait_deadline,
+                                                s->opt.budget_wait_ms, &r->wait_err) == 0;
+    MHD_resume_connection(c);
+}
+
+/* Suspend the connection and hand a wait for `bytes` of the body budget to
+ * the waiter thread; libmicrohttpd calls the handler again at the same step
+ * once it is decided (finish_head_wait / finish_grow_wait).  When the waiter
+ * no longer takes work (stopping), the wait is refused at once and the
+ * connection resumed right away. */
+static void start_wait(clef_server *s, struct MHD_Connection *c, request_ctx *r, body_wait kind, size_t bytes) {
+    r->wait = kind;
+    r->wait_bytes = bytes;
+    r->wait_deadline = clef_now() + (double)s->opt.budget_wait_ms / 1000.0;
+    r->wait_granted = 0;
+    clef_conn_hold(s, r->conn); /* the wait is the server's: it does not count against the body's deadline */
+    MHD_suspend_connection(c);
+    if (clef_workq_submit(s->body_waiter, body_wait_task, r) != 0) {
+        clef_fail(&r->wait_err, 503, CLEF_E_OVERLOADED, NULL, "the server is shutting down");
+        MHD_resume_connection(c);
+    }
+}
+
+/* Take `need` bytes of the body budget without blocking this thread.
+ * Returns 0 when they are held, 1 when a wait was started (the connection
+ * is suspended), -1 when refused at once (no wait configured): *e says why. */
+static int charge_body(clef_server *s, struct MHD_Connection *c, request_ctx *r, body_wait kind, size_t need,
+                       clef_err *e) {
+    if (clef_budget_try_acquire(s->body_budget, need) == 0) return 0;
+    if (s->opt.budget_wait_ms > 0) {
+        start_wait(s, c, r, kind, need);
+        return 1;
+    }
+    return clef_budget_acquire(s->body_budget, need, 0, e) == 0 ? 0 : -1; /* counts the refusal */
+}
+
+/* The exact-size buffer of a declared body whose bytes are charged. */
+static void declared_buffer(request_ctx *r, size_t bytes) {
+    r->body_charged = bytes;
+    r->body.data = clef_xmalloc(bytes); /* exact size: no doubling spike for large bodies */
+    r->body.cap = bytes;
+    r->body.data[0] = '\0';
+}
+
 /* Checks that need only the headers.  A refusal here is held while the body
  * is read and dropped (clef_server_handle), then sent; a client waiting on
  * Expect: 100-continue gets 100 Continue first. */
@@ -293,26 +390,35 @@ static enum MHD_Result systemone_headers(clef_server *s, struct MHD_Connection *
         return fail_now(s, c, r, 415, CLEF_E_REQUEST, NULL, msg);
     }
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-    if (cl) {
-        char *end;
-        unsigned long long declared = strtoull(cl, &end, 10);
-        if (declared > s->opt.max_body_bytes) {
-            char msg[160];
-            snprintf(msg, sizeof msg, "request body of %llu bytes exceeds the limit of %zu bytes", declared,
-                     s->opt.max_body_bytes);
-            return fail_now(s, c, r, 413, CLEF_E_TOO_LARGE, NULL, msg);
-        }
-        /* The body budget first: the bytes of every body held in memory. */
+    unsigned long long declared = cl ? strtoull(cl, NULL, 10) : 0;
+    if (declared > s->opt.max_body_bytes) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "request body of %llu bytes exceeds the limit of %zu bytes", declared,
+                 s->opt.max_body_bytes);
+        return fail_now(s, c, r, 413, CLEF_E_TOO_LARGE, NULL, msg);
+    }
+    if (declared > 0) { /* the body budget first: the bytes of every body held in memory */
         clef_err e;
-        if (clef_budget_acquire(s->body_budget, (size_t)declared + 1, s->opt.budget_wait_ms, &e))
-            return respond_error(s, c, r, &e, NULL, 0);
-        r->body_charged = (size_t)declared + 1;
-        /* Exact-size buffer: no doubling spike for large bodies. */
-        r->body.data = clef_xmalloc((size_t)declared + 1);
-        r->body.cap = (size_t)declared + 1;
-        r->body.data[0] = '\0';
+        int rc = charge_body(s, c, r, WAIT_HEAD, (size_t)declared + 1, &e);
+        if (rc < 0) return respond_error(s, c, r, &e, NULL, 0);
+        if (rc == 0) declared_buffer(r, (size_t)declared + 1);
     }
     return MHD_YES;
+}
+
+/* Called again after a wait started at the headers: the buffer, or the
+ * refusal (held like the other refusals from the headers). */
+static enum MHD_Result finish_head_wait(clef_server *s, struct MHD_Connection *c, request_ctx *r) {
+    r->wait = WAIT_NONE;
+    clef_conn_unhold(s, r->conn);
+    if (r->wait_granted) {
+        declared_buffer(r, r->wait_bytes);
+        return MHD_YES;
+    }
+    r->holding = r->hold_ok;
+    enum MHD_Result rc = respond_error(s, c, r, &r->wait_err, NULL, 0);
+    r->holding = 0;
+    return rc;
 }
 
 /* Free the body and give its bytes back to the body budget. */
@@ -323,38 +429,62 @@ static void drop_body(clef_server *s, request_ctx *r) {
     r->body_charged = 0;
 }
 
+/* A chunked body the body budget refused: drop it and discard the rest
+ * (503 at the end, with `e`). */
+static void refuse_growth(clef_server *s, request_ctx *r, const clef_err *e) {
+    r->over_budget = clef_xmalloc(sizeof *r->over_budget);
+    *r->over_budget = *e;
+    drop_body(s, r);
+}
+
+static void grow_to(request_ctx *r, size_t cap) {
+    r->body.data = clef_xrealloc(r->body.data, cap);
+    r->body.cap = cap;
+    r->body_charged = cap;
+}
+
+/* Called again after a wait for a chunked body's growth. */
+static void finish_grow_wait(clef_server *s, request_ctx *r) {
+    r->wait = WAIT_NONE;
+    clef_conn_unhold(s, r->conn);
+    if (r->wait_granted) grow_to(r, r->grow_cap);
+    else refuse_growth(s, r, &r->wait_err);
+}
+
 /* Grow a chunked body's buffer to hold `need` bytes (doubling, at most the
- * limit + 1), charging the growth to the body budget first; -1 when the
- * budget refuses (the body is dropped, r->over_budget says why). */
-static int grow_body(clef_server *s, request_ctx *r, size_t need) {
+ * limit + 1), charging the growth to the body budget first.  Returns 0 when
+ * grown, 1 when a wait was started (the connection is suspended: the chunk
+ * is taken again when it resumes), -1 when the budget refused (the body is
+ * dropped, r->over_budget says why). */
+static int grow_body(clef_server *s, struct MHD_Connection *c, request_ctx *r, size_t need) {
     size_t cap = r->body.cap ? 2 * r->body.cap : 4096;
     if (cap > s->opt.max_body_bytes + 1) cap = s->opt.max_body_bytes + 1;
     if (cap < need) cap = need;
     clef_err e;
-    if (clef_budget_acquire(s->body_budget, cap - r->body_charged, s->opt.budget_wait_ms, &e)) {
-        r->over_budget = clef_xmalloc(sizeof *r->over_budget);
-        *r->over_budget = e;
-        drop_body(s, r);
-        return -1;
-    }
-    r->body.data = clef_xrealloc(r->body.data, cap);
-    r->body.cap = cap;
-    r->body_charged = cap;
-    return 0;
+    r->grow_cap = cap;
+    int rc = charge_body(s, c, r, WAIT_GROW, cap - r->body_charged, &e);
+    if (rc == 0) grow_to(r, cap);
+    else if (rc < 0) refuse_growth(s, r, &e);
+    return rc;
 }
 
 /* Keep a body chunk, or once past the limit (or refused by the body budget)
  * drop the buffer and discard the rest (a chunked upload declares no length
- * up front). */
-static void absorb(clef_server *s, request_ctx *r, const char *data, size_t n) {
-    if (r->too_large || r->over_budget) return;
+ * up front).  Returns 1 when the connection was suspended for a budget wait
+ * (the chunk is not taken), else 0. */
+static int absorb(clef_server *s, struct MHD_Connection *c, request_ctx *r, const char *data, size_t n) {
+    if (r->too_large || r->over_budget) return 0;
     if (r->body.len + n > s->opt.max_body_bytes) {
         r->too_large = 1;
         drop_body(s, r);
-        return;
+        return 0;
     }
-    if (r->body.len + n + 1 > r->body.cap && grow_body(s, r, r->body.len + n + 1)) return;
+    if (r->body.len + n + 1 > r->body.cap) {
+        int rc = grow_body(s, c, r, r->body.len + n + 1);
+        if (rc) return rc > 0;
+    }
     clef_buf_append(&r->body, data, n);
+    return 0;
 }
 
 static int model_matches(const clef_server *s, const clef_request *req) {
@@ -362,22 +492,31 @@ static int model_matches(const clef_server *s, const clef_request *req) {
     return !pinned || (strlen(pinned) == req->model_len && !memcmp(pinned, req->model, req->model_len));
 }
 
-/* The complete body: parse + validate + encode here, forward on the engine
- * thread, render here. */
-static enum MHD_Result systemone_body(clef_server *s, struct MHD_Connection *c, request_ctx *r) {
+/* ---- the decision, off the polling threads ---------------------------- */
+
+/* On the engine thread, after the record's forward. */
+static void on_decided(void *ctx, clef_job *job, const clef_err *err) {
+    request_ctx *r = ctx;
+    struct MHD_Connection *c = r->c;
+    (void)job; /* r->job */
+    r->decide_err = *err;
+    r->decide = DECIDE_DONE;
+    MHD_resume_connection(c);
+}
+
+/* On s->deciders: parse + validate + encode, then queue the record on the
+ * scheduler without waiting (on_decided resumes the connection); on a
+ * refusal, resume it with the answer in r->decide_err. */
+static void decide_task(void *arg) {
+    request_ctx *r = arg;
+    clef_server *s = r->s;
+    struct MHD_Connection *c = r->c;
     clef_err err;
     clef_err_clear(&err);
-    if (r->too_large) {
-        clef_fail(&err, 413, CLEF_E_TOO_LARGE, NULL, "request body exceeds the limit of %zu bytes",
-                  s->opt.max_body_bytes);
-        return respond_error(s, c, r, &err, NULL, 0);
-    }
-    if (r->over_budget) return respond_error(s, c, r, r->over_budget, NULL, 0);
     clef_request req;
-    if (clef_engine_parse(s->engine, r->body.data ? r->body.data : "", r->body.len, &req, &err) != 0)
-        return respond_error(s, c, r, &err, NULL, 0);
+    int parsed = clef_engine_parse(s->engine, r->body.data ? r->body.data : "", r->body.len, &req, &err) == 0;
     drop_body(s, r); /* the request tree holds what is needed */
-    if (!model_matches(s, &req)) {
+    if (parsed && !model_matches(s, &req)) {
         char shown[160];
         size_t n = req.model_len < 120 ? req.model_len : 120;
         memcpy(shown, req.model, n);
@@ -385,20 +524,52 @@ static enum MHD_Result systemone_body(clef_server *s, struct MHD_Connection *c, 
         clef_fail(&err, 404, CLEF_E_REQUEST, "model", "model '%s%s' is not served here; this server serves '%s'", shown,
                   req.model_len > n ? "..." : "", s->opt.served_model_name);
         clef_request_free(&req);
+        parsed = 0;
+    }
+    if (parsed) {
+        clef_decide_params params = {.truncate_state = -1};
+        if (clef_engine_encode(s->engine, &req, &params, &r->job, &err) == 0) {
+            r->job_live = 1;
+            if (clef_scheduler_submit_async(s->sched, &r->job, on_decided, r, &err) == 0) return;
+            clef_job_free(&r->job);
+            r->job_live = 0;
+        }
+    }
+    r->decide_err = err;
+    r->decide = DECIDE_DONE;
+    MHD_resume_connection(c);
+}
+
+/* The complete body: refusals decided while it arrived are answered here;
+ * otherwise the decision is handed to s->deciders (the connection is
+ * suspended until it is done, then this is called again and answers). */
+static enum MHD_Result systemone_body(clef_server *s, struct MHD_Connection *c, request_ctx *r) {
+    clef_err err;
+    clef_err_clear(&err);
+    if (r->decide == DECIDE_DONE) {
+        if (r->decide_err.status) return respond_error(s, c, r, &r->decide_err, NULL, 0);
+        clef_buf out = {0};
+        clef_engine_render(&r->job, &out);
+        r->tokens = r->job.rec.n_ids;
+        clef_job_free(&r->job);
+        r->job_live = 0;
+        return respond(s, c, r, 200, "application/json", &out, NULL, 0);
+    }
+    if (r->decide == DECIDE_RUNNING) return MHD_YES; /* not reached: the connection is suspended */
+    if (r->too_large) {
+        clef_fail(&err, 413, CLEF_E_TOO_LARGE, NULL, "request body exceeds the limit of %zu bytes",
+                  s->opt.max_body_bytes);
         return respond_error(s, c, r, &err, NULL, 0);
     }
-    clef_job job;
-    clef_decide_params params = {.truncate_state = -1};
-    if (clef_engine_encode(s->engine, &req, &params, &job, &err) != 0) return respond_error(s, c, r, &err, NULL, 0);
-    if (clef_scheduler_submit(s->sched, &job, &err) != 0) {
-        clef_job_free(&job);
-        return respond_error(s, c, r, &err, NULL, 0);
+    if (r->over_budget) return respond_error(s, c, r, r->over_budget, NULL, 0);
+    r->decide = DECIDE_RUNNING;
+    MHD_suspend_connection(c);
+    if (clef_workq_submit(s->deciders, decide_task, r) != 0) { /* stopping: no more workers */
+        clef_fail(&r->decide_err, 503, CLEF_E_OVERLOADED, NULL, "the server is shutting down");
+        r->decide = DECIDE_DONE;
+        MHD_resume_connection(c);
     }
-    clef_buf out = {0};
-    clef_engine_render(&job, &out);
-    r->tokens = job.rec.n_ids;
-    clef_job_free(&job);
-    return respond(s, c, r, 200, "application/json", &out, NULL, 0);
+    return MHD_YES;
 }
 
 /* ---- dispatch ------------------------------------------------------- */
@@ -412,12 +583,20 @@ static int has_body(struct MHD_Connection *c) {
 
 static int is_get(const char *method) { return !strcmp(method, "GET") || !strcmp(method, "HEAD"); }
 
-/* Everything decided on the headers: route, method, auth, then the route's
- * own header checks.  Returns with a response queued, or MHD_YES to read
- * the body. */
+/* Everything decided on the headers: the connection limit, route, method,
+ * auth, then the route's own header checks.  Returns with a response
+ * queued (or held), with a body-budget wait started (the connection
+ * suspended), or MHD_YES to read the body. */
 static enum MHD_Result first_call(clef_server *s, struct MHD_Connection *c, request_ctx *r, const char *method,
                                   const char *url) {
     if (r->route == CLEF_ROUTE_UI && s->opt.no_ui) r->route = CLEF_ROUTE_OTHER; /* --no-ui: 404 as any path */
+    if (r->conn && r->conn->over_limit) { /* accepted past --max-connections: answered, then closed */
+        char msg[200];
+        snprintf(msg, sizeof msg, "the server is at its connection limit (%zu connections); retry later",
+                 s->opt.max_connections);
+        r->close_after = 1;
+        return fail_now(s, c, r, 503, CLEF_E_OVERLOADED, NULL, msg);
+    }
     if (r->route == CLEF_ROUTE_OTHER) {
         char msg[400];
         snprintf(msg, sizeof msg,
@@ -479,6 +658,19 @@ static enum MHD_Result refuse_encoding(clef_server *s, struct MHD_Connection *c,
     return fail_now(s, c, r, 501, CLEF_E_REQUEST, NULL, msg);
 }
 
+/* A chunked body past the discard bound while an answer is held:
+ * libmicrohttpd cannot queue an answer mid-body, so the connection is cut. */
+static enum MHD_Result cut_held_upload(clef_server *s, struct MHD_Connection *c, request_ctx *r) {
+    char line[400];
+    int n = snprintf(line, sizeof line, "clef: %s \"%s %s\" closed: body past %llu bytes before its %d answer id=%s\n",
+                     r->conn ? r->conn->addr : "-", r->method, r->path, discard_bound(s), r->held_status, r->id);
+    if (n > 0) {
+        ssize_t w = write(STDERR_FILENO, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+        (void)w;
+    }
+    return MHD_NO;
+}
+
 enum MHD_Result clef_server_handle(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                    const char *version, const char *upload_data, size_t *upload_data_size,
                                    void **con_cls) {
@@ -488,6 +680,10 @@ enum MHD_Result clef_server_handle(void *cls, struct MHD_Connection *c, const ch
         r = clef_xcalloc(1, sizeof *r);
         *con_cls = r;
         atomic_fetch_add(&s->in_flight, 1);
+        r->s = s;
+        r->c = c;
+        r->conn = clef_conn_of(c);
+        clef_conn_set_phase(s, r->conn, CONN_BODY); /* the head is in: the body's deadline starts */
         r->t0 = clef_now();
         r->route = route_of(url);
         copy_printable(r->method, sizeof r->method, method);
@@ -506,38 +702,31 @@ enum MHD_Result clef_server_handle(void *cls, struct MHD_Connection *c, const ch
         if (te && strcasecmp(te, "chunked")) return refuse_encoding(s, c, r, te);
         const char *cl = te ? NULL : MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         unsigned long long declared = cl ? strtoull(cl, NULL, 10) : 0, bound = discard_bound(s);
-        r->holding = te != NULL || declared <= bound;
+        r->hold_ok = te != NULL || declared <= bound;
+        r->holding = r->hold_ok;
         enum MHD_Result rc = first_call(s, c, r, method, url);
         r->holding = 0;
         r->discard_left = te ? bound : declared;
         return rc;
     }
+    /* Called again after a body-budget wait: the step it interrupted. */
+    if (r->wait == WAIT_HEAD) return finish_head_wait(s, c, r);
+    if (r->wait == WAIT_GROW) finish_grow_wait(s, r);
     if (*upload_data_size) {
         if (r->held) {
-            if (*upload_data_size > r->discard_left) {
-                /* a chunked body past the bound: libmicrohttpd cannot queue
-                 * an answer mid-body, so the connection is cut */
-                char addr[64], line[400];
-                client_address(c, addr, sizeof addr);
-                int n = snprintf(line, sizeof line,
-                                 "clef: %s \"%s %s\" closed: body past %llu bytes before its %d answer id=%s\n", addr,
-                                 r->method, r->path, discard_bound(s), r->held_status, r->id);
-                if (n > 0) {
-                    ssize_t w = write(STDERR_FILENO, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
-                    (void)w;
-                }
-                return MHD_NO;
-            }
+            if (*upload_data_size > r->discard_left) return cut_held_upload(s, c, r);
             r->discard_left -= *upload_data_size;
         } else if (!r->responded) {
-            absorb(s, r, upload_data, *upload_data_size);
+            if (absorb(s, c, r, upload_data, *upload_data_size)) return MHD_YES; /* suspended; taken on resume */
         }
+        clef_conn_body_bytes(s, r->conn, *upload_data_size);
         *upload_data_size = 0;
         return MHD_YES;
     }
     if (!r->body_complete) { /* from here on a stop waits for this request (server.c drain) */
         r->body_complete = 1;
         atomic_fetch_add(&s->deciding, 1);
+        if (clef_conn_body_complete(s, r->conn) != 0) return MHD_NO; /* past its deadline: being closed */
     }
     if (r->held) {
         r->held = 0;
@@ -556,9 +745,11 @@ void clef_server_completed(void *cls, struct MHD_Connection *c, void **con_cls, 
     clef_server *s = cls;
     request_ctx *r = *con_cls;
     if (!r) return;
+    clef_conn_set_phase(s, r->conn, CONN_WAITING); /* the next request head's deadline starts */
     drop_body(s, r);
     clef_buf_free(&r->held_body);
     free(r->over_budget);
+    if (r->job_live) clef_job_free(&r->job);
     if (r->body_complete) atomic_fetch_sub(&s->deciding, 1);
     free(r);
     *con_cls = NULL;

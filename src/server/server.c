@@ -34,11 +34,17 @@ static void say(const char *fmt, ...) {
     (void)w;
 }
 
+/* libmicrohttpd's own log lines, except the one it writes for every
+ * connection the sweeper shut down mid-request (the hang-up it then reads:
+ * "... due to the error: detected connection closure"): conns.c logs those
+ * cuts itself, one line per deadline at most every 10 s, so a thousand slow
+ * clients are not a thousand lines. */
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
     char msg[512];
     vsnprintf(msg, sizeof msg, fmt, ap);
     size_t n = strlen(msg);
     while (n && msg[n - 1] == '\n') msg[--n] = '\0';
+    if (strstr(msg, "when reading request due to the error: detected connection closure")) return;
     say("clef serve: libmicrohttpd: %s", msg);
 }
 
@@ -150,15 +156,20 @@ static struct MHD_Daemon *start_daemon(clef_server *s) {
         say("clef serve: cannot resolve host '%s': %s", s->opt.host, gai_strerror(gai));
         return NULL;
     }
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ITC |
-                     MHD_USE_ERROR_LOG;
+    /* The event loop: a few polling threads serve every connection (an idle
+     * one costs its socket and a small buffer, not a thread); the handler
+     * suspends a connection while its work runs elsewhere (routes.c). */
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+    flags |= MHD_is_feature_supported(MHD_FEATURE_EPOLL) == MHD_YES ? MHD_USE_EPOLL : MHD_USE_AUTO;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     struct MHD_Daemon *d =
         MHD_start_daemon(flags, (uint16_t)s->opt.port, NULL, NULL, clef_server_handle, s,
                          MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
                          MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                          MHD_OPTION_NOTIFY_COMPLETED, clef_server_completed, s,
-                         MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->opt.max_connections,
+                         MHD_OPTION_NOTIFY_CONNECTION, clef_server_notify_connection, s,
+                         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)CLEF_SERVER_POLL_THREADS,
+                         MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->open_limit,
                          MHD_OPTION_PER_IP_CONNECTION_LIMIT,
                          s->opt.max_connections_per_client == CLEF_SERVER_NO_CAP
                              ? 0u
@@ -216,9 +227,9 @@ static int wait_for_stop(clef_server *s) {
 }
 
 /* Stop accepting, let the requests whose body is complete (being decided or
- * answered, and so the queue) finish; the caller's MHD_stop_daemon then cuts
- * the rest: uploads still arriving, which could hold the stop for the whole
- * grace period. */
+ * answered, and so the queue) finish; the caller then settles what is still
+ * handed off (settle) and its MHD_stop_daemon cuts the rest: uploads still
+ * arriving, which could hold the stop for the whole grace period. */
 static void drain(clef_server *s) {
     atomic_store(&s->stopping, 1);
     MHD_socket listen_fd = MHD_quiesce_daemon(s->daemon);
@@ -233,9 +244,24 @@ static void drain(clef_server *s) {
     if (cut > 0) say("clef serve: cutting %ld requests whose body had not arrived", cut);
 }
 
+/* Every suspended connection resumed before MHD_stop_daemon (libmicrohttpd
+ * aborts on one still suspended): the body-budget waits end (each by its
+ * deadline), the deciders run what is queued, the scheduler finishes its
+ * records; each of them resumes its connection.  Work handed off from here
+ * on is refused with 503 "the server is shutting down" without suspending
+ * (routes.c), so nothing is suspended again. */
+static void settle(clef_server *s) {
+    clef_workq_stop(s->body_waiter);
+    clef_workq_stop(s->deciders);
+    clef_scheduler_stop(s->sched);
+}
+
 /* Raise the soft open-file limit to the hard one and fit max_connections
- * into it (CLEF_SERVER_RESERVED_FDS kept for everything else). */
-static void fit_connections(clef_server_options *o) {
+ * into it (CLEF_SERVER_RESERVED_FDS kept for everything else); *open_limit
+ * is what libmicrohttpd itself may hold: all the descriptors there are (at
+ * most CLEF_SERVER_MAX_OPEN_CONNECTIONS), so that connections past
+ * max_connections can still be answered. */
+static void fit_connections(clef_server_options *o, size_t *open_limit) {
     struct rlimit rl = {0, 0};
     size_t allowed = CLEF_SERVER_AUTO_MAX_CONNECTIONS;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
@@ -255,12 +281,14 @@ static void fit_connections(clef_server_options *o) {
         o->max_connections = allowed;
     }
     if (o->max_connections > UINT32_MAX) o->max_connections = UINT32_MAX;
+    *open_limit = allowed < CLEF_SERVER_MAX_OPEN_CONNECTIONS ? allowed : CLEF_SERVER_MAX_OPEN_CONNECTIONS;
+    if (*open_limit < o->max_connections) *open_limit = o->max_connections;
 }
 
-static void fill_defaults(clef_server_options *o) {
+static void fill_defaults(clef_server_options *o, size_t *open_limit) {
     if (!o->host) o->host = "127.0.0.1";
     if (!o->max_body_bytes) o->max_body_bytes = CLEF_SERVER_DEFAULT_MAX_BODY;
-    fit_connections(o);
+    fit_connections(o, open_limit);
     if (!o->max_connections_per_client) o->max_connections_per_client = CLEF_SERVER_DEFAULT_MAX_CONNECTIONS_PER_CLIENT;
     if (o->max_connections_per_client != CLEF_SERVER_NO_CAP && o->max_connections_per_client > UINT32_MAX)
         o->max_connections_per_client = CLEF_SERVER_NO_CAP;
@@ -271,6 +299,33 @@ static void fill_defaults(clef_server_options *o) {
     if (!o->body_budget_bytes) o->body_budget_bytes = CLEF_SERVER_DEFAULT_BODY_BUDGET_BODIES * o->max_body_bytes;
     if (!o->budget_wait_ms) o->budget_wait_ms = CLEF_SERVER_DEFAULT_BUDGET_WAIT_MS;
     if (o->budget_wait_ms < 0) o->budget_wait_ms = 0;
+    /* The deadlines: 0 = the default; below that, none (kept as 0 from here on). */
+    if (!o->header_timeout_s) o->header_timeout_s = CLEF_SERVER_DEFAULT_HEADER_TIMEOUT_S;
+    if (o->header_timeout_s < 0) o->header_timeout_s = 0;
+    if (!o->body_timeout_s) o->body_timeout_s = CLEF_SERVER_DEFAULT_BODY_TIMEOUT_S;
+    if (o->body_timeout_s < 0) o->body_timeout_s = 0;
+    if (!o->min_body_rate) o->min_body_rate = CLEF_SERVER_DEFAULT_MIN_BODY_RATE;
+    if (o->min_body_rate == CLEF_SERVER_NO_CAP) o->min_body_rate = 0;
+}
+
+/* Worker threads for decisions: one per online core, within bounds. */
+static size_t worker_count(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n < CLEF_SERVER_MIN_WORKERS) n = CLEF_SERVER_MIN_WORKERS;
+    if (n > CLEF_SERVER_MAX_WORKERS) n = CLEF_SERVER_MAX_WORKERS;
+    return (size_t)n;
+}
+
+/* The deadlines, for the start-up log. */
+static void deadline_text(const clef_server_options *o, char *out, size_t cap) {
+    char head[48], body[96];
+    if (o->header_timeout_s > 0) snprintf(head, sizeof head, "%.0f s", o->header_timeout_s);
+    else snprintf(head, sizeof head, "none");
+    if (o->body_timeout_s <= 0) snprintf(body, sizeof body, "none");
+    else if (o->min_body_rate) snprintf(body, sizeof body, "%.0f s + 1 s per %zu KiB received", o->body_timeout_s,
+                                        o->min_body_rate >> 10);
+    else snprintf(body, sizeof body, "%.0f s", o->body_timeout_s);
+    snprintf(out, cap, "request head within %s, body within %s", head, body);
 }
 
 /* The two memory budgets (util/budget.h); UNLIMITED becomes capacity 0. */
@@ -295,7 +350,7 @@ static void close_budgets(clef_server *s) {
 int clef_server_run(const clef_server_options *opt) {
     clef_server *s = clef_xcalloc(1, sizeof *s);
     s->opt = *opt;
-    fill_defaults(&s->opt);
+    fill_defaults(&s->opt, &s->open_limit);
     listed_name(&s->opt, s->listed_name, sizeof s->listed_name);
     release_date(s->opt.model_dir, s->release_date, sizeof s->release_date);
     s->metrics = clef_metrics_new();
@@ -309,8 +364,24 @@ int clef_server_run(const clef_server_options *opt) {
      * dynamically raised threshold's worth of heap. */
     mallopt(M_MMAP_THRESHOLD, 1 << 20);
 
+    clef_conns_init(s);
+    s->deciders = clef_workq_start("clef-decide", worker_count());
+    s->body_waiter = clef_workq_start("clef-bodywait", 1);
+    if (!s->deciders || !s->body_waiter || clef_conns_start_sweeper(s) != 0) {
+        say("clef serve: cannot start the worker threads");
+        clef_workq_free(s->deciders);
+        clef_workq_free(s->body_waiter);
+        clef_conns_destroy(s);
+        clef_metrics_free(s->metrics);
+        close_budgets(s);
+        free(s);
+        return 1;
+    }
     s->daemon = start_daemon(s);
     if (!s->daemon) {
+        clef_workq_free(s->deciders);
+        clef_workq_free(s->body_waiter);
+        clef_conns_destroy(s);
         clef_metrics_free(s->metrics);
         close_budgets(s);
         free(s);
@@ -325,11 +396,16 @@ int clef_server_run(const clef_server_options *opt) {
     budget_text(s->opt.body_budget_bytes, body, sizeof body);
     say("clef serve: memory budgets: decoded media %s, request bodies %s (a request waits up to %ld ms for room)", media,
         body, s->opt.budget_wait_ms);
+    char per_client[64], deadlines[200];
     if (s->opt.max_connections_per_client == CLEF_SERVER_NO_CAP)
-        say("clef serve: connections: at most %zu, no per-client cap", s->opt.max_connections);
+        snprintf(per_client, sizeof per_client, "no per-client cap");
     else
-        say("clef serve: connections: at most %zu, %zu per client address", s->opt.max_connections,
-            s->opt.max_connections_per_client);
+        snprintf(per_client, sizeof per_client, "%zu per client address", s->opt.max_connections_per_client);
+    deadline_text(&s->opt, deadlines, sizeof deadlines);
+    say("clef serve: connections: at most %zu served (up to %zu more answered 503), %s; %s; %u polling threads, %zu "
+        "workers",
+        s->opt.max_connections, s->open_limit - s->opt.max_connections, per_client, deadlines,
+        (unsigned)CLEF_SERVER_POLL_THREADS, clef_workq_threads(s->deciders));
     if (pthread_create(&s->loader, NULL, load_model, s) != 0) {
         say("clef serve: cannot start the loader thread");
         MHD_stop_daemon(s->daemon);
@@ -345,8 +421,13 @@ int clef_server_run(const clef_server_options *opt) {
         _exit(0);
     }
     if (rc == 0) drain(s);
-    MHD_stop_daemon(s->daemon);
+    else atomic_store(&s->stopping, 1);
     pthread_join(s->loader, NULL);
+    settle(s);
+    MHD_stop_daemon(s->daemon);
+    clef_conns_destroy(s);
+    clef_workq_free(s->deciders);
+    clef_workq_free(s->body_waiter);
     clef_scheduler_free(s->sched);
     clef_engine_close(s->engine);
     clef_metrics_free(s->metrics);

@@ -8,11 +8,18 @@
  *   GET  /               the playground page (src/server/ui/index.html; off with no_ui)
  *   GET  /openapi.json   the OpenAPI 3.1 description of these routes (src/server/openapi.json)
  *
- * Threads: libmicrohttpd runs one thread per connection; a connection thread
- * reads the body (refusing it early when over the limit), parses, validates
- * and encodes it (engine.h clef_engine_parse/clef_engine_encode), then hands
- * the record to the scheduler (engine/scheduler.h), whose single engine
- * thread packs waiting records into one forward.  The model loads on a
+ * Threads: libmicrohttpd's event loop (epoll) on CLEF_SERVER_POLL_THREADS
+ * polling threads serves every connection: it reads the headers and the
+ * body (refusing it early when over the limit) and never waits.  A complete
+ * body is handed, with its connection suspended, to a pool of worker
+ * threads (one per core) that parse, validate and encode it (engine.h
+ * clef_engine_parse/clef_engine_encode) and queue the record on the
+ * scheduler (engine/scheduler.h) without waiting; its single engine thread
+ * packs waiting records into one forward and resumes each connection, whose
+ * polling thread renders and sends the answer.  Body-budget waits run on
+ * one more thread.  A sweeper thread closes connections past their
+ * deadlines (a request head within header_timeout_s, a body within
+ * body_timeout_s + its bytes / min_body_rate).  The model loads on a
  * background thread after the listener is up, so /healthz answers 503 while
  * loading.
  *
@@ -37,9 +44,22 @@
 #define CLEF_SERVER_DEFAULT_MAX_BODY ((size_t)32 << 20)
 /* --max-connections left at 0: as many as the open-file limit allows (its
  * soft limit raised to the hard one at start, CLEF_SERVER_RESERVED_FDS kept
- * for the model's files and logs), at most this many threads. */
+ * for the model's files and logs), at most this many. */
 #define CLEF_SERVER_AUTO_MAX_CONNECTIONS 4096
 #define CLEF_SERVER_RESERVED_FDS 64
+/* libmicrohttpd itself accepts up to the open-file limit (at most this
+ * many), so connections past --max-connections are answered 503 rather
+ * than closed unanswered. */
+#define CLEF_SERVER_MAX_OPEN_CONNECTIONS 65536
+/* libmicrohttpd polling threads (each an epoll loop over its share of the
+ * connections). */
+#define CLEF_SERVER_POLL_THREADS 2
+/* Worker threads for decisions: one per online core, within these bounds. */
+#define CLEF_SERVER_MIN_WORKERS 2
+#define CLEF_SERVER_MAX_WORKERS 64
+#define CLEF_SERVER_DEFAULT_HEADER_TIMEOUT_S 10
+#define CLEF_SERVER_DEFAULT_BODY_TIMEOUT_S 30
+#define CLEF_SERVER_DEFAULT_MIN_BODY_RATE ((size_t)64 << 10) /* bytes per second */
 #define CLEF_SERVER_DEFAULT_MAX_CONNECTIONS_PER_CLIENT 32
 #define CLEF_SERVER_NO_CAP SIZE_MAX /* max_connections_per_client: no per-client cap */
 #define CLEF_SERVER_DEFAULT_MEDIA_BUDGET ((size_t)1024 << 20)
@@ -68,9 +88,11 @@ typedef struct clef_server_options {
     size_t max_length;             /* token budget per record; 0 = 64000 */
     size_t max_batch_tokens;       /* tokens per packed forward; 0 = the scheduler's default */
     size_t max_queue;              /* records waiting before 503; 0 = the scheduler's default */
-    size_t max_connections;        /* concurrent connections; 0 = as many as the open-file limit allows,
-                                      at most CLEF_SERVER_AUTO_MAX_CONNECTIONS; a larger N than the
-                                      limit allows is lowered to it (logged) */
+    size_t max_connections;        /* concurrent connections served; 0 = as many as the open-file limit
+                                      allows, at most CLEF_SERVER_AUTO_MAX_CONNECTIONS; a larger N than
+                                      the limit allows is lowered to it (logged).  Connections past it
+                                      (libmicrohttpd accepts up to the open-file limit) get 503
+                                      "overloaded" + Retry-After to each request, then are closed */
     size_t max_connections_per_client; /* concurrent connections from one client IP address
                                       (libmicrohttpd's per-IP limit: a connection past it is closed
                                       at accept, without an answer); 0 =
@@ -95,6 +117,15 @@ typedef struct clef_server_options {
                                       CLEF_SERVER_BUDGET_UNLIMITED = none */
     long budget_wait_ms;           /* how long a request waits for room in either budget before its
                                       503; 0 = CLEF_SERVER_DEFAULT_BUDGET_WAIT_MS, < 0 = no wait */
+    double header_timeout_s;       /* seconds a connection has for a complete request head, from its
+                                      accept or its previous answer (idle keep-alive included); bytes do
+                                      not restart it; 0 = CLEF_SERVER_DEFAULT_HEADER_TIMEOUT_S, < 0 = none */
+    double body_timeout_s;         /* seconds a request has for its body, from its head, plus one second
+                                      per min_body_rate bytes received (server-side budget waits do not
+                                      count); 0 = CLEF_SERVER_DEFAULT_BODY_TIMEOUT_S, < 0 = none */
+    size_t min_body_rate;          /* bytes per second that extend the body deadline; 0 =
+                                      CLEF_SERVER_DEFAULT_MIN_BODY_RATE, CLEF_SERVER_NO_CAP = none (the
+                                      body must arrive within body_timeout_s whatever its size) */
     double shutdown_grace_s;       /* on SIGINT/SIGTERM, wait this long for the requests whose body
                                       is complete (being decided or answered); uploads still arriving
                                       are cut at once; 0 = 60 s */

@@ -82,6 +82,28 @@ static int refuse(clef_budget *b, size_t n, long wait_ms, clef_err *err) {
                      b->name, n, used < cap ? cap - used : 0, cap, wait_ms);
 }
 
+/* Wait for room until `deadline` (CLOCK_MONOTONIC); `wait_ms` is the wait
+ * quoted in a refusal.  Called with the lock held; returns with it held. */
+static int acquire_locked(clef_budget *b, size_t n, const struct timespec *deadline, long wait_ms, clef_err *err) {
+    b->waited++;
+    waiter me = {n, NULL, b->tail};
+    if (b->tail) b->tail->next = &me;
+    else b->head = &me;
+    b->tail = &me;
+    b->waiting++;
+    int timed_out = 0;
+    while (!(b->head == &me && fits(b, n)) && !timed_out)
+        timed_out = pthread_cond_timedwait(&b->room, &b->lock, deadline) == ETIMEDOUT;
+    int admitted = b->head == &me && fits(b, n); /* it may have become true as the wait timed out */
+    unlink_waiter(b, &me);
+    int rc = 0;
+    if (admitted) take(b, n);
+    else rc = refuse(b, n, wait_ms, err);
+    /* The next waiter is now at the head: it may fit (or have to give up). */
+    pthread_cond_broadcast(&b->room);
+    return rc;
+}
+
 int clef_budget_acquire(clef_budget *b, size_t n, long wait_ms, clef_err *err) {
     if (n == 0) return 0;
     if (wait_ms < 0) wait_ms = 0;
@@ -96,27 +118,40 @@ int clef_budget_acquire(clef_budget *b, size_t n, long wait_ms, clef_err *err) {
         pthread_mutex_unlock(&b->lock);
         return rc;
     }
-    b->waited++;
     struct timespec deadline;
     clock_gettime(CLOCK_MONOTONIC, &deadline);
     deadline.tv_sec += wait_ms / 1000;
     deadline.tv_nsec += (wait_ms % 1000) * 1000000L;
     if (deadline.tv_nsec >= 1000000000L) deadline.tv_sec++, deadline.tv_nsec -= 1000000000L;
-    waiter me = {n, NULL, b->tail};
-    if (b->tail) b->tail->next = &me;
-    else b->head = &me;
-    b->tail = &me;
-    b->waiting++;
-    int timed_out = 0;
-    while (!(b->head == &me && fits(b, n)) && !timed_out)
-        timed_out = pthread_cond_timedwait(&b->room, &b->lock, &deadline) == ETIMEDOUT;
-    int admitted = b->head == &me && fits(b, n); /* it may have become true as the wait timed out */
-    unlink_waiter(b, &me);
-    int rc = 0;
-    if (admitted) take(b, n);
-    else rc = refuse(b, n, wait_ms, err);
-    /* The next waiter is now at the head: it may fit (or have to give up). */
-    pthread_cond_broadcast(&b->room);
+    int rc = acquire_locked(b, n, &deadline, wait_ms, err);
+    pthread_mutex_unlock(&b->lock);
+    return rc;
+}
+
+int clef_budget_try_acquire(clef_budget *b, size_t n) {
+    if (n == 0) return 0;
+    pthread_mutex_lock(&b->lock);
+    int ok = !b->head && fits(b, n);
+    if (ok) take(b, n);
+    pthread_mutex_unlock(&b->lock);
+    return ok ? 0 : -1;
+}
+
+int clef_budget_acquire_until(clef_budget *b, size_t n, double deadline_s, long wait_ms, clef_err *err) {
+    if (n == 0) return 0;
+    if (wait_ms < 0) wait_ms = 0;
+    pthread_mutex_lock(&b->lock);
+    if (!b->head && fits(b, n)) {
+        take(b, n);
+        pthread_mutex_unlock(&b->lock);
+        return 0;
+    }
+    struct timespec deadline;
+    if (deadline_s < 0) deadline_s = 0;
+    deadline.tv_sec = (time_t)deadline_s;
+    deadline.tv_nsec = (long)((deadline_s - (double)deadline.tv_sec) * 1e9);
+    if (deadline.tv_nsec >= 1000000000L) deadline.tv_sec++, deadline.tv_nsec -= 1000000000L;
+    int rc = acquire_locked(b, n, &deadline, wait_ms, err);
     pthread_mutex_unlock(&b->lock);
     return rc;
 }

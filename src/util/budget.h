@@ -49,6 +49,22 @@ void clef_budget_free(clef_budget *b);
  *    1048576 bytes were still in use after waiting 2000 ms; retry later". */
 int clef_budget_acquire(clef_budget *b, size_t n, long wait_ms, clef_err *err);
 
+/* Take `n` bytes only if that needs no wait (nothing is waiting and they
+ * fit now).  Returns 0 when the bytes are held, -1 when not: then nothing is
+ * counted (no wait, no refusal), so the caller may still wait for them with
+ * clef_budget_acquire_until.  n == 0 succeeds. */
+int clef_budget_try_acquire(clef_budget *b, size_t n);
+
+/* clef_budget_acquire with an absolute deadline: wait for room until
+ * `deadline_s` (seconds on CLOCK_MONOTONIC, util/timer.h clef_now()), queued
+ * first come first served like any other charge.  A deadline already past
+ * still admits a charge that fits with nobody waiting, else refuses it after
+ * queueing (counted as a wait and a refusal).  `wait_ms` is only the wait the
+ * refusal message quotes ("after waiting N ms"): the caller's whole wait,
+ * which may have begun before this call (a charge handed to another thread).
+ * Returns and errors as clef_budget_acquire. */
+int clef_budget_acquire_until(clef_budget *b, size_t n, double deadline_s, long wait_ms, clef_err *err);
+
 /* Give back `n` bytes taken by clef_budget_acquire (fewer than were taken is
  * fine: a holder may give back part of its charge early).  Wakes waiters. */
 void clef_budget_release(clef_budget *b, size_t n);

@@ -8,6 +8,10 @@
  *  - request bodies: N_BODIES concurrent 8 MiB bodies uploaded slowly, with
  *    a 17 MiB body budget: 200 or 503 JSON only, at least two 200s (two
  *    bodies fit), and peak RSS under base + the budget + SLACK;
+ *  - a chunked body whose buffer must grow while another upload holds the
+ *    body budget: its connection waits (suspended, the upload paused) and is
+ *    admitted when the holder goes, or refused with the budget's 503 after
+ *    --budget-wait-ms (read to its end first);
  *  - both servers answer a normal request afterwards, and /metrics shows the
  *    budgets empty again with as many refusals as 503s.
  *
@@ -24,6 +28,7 @@
 
 #include "httputil.h"
 #include "pngbomb.h"
+#include "rawhttp.h"
 #include "testutil.h"
 
 /* Under AddressSanitizer freed memory sits in its quarantine, so RSS is not
@@ -314,6 +319,93 @@ static void test_body_budget(void **state) {
     for (int i = 0; i < N_BODIES; i++) hu_free(&c[i].resp);
 }
 
+/* ---- a chunked body's growth waits for the budget ---------------------- */
+
+#define HOLDER_BYTES 1048576 /* declared by the holder (the 1 MiB limit): 1048577 of the 2 MiB budget charged */
+/* A chunked body of the limit itself: its buffer ends at 1048577 bytes, whatever the chunks, and the
+ * holder leaves 1048575 free, so its last growth must wait */
+#define CHUNKED_BYTES 1048576
+
+typedef struct chunked_client {
+    const hu_server *srv;
+    hu_response resp;
+    double took;
+} chunked_client;
+
+static void *chunked_thread(void *arg) {
+    chunked_client *c = arg;
+    const char *h[] = {"Content-Type: application/json", NULL};
+    double t0 = hu_now();
+    hu_request_on(NULL, c->srv, "POST", "/v1/systemone", h, NULL, 0, CHUNKED_BYTES, 30, &c->resp);
+    c->took = hu_now() - t0;
+    return NULL;
+}
+
+/* Connect and declare a HOLDER_BYTES body, send one byte of it and stall:
+ * the server holds its charge until the connection goes. */
+static int hold_body_budget(const hu_server *srv) {
+    char head[256];
+    int n = snprintf(head, sizeof head,
+                     "POST /v1/systemone HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     "Content-Length: %d\r\n\r\n{",
+                     HOLDER_BYTES);
+    int fd = raw_connect("127.0.0.1", srv->port);
+    assert_true(fd >= 0);
+    assert_int_equal(raw_send_all(fd, head, (size_t)n, 2), 0);
+    for (int i = 0; i < 200 && metric(srv, "clef_body_budget_bytes") < HOLDER_BYTES; i++) hu_sleep_ms(10);
+    assert_true(metric(srv, "clef_body_budget_bytes") == HOLDER_BYTES + 1);
+    return fd;
+}
+
+static void test_chunked_growth_waits(void **state) {
+    (void)state;
+    hu_server srv;
+    hu_start(&srv, (const char *const[]){"--max-body-mb", "1", "--body-budget-mb", "2", "--budget-wait-ms", "1000", NULL},
+             NULL);
+    /* admitted: the holder leaves 500 ms into the wait */
+    int holder = hold_body_budget(&srv);
+    chunked_client c = {&srv, {0}, 0};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, chunked_thread, &c), 0);
+    for (int i = 0; i < 300 && metric(&srv, "clef_budget_waits_total{budget=\"body\"}") < 1; i++) hu_sleep_ms(10);
+    assert_true(metric(&srv, "clef_budget_waits_total{budget=\"body\"}") == 1);
+    hu_sleep_ms(500);
+    close(holder);
+    pthread_join(t, NULL);
+    printf("chunked body admitted after its wait: %ld in %.2f s: %.120s\n", c.resp.status, c.took, c.resp.body.data);
+    /* the whole body arrived after the wait: 800000 bytes of 'x' are not JSON */
+    assert_int_equal(c.resp.curl_code, CURLE_OK);
+    assert_int_equal(c.resp.status, 400);
+    assert_non_null(strstr(c.resp.body.data, "\"type\":\"invalid_json\""));
+    assert_true(c.took >= 0.45 && c.took < 5);
+    hu_free(&c.resp);
+    assert_true(metric(&srv, "clef_budget_refusals_total{budget=\"body\"}") == 0);
+    /* refused: the holder stays past --budget-wait-ms */
+    holder = hold_body_budget(&srv);
+    c = (chunked_client){&srv, {0}, 0};
+    assert_int_equal(pthread_create(&t, NULL, chunked_thread, &c), 0);
+    pthread_join(t, NULL);
+    printf("chunked body refused after its wait: %ld in %.2f s: %.200s\n", c.resp.status, c.took, c.resp.body.data);
+    assert_int_equal(c.resp.curl_code, CURLE_OK);
+    assert_int_equal(c.resp.status, 503);
+    assert_string_equal(c.resp.retry_after, "1");
+    static const char head[] = "{\"error\":{\"message\":\"the request-body budget is full: ",
+                      tail[] = " of its 2097152 bytes are free after waiting 1000 ms; retry later\",\"type\":\"overloaded\","
+                               "\"param\":null}}";
+    assert_memory_equal(c.resp.body.data, head, sizeof head - 1);
+    assert_true(c.resp.body.len > sizeof tail);
+    assert_string_equal(c.resp.body.data + c.resp.body.len - (sizeof tail - 1), tail);
+    assert_true(c.took >= 0.95 && c.took < 5);
+    hu_free(&c.resp);
+    close(holder);
+    for (int i = 0; i < 200 && metric(&srv, "clef_body_budget_bytes") > 0; i++) hu_sleep_ms(10);
+    assert_true(metric(&srv, "clef_body_budget_bytes") == 0);
+    assert_true(metric(&srv, "clef_budget_refusals_total{budget=\"body\"}") == 1);
+    expect_small_request_ok(&srv);
+    assert_int_equal(hu_stop(&srv), 0);
+    hu_remove_log(&srv);
+}
+
 /* A body budget below the body limit could never hold a body under the
  * limit: a usage error, exit 2, before anything listens. */
 static void test_body_budget_below_limit(void **state) {
@@ -339,6 +431,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_media_budget),
         cmocka_unit_test(test_body_budget),
+        cmocka_unit_test(test_chunked_growth_waits),
         cmocka_unit_test(test_body_budget_below_limit),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -2,7 +2,9 @@
  * every record's logits are bitwise those of running it alone, whatever it
  * is packed with and in whatever order; a bad record in a batch fails alone;
  * the scheduler batches concurrent submissions, refuses past its queue limit
- * with 503, and drains its queue on stop. */
+ * with 503, and drains its queue on stop; asynchronous submissions are called
+ * back once each, on the engine thread, with the same logits, packed, and a
+ * refused one never. */
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -284,6 +286,117 @@ static void test_scheduler_stop_drains(void **state) {
     assert_true(atomic_load(&st.records) >= 3); /* at least the 3 that were queued */
 }
 
+/* ---- clef_scheduler_submit_async ----------------------------------------- */
+
+#define N_ASYNC 24
+
+typedef struct async_slot {
+    clef_job job;
+    const ref_case *ref;
+    atomic_int calls;
+    int status;
+    pthread_t thread; /* the thread the callback ran on */
+} async_slot;
+
+typedef struct async_run {
+    async_slot slot[N_ASYNC];
+    atomic_int done;
+    pthread_mutex_t lock;
+    pthread_cond_t all_done;
+} async_run;
+
+static async_run *the_run;
+
+static void on_async_done(void *ctx, clef_job *job, const clef_err *err) {
+    async_slot *a = ctx;
+    assert_ptr_equal(job, &a->job);
+    a->status = err->status;
+    a->thread = pthread_self();
+    atomic_fetch_add(&a->calls, 1);
+    pthread_mutex_lock(&the_run->lock);
+    atomic_fetch_add(&the_run->done, 1);
+    pthread_cond_signal(&the_run->all_done);
+    pthread_mutex_unlock(&the_run->lock);
+}
+
+static void test_scheduler_async(void **state) {
+    sched_stats st = {.delay_ms = 5};
+    clef_scheduler_options o = {.max_queue = 16, .max_batch_tokens = 2048, .on_batch = count_batch, .ctx = &st};
+    clef_err err;
+    clef_scheduler *s = clef_scheduler_start(engine, &o, &err);
+    assert_non_null(s);
+    async_run *run = calloc(1, sizeof *run);
+    assert_non_null(run);
+    the_run = run;
+    pthread_mutex_init(&run->lock, NULL);
+    pthread_cond_init(&run->all_done, NULL);
+    /* encoded first, then submitted from this one thread without waiting: the queue of 16 fills faster than
+     * a forward ends, and the rest are refused at once */
+    for (int i = 0; i < N_ASYNC; i++) {
+        run->slot[i].ref = small[(size_t)(i * 7) % n_small];
+        prepare(run->slot[i].ref, &run->slot[i].job);
+    }
+    int queued = 0, refused = 0;
+    for (int i = 0; i < N_ASYNC; i++) {
+        async_slot *a = &run->slot[i];
+        clef_err e;
+        clef_err_clear(&e);
+        if (clef_scheduler_submit_async(s, &a->job, on_async_done, a, &e) == 0) {
+            queued++;
+        } else {
+            assert_int_equal(e.status, 503);
+            assert_string_equal(e.type, CLEF_E_OVERLOADED);
+            assert_non_null(strstr(e.message, "the request queue is full"));
+            a->status = -1; /* refused: never called back */
+            refused++;
+        }
+    }
+    pthread_mutex_lock(&run->lock);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 60;
+    while (atomic_load(&run->done) < queued)
+        if (pthread_cond_timedwait(&run->all_done, &run->lock, &until) != 0) break;
+    pthread_mutex_unlock(&run->lock);
+    printf("async: %d queued, %d refused, %d called back in %d forwards (%d packed several)\n", queued, refused,
+           atomic_load(&run->done), atomic_load(&st.batches), atomic_load(&st.multi));
+    assert_int_equal(atomic_load(&run->done), queued);
+    assert_true(queued >= 16);
+    assert_true(refused > 0);
+    assert_true(atomic_load(&st.multi) > 0); /* records submitted without waiting were packed */
+    for (int i = 0; i < N_ASYNC; i++) {
+        async_slot *a = &run->slot[i];
+        if (a->status == -1) {
+            assert_int_equal(atomic_load(&a->calls), 0);
+        } else {
+            assert_int_equal(atomic_load(&a->calls), 1);
+            assert_int_equal(a->status, 0);
+            assert_false(pthread_equal(a->thread, pthread_self())); /* the engine thread's */
+            assert_true(logits_equal(&a->job, a->ref));
+        }
+        clef_job_free(&a->job);
+    }
+    /* queued, then stopped: stop calls every one back before it returns */
+    atomic_store(&run->done, 0);
+    queued = 0;
+    for (int i = 0; i < 8; i++) {
+        async_slot *a = &run->slot[i];
+        atomic_store(&a->calls, 0);
+        prepare(small[i % n_small], &a->job);
+        if (clef_scheduler_submit_async(s, &a->job, on_async_done, a, &err) == 0) queued++;
+    }
+    clef_scheduler_stop(s);
+    assert_int_equal(atomic_load(&run->done), queued);
+    clef_err late;
+    assert_int_equal(clef_scheduler_submit_async(s, &run->slot[9].job, on_async_done, &run->slot[9], &late), -1);
+    assert_string_equal(late.message, "the server is shutting down");
+    for (int i = 0; i < 8; i++) clef_job_free(&run->slot[i].job);
+    clef_scheduler_free(s);
+    pthread_cond_destroy(&run->all_done);
+    pthread_mutex_destroy(&run->lock);
+    free(run);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_alone_matches_golden),
@@ -292,6 +405,7 @@ int main(void) {
         cmocka_unit_test(test_scheduler_batches),
         cmocka_unit_test(test_scheduler_queue_limit),
         cmocka_unit_test(test_scheduler_stop_drains),
+        cmocka_unit_test(test_scheduler_async),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

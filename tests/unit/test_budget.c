@@ -125,6 +125,80 @@ static void test_wait_then_refuse(void **state) {
     clef_budget_free(b);
 }
 
+typedef struct waiter_arg {
+    clef_budget *b;
+    size_t n;
+    long wait_ms;
+    int rc;
+} waiter_arg;
+
+static void *waiter_thread(void *arg) {
+    waiter_arg *w = arg;
+    w->rc = clef_budget_acquire(w->b, w->n, w->wait_ms, NULL);
+    return NULL;
+}
+
+/* try_acquire takes only what needs no wait and counts nothing else;
+ * acquire_until waits to an absolute deadline, quoting the caller's wait. */
+static void test_try_and_until(void **state) {
+    (void)state;
+    clef_budget *b = clef_budget_new("test", 100);
+    assert_int_equal(clef_budget_try_acquire(b, 0), 0);
+    assert_int_equal(clef_budget_try_acquire(b, 70), 0);
+    assert_int_equal(clef_budget_try_acquire(b, 40), -1); /* does not fit: nothing counted */
+    clef_budget_stats st = stats(b);
+    assert_int_equal(st.used, 70);
+    assert_int_equal(st.admitted, 1);
+    assert_int_equal(st.waited, 0);
+    assert_int_equal(st.refused, 0);
+    /* a deadline 200 ms ahead, quoted as a 2000 ms wait (begun elsewhere): refused at the deadline */
+    clef_err err;
+    double t0 = now_s();
+    assert_int_equal(clef_budget_acquire_until(b, 40, t0 + 0.2, 2000, &err), -1);
+    double waited = now_s() - t0;
+    assert_true(waited >= 0.19 && waited < 1.5);
+    assert_string_equal(err.message,
+                        "the test budget is full: 40 bytes are needed and 30 of its 100 bytes are free after waiting "
+                        "2000 ms; retry later");
+    st = stats(b);
+    assert_int_equal(st.waited, 1);
+    assert_int_equal(st.refused, 1);
+    /* a deadline already past: refused at once; one that fits is still admitted */
+    t0 = now_s();
+    assert_int_equal(clef_budget_acquire_until(b, 40, t0 - 1, 500, &err), -1);
+    assert_true(now_s() - t0 < 0.1);
+    assert_int_equal(clef_budget_acquire_until(b, 30, t0 - 1, 500, &err), 0);
+    /* admitted when room comes before the deadline */
+    clef_budget_release(b, 30);
+    release_later r = {b, 70, 100};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, release_thread, &r), 0);
+    t0 = now_s();
+    assert_int_equal(clef_budget_acquire_until(b, 90, t0 + 2, 2000, &err), 0);
+    waited = now_s() - t0;
+    pthread_join(t, NULL);
+    assert_true(waited >= 0.08 && waited < 1.9);
+    /* while a charge waits, try_acquire does not pass it, even if it would fit */
+    st = stats(b);
+    assert_int_equal(st.used, 90);
+    clef_budget_release(b, 90);
+    assert_int_equal(clef_budget_acquire(b, 60, 0, NULL), 0);
+    release_later r2 = {b, 60, 150};
+    assert_int_equal(pthread_create(&t, NULL, release_thread, &r2), 0);
+    waiter_arg w = {b, 50, 2000, -2};
+    pthread_t tw;
+    assert_int_equal(pthread_create(&tw, NULL, waiter_thread, &w), 0);
+    for (int i = 0; i < 1000 && stats(b).waiting == 0; i++) sleep_ms(1);
+    assert_int_equal(stats(b).waiting, 1);
+    assert_int_equal(clef_budget_try_acquire(b, 10), -1); /* 40 free, but the 50 waits first */
+    pthread_join(t, NULL);
+    pthread_join(tw, NULL);
+    assert_int_equal(w.rc, 0);
+    clef_budget_release(b, 50);
+    assert_int_equal(stats(b).used, 0);
+    clef_budget_free(b);
+}
+
 /* Larger than the capacity: admitted alone, refused while anything else
  * holds the budget, and nothing else is admitted while it holds it. */
 static void test_oversize(void **state) {
@@ -371,6 +445,7 @@ int main(void) {
         cmocka_unit_test(test_immediate),
         cmocka_unit_test(test_wait_then_succeed),
         cmocka_unit_test(test_wait_then_refuse),
+        cmocka_unit_test(test_try_and_until),
         cmocka_unit_test(test_oversize),
         cmocka_unit_test(test_first_come_first_served),
         cmocka_unit_test(test_concurrent),
