@@ -1,6 +1,7 @@
 /* cpu_attention.c — interleaved M-RoPE and attention over packed segments. */
 #include <math.h>
 #include <omp.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/cpu_internal.h"
@@ -186,7 +187,19 @@ static void attend_block(cpu_isa isa, const clef_attn_desc *a, const float *q, c
 /* One unit of attention work: a block of query rows of one head. */
 typedef struct attn_item {
     int64_t seg, head, i0, i1;
+    double cost; /* queries x keys it sees */
 } attn_item;
+
+/* Largest blocks first (a causal segment's last blocks see the most keys),
+ * ties in (segment, head, block) order: the dynamic schedule then ends on
+ * small blocks. */
+static int attn_item_cmp(const void *pa, const void *pb) {
+    const attn_item *a = pa, *b = pb;
+    if (a->cost != b->cost) return a->cost > b->cost ? -1 : 1;
+    if (a->seg != b->seg) return a->seg < b->seg ? -1 : 1;
+    if (a->head != b->head) return a->head < b->head ? -1 : 1;
+    return a->i0 < b->i0 ? -1 : a->i0 > b->i0;
+}
 
 int cpu_attention(clef_backend *be, const float *q, const float *k, const float *v, float *out,
                   const clef_attn_desc *a, clef_err *err) {
@@ -213,11 +226,14 @@ int cpu_attention(clef_backend *be, const float *q, const float *k, const float 
     if (!items || cpu_thread_scratch(c, s_floats + cpu_gemm_scratch_floats(c->isa), err) != 0) return -1;
     int64_t m = 0;
     for (int64_t s = 0; s < a->n_seg; s++) {
-        int64_t ql = a->q_off[s + 1] - a->q_off[s];
+        const int64_t ql = a->q_off[s + 1] - a->q_off[s], kl = a->kv_off[s + 1] - a->kv_off[s];
         for (int64_t h = 0; h < nh; h++)
-            for (int64_t i0 = 0; i0 < ql; i0 += ATTN_BLOCK)
-                items[m++] = (attn_item){s, h, i0, i0 + ATTN_BLOCK < ql ? i0 + ATTN_BLOCK : ql};
+            for (int64_t i0 = 0; i0 < ql; i0 += ATTN_BLOCK) {
+                const int64_t i1 = i0 + ATTN_BLOCK < ql ? i0 + ATTN_BLOCK : ql;
+                items[m++] = (attn_item){s, h, i0, i1, (double)(i1 - i0) * (double)(a->causal ? i1 : kl)};
+            }
     }
+    qsort(items, (size_t)n_items, sizeof *items, attn_item_cmp);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(c->n_threads) if (work > 1e5 && n_items > 1)
     for (int64_t i = 0; i < n_items; i++)
         attend_block(c->isa, a, q, k, v, out, items[i].seg, items[i].head, items[i].i0, items[i].i1,

@@ -44,7 +44,7 @@ int cpu_thread_scratch(cpu_ctx *c, size_t floats, clef_err *err);
 #define CPU_MM_ROWS_MAX 512
 /* Fewest rows a chunk is cut to when a product has too few panels to keep
  * every thread busy. */
-#define CPU_MM_ROWS_MIN 48
+#define CPU_MM_ROWS_MIN 32
 
 /* One product y[T, w.rows] (+bias) = x[T, w.cols] . W^T for the batched
  * matmul driver; y rows are `ldy` floats apart. */
