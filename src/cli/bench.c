@@ -30,7 +30,9 @@ static void bench_usage(FILE *f) {
             "  tokens (default 300), packs them into one forward (the engine's batch path), runs it\n"
             "  twice to warm up (CUDA: the second records the batch's CUDA graph) and --iters times\n"
             "  (default 5), and prints one \"key value\" line per figure: latency_ms_p50/p95/min/max\n"
-            "  per forward, tokens_per_s, ..., cuda_graphs_captured/_replayed/_failed (so far),\n"
+            "  per forward, cpu_ms_p50/min (the process's CPU time per forward: what other work on\n"
+            "  shared cores does not stretch), tokens_per_s, ..., cuda_graphs_captured/_replayed/_failed\n"
+            "  (so far),\n"
             "  peak_rss_mib last.\n"
             "  --runs 1x300,8x1000  several measurements on one loaded model (each block starts with\n"
             "                  \"run BxT\"); replaces --batch/--tokens\n"
@@ -376,28 +378,39 @@ static double make_jobs(clef_engine *e, const bench_run *r, clef_job *jobs) {
     return (clef_now() - t0) * 1e3 / (double)r->batch;
 }
 
-/* `warm` untimed forwards, then `iters` timed ones into ms[0..iters).
+/* CPU seconds of the process (all threads). */
+static double cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* `warm` untimed forwards, then `iters` timed ones into ms[0..iters) (wall)
+ * and, when cpu_ms is non-NULL, cpu_ms[0..iters) (the process's CPU time).
  * Returns 0 or 1 (printed). */
-static int run_forwards(clef_engine *e, const bench_run *r, size_t warm, size_t iters, clef_job *jobs, double *ms) {
+static int run_forwards(clef_engine *e, const bench_run *r, size_t warm, size_t iters, clef_job *jobs, double *ms,
+                        double *cpu_ms) {
     clef_job **ptrs = calloc(r->batch, sizeof *ptrs);
     clef_err *errs = calloc(r->batch, sizeof *errs);
     int rc = 0;
     for (size_t i = 0; i < r->batch; i++) ptrs[i] = &jobs[i];
     for (size_t it = 0; it < warm + iters && rc == 0; it++) {
-        double t0 = clef_now();
+        double t0 = clef_now(), c0 = cpu_now();
         if (clef_engine_run(e, ptrs, r->batch, errs) != 0) {
             for (size_t i = 0; i < r->batch; i++)
                 if (errs[i].status) fprintf(stderr, "clef bench: record %zu: %s\n", i, errs[i].message);
             rc = 1;
         }
         if (it >= warm) ms[it - warm] = (clef_now() - t0) * 1e3;
+        if (it >= warm && cpu_ms) cpu_ms[it - warm] = (cpu_now() - c0) * 1e3;
     }
     free(ptrs);
     free(errs);
     return rc;
 }
 
-static void print_run(const bench_run *r, size_t iters, const clef_job *jobs, double encode_ms, double *ms) {
+static void print_run(const bench_run *r, size_t iters, const clef_job *jobs, double encode_ms, double *ms,
+                      double *cpu_ms) {
     size_t tokens = 0;
     for (size_t i = 0; i < r->batch; i++) tokens += jobs[i].rec.n_ids;
     qsort(ms, iters, sizeof *ms, cmp_double);
@@ -414,6 +427,11 @@ static void print_run(const bench_run *r, size_t iters, const clef_job *jobs, do
     printf("latency_ms_min %.3f\n", ms[0]);
     printf("latency_ms_max %.3f\n", ms[iters - 1]);
     printf("latency_ms_mean %.3f\n", sum / (double)iters);
+    /* CPU time: what other work on shared cores does not stretch (idle
+     * OpenMP threads that spin count in it: OMP_WAIT_POLICY=passive) */
+    qsort(cpu_ms, iters, sizeof *cpu_ms, cmp_double);
+    printf("cpu_ms_p50 %.3f\n", percentile(cpu_ms, iters, 50));
+    printf("cpu_ms_min %.3f\n", cpu_ms[0]);
     printf("tokens_per_s %.0f\n", (double)tokens / (p50 / 1e3));
     printf("records_per_s %.2f\n", (double)r->batch / (p50 / 1e3));
     fflush(stdout);
@@ -432,7 +450,7 @@ static int gpu_report(clef_engine *e, const bench_run *r, clef_job *jobs, double
     if (!profile) return 0;
     clef_cuda_profile_dump(be, NULL);
     clef_cuda_set_profile(be, 1);
-    int rc = run_forwards(e, r, 1, 2, jobs, ms); /* a warm-up and 2 timed: 3 forwards profiled */
+    int rc = run_forwards(e, r, 1, 2, jobs, ms, NULL); /* a warm-up and 2 timed: 3 forwards profiled */
     printf("profile %zux%zu (3 forwards, GPU time per op)\n", r->batch, r->tokens);
     clef_cuda_profile_dump(be, stdout);
     clef_cuda_set_profile(be, 0);
@@ -443,15 +461,16 @@ static int gpu_report(clef_engine *e, const bench_run *r, clef_job *jobs, double
 /* One run: encode, warm up, time, print.  Returns 0 or 1. */
 static int bench_one(clef_engine *e, const bench_run *r, size_t iters, int profile) {
     clef_job *jobs = calloc(r->batch, sizeof *jobs);
-    double *ms = calloc(iters < 2 ? 2 : iters, sizeof *ms);
+    double *ms = calloc(iters < 2 ? 2 : iters, sizeof *ms), *cpu_ms = calloc(iters, sizeof *cpu_ms);
     double encode_ms = make_jobs(e, r, jobs);
     /* two warm-ups: the first fixes kernels and scratch, the second records the CUDA graph */
-    int rc = encode_ms < 0 ? 1 : run_forwards(e, r, 2, iters, jobs, ms);
-    if (rc == 0) print_run(r, iters, jobs, encode_ms, ms);
+    int rc = encode_ms < 0 ? 1 : run_forwards(e, r, 2, iters, jobs, ms, cpu_ms);
+    if (rc == 0) print_run(r, iters, jobs, encode_ms, ms, cpu_ms);
     if (rc == 0) rc = gpu_report(e, r, jobs, ms, profile);
     for (size_t i = 0; i < r->batch; i++) clef_job_free(&jobs[i]);
     free(jobs);
     free(ms);
+    free(cpu_ms);
     return rc;
 }
 

@@ -348,44 +348,43 @@ int clef_qweight_bind(const clef_checkpoint *ck, const clef_quant_config *qc, co
 
 /* ---- decoding ---- */
 
-static void rows_nvfp4(const clef_qweight *w, int64_t r0, int64_t r1, float *dst) {
+/* Every decoder writes rows [r0, r1) x columns [c0, c1) of W at dst, row
+ * r - r0 at dst + (r - r0) * ld; each element is its format's formula,
+ * so any tile of W holds the values of the whole-row decode. */
+
+static void tile_nvfp4(const clef_qweight *w, int64_t r0, int64_t r1, int64_t c0, int64_t c1, float *dst,
+                       int64_t ld) {
     const int64_t C = w->cols, half = C / 2, ng = C / 16;
     const uint8_t *pk = w->data, *sc = w->quant.scale;
     const float g = w->quant.global;
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *prow = pk + r * half, *srow = sc + r * ng;
-        float *d = dst + (r - r0) * C;
-        for (int64_t j = 0; j < ng; j++) {
+        float *d = dst + (r - r0) * ld - c0;
+        for (int64_t j = c0 / 16; j * 16 < c1; j++) {
             const float s = clef_fp8_e4m3_values[srow[j]];
-            const uint8_t *p8 = prow + j * 8;
-            float *o = d + j * 16;
-            if (w->quant.global_div) {
-                for (int k = 0; k < 8; k++) {
-                    o[2 * k] = (clef_fp4_e2m1_values[p8[k] & 15] * s) / g;
-                    o[2 * k + 1] = (clef_fp4_e2m1_values[p8[k] >> 4] * s) / g;
-                }
-            } else {
-                for (int k = 0; k < 8; k++) {
-                    o[2 * k] = (clef_fp4_e2m1_values[p8[k] & 15] * s) * g;
-                    o[2 * k + 1] = (clef_fp4_e2m1_values[p8[k] >> 4] * s) * g;
-                }
-            }
+            const int64_t a = j * 16 > c0 ? j * 16 : c0, b = j * 16 + 16 < c1 ? j * 16 + 16 : c1;
+            if (w->quant.global_div)
+                for (int64_t c = a; c < b; c++)
+                    d[c] = (clef_fp4_e2m1_values[(prow[c / 2] >> (4 * (c & 1))) & 15] * s) / g;
+            else
+                for (int64_t c = a; c < b; c++)
+                    d[c] = (clef_fp4_e2m1_values[(prow[c / 2] >> (4 * (c & 1))) & 15] * s) * g;
         }
     }
 }
 
-static void rows_fp8(const clef_qweight *w, int64_t r0, int64_t r1, float *dst) {
+static void tile_fp8(const clef_qweight *w, int64_t r0, int64_t r1, int64_t c0, int64_t c1, float *dst, int64_t ld) {
     const int64_t C = w->cols, bc = w->quant.block_c, br = w->quant.block_r, nbc = (C + bc - 1) / bc;
     const uint8_t *q = w->data;
     const char *sc = w->quant.scale;
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *qrow = q + r * C;
-        float *d = dst + (r - r0) * C;
-        for (int64_t b = 0; b < nbc; b++) {
+        float *d = dst + (r - r0) * ld - c0;
+        for (int64_t b = c0 / bc; b * bc < c1; b++) {
             float s;
             memcpy(&s, sc + 4 * ((r / br) * nbc + b), 4);
-            int64_t c1 = (b + 1) * bc < C ? (b + 1) * bc : C;
-            for (int64_t c = b * bc; c < c1; c++) d[c] = clef_fp8_e4m3_values[qrow[c]] * s;
+            const int64_t a = b * bc > c0 ? b * bc : c0, e = (b + 1) * bc < c1 ? (b + 1) * bc : c1;
+            for (int64_t c = a; c < e; c++) d[c] = clef_fp8_e4m3_values[qrow[c]] * s;
         }
     }
 }
@@ -393,16 +392,17 @@ static void rows_fp8(const clef_qweight *w, int64_t r0, int64_t r1, float *dst) 
 /* qweight is [in/8, out] u32: the 8 nibbles of qweight[k/8, n] are inputs
  * k..k+7 of output n, so a block of output rows reads contiguous words.
  * Scales (and zeros) are decoded once per group and row block (G % 8 == 0,
- * checked at bind). */
-static void rows_int4(const clef_qweight *w, int64_t r0, int64_t r1, float *dst) {
+ * checked at bind).  c0 and c1 are multiples of 8 (so is every INT4 width). */
+static void tile_int4(const clef_qweight *w, int64_t r0, int64_t r1, int64_t c0, int64_t c1, float *dst,
+                      int64_t ld) {
     enum { RB = 64 };
-    const int64_t C = w->cols, R = w->rows, G = w->quant.group;
+    const int64_t R = w->rows, G = w->quant.group;
     const char *qw = w->data, *sc = w->quant.scale, *zs = w->quant.zeros;
     float s[RB];
     int z[RB];
     for (int64_t b0 = r0; b0 < r1; b0 += RB) {
         const int64_t b1 = b0 + RB < r1 ? b0 + RB : r1;
-        for (int64_t g = 0; g < C / G; g++) {
+        for (int64_t g = c0 / G; g * G < c1; g++) {
             for (int64_t n = b0; n < b1; n++) {
                 uint16_t h;
                 memcpy(&h, sc + 2 * (g * R + n), 2);
@@ -414,11 +414,12 @@ static void rows_int4(const clef_qweight *w, int64_t r0, int64_t r1, float *dst)
                     z[n - b0] = (int)((zw >> (4 * (n % 8))) & 15u) + 1; /* v1 asymmetric: nibble + 1 */
                 }
             }
-            for (int64_t kp = g * G / 8; kp < (g + 1) * G / 8; kp++) {
+            const int64_t kp0 = (g * G > c0 ? g * G : c0) / 8, kp1 = ((g + 1) * G < c1 ? (g + 1) * G : c1) / 8;
+            for (int64_t kp = kp0; kp < kp1; kp++) {
                 for (int64_t n = b0; n < b1; n++) {
                     uint32_t word;
                     memcpy(&word, qw + 4 * (kp * R + n), 4);
-                    float *d = dst + (n - r0) * C + kp * 8;
+                    float *d = dst + (n - r0) * ld + kp * 8 - c0;
                     for (int j = 0; j < 8; j++) d[j] = s[n - b0] * (float)((int)((word >> (4 * j)) & 15u) - z[n - b0]);
                 }
             }
@@ -426,16 +427,23 @@ static void rows_int4(const clef_qweight *w, int64_t r0, int64_t r1, float *dst)
     }
 }
 
-void clef_qweight_rows_f32(const clef_qweight *w, int64_t r0, int64_t r1, float *dst) {
+void clef_qweight_tile_f32(const clef_qweight *w, int64_t r0, int64_t r1, int64_t c0, int64_t c1, float *dst,
+                           int64_t ld) {
+    if (r1 <= r0 || c1 <= c0) return;
     switch (w->quant.type) {
-    case CLEF_QT_NVFP4: rows_nvfp4(w, r0, r1, dst); return;
-    case CLEF_QT_FP8_BLOCK: rows_fp8(w, r0, r1, dst); return;
-    case CLEF_QT_INT4_GPTQ: rows_int4(w, r0, r1, dst); return;
+    case CLEF_QT_NVFP4: tile_nvfp4(w, r0, r1, c0, c1, dst, ld); return;
+    case CLEF_QT_FP8_BLOCK: tile_fp8(w, r0, r1, c0, c1, dst, ld); return;
+    case CLEF_QT_INT4_GPTQ: tile_int4(w, r0, r1, c0, c1, dst, ld); return;
     default: break;
     }
-    size_t es = clef_dtype_size(w->dtype);
-    clef_to_f32(w->dtype, (const char *)w->data + (size_t)r0 * (size_t)w->cols * es, dst,
-                (size_t)(r1 - r0) * (size_t)w->cols);
+    const size_t es = clef_dtype_size(w->dtype);
+    for (int64_t r = r0; r < r1; r++)
+        clef_to_f32(w->dtype, (const char *)w->data + ((size_t)r * (size_t)w->cols + (size_t)c0) * es,
+                    dst + (r - r0) * ld, (size_t)(c1 - c0));
+}
+
+void clef_qweight_rows_f32(const clef_qweight *w, int64_t r0, int64_t r1, float *dst) {
+    clef_qweight_tile_f32(w, r0, r1, 0, w->cols, dst, w->cols);
 }
 
 size_t clef_qweight_bytes(const clef_qweight *w) {

@@ -90,6 +90,14 @@ int clef_qweight_bind(const struct clef_checkpoint *ck, const clef_quant_config 
  * <= rows; the caller checks. */
 void clef_qweight_rows_f32(const clef_qweight *w, int64_t r0, int64_t r1, float *dst);
 
+/* The tile rows [r0, r1) x columns [c0, c1) of W decoded to f32: row r at
+ * dst + (r - r0) * ld floats (ld >= c1 - c0), each element bitwise what
+ * clef_qweight_rows_f32 gives for it.  0 <= r0 <= r1 <= rows, 0 <= c0 <=
+ * c1 <= cols; for INT4, c0 and c1 multiples of 8.  The caller checks.  The
+ * CPU backend's GEMM decodes a weight a cache-sized tile at a time with it. */
+void clef_qweight_tile_f32(const clef_qweight *w, int64_t r0, int64_t r1, int64_t c0, int64_t c1, float *dst,
+                           int64_t ld);
+
 /* Bytes the weight occupies in memory: data plus scales (and zeros). */
 size_t clef_qweight_bytes(const clef_qweight *w);
 

@@ -1,6 +1,7 @@
-/* cpu.h — the reference CPU backend: f32 compute, OpenBLAS sgemm for weight
- * products (weights converted to f32 in row blocks, never whole), OpenMP
- * threads for everything else.
+/* cpu.h — the reference CPU backend: f32 compute, its own blocked GEMM for
+ * weight products and attention (cpu_gemm.h: AVX-512 / AVX2+FMA / plain C
+ * kernels picked at run time, bitwise the same; weights decoded a tile at a
+ * time, never whole), OpenMP threads for everything.
  */
 #ifndef CLEF_BACKEND_CPU_CPU_H
 #define CLEF_BACKEND_CPU_CPU_H
@@ -12,9 +13,7 @@
 #define CLEF_CPU_MAX_THREADS 1024
 
 /* A CPU backend using `n_threads` OpenMP threads (<= 0: all cores, or
- * OMP_NUM_THREADS when that is set).  Sets
- * OpenBLAS to one thread per call (the backend parallelises around it, which
- * keeps every product's reduction order fixed).  Release with
+ * OMP_NUM_THREADS when that is set).  Release with
  * be->ops->destroy(be).  Returns NULL + err (500) on allocation failure, or
  * when more than CLEF_CPU_MAX_THREADS threads are asked for (directly or
  * through OMP_NUM_THREADS). */

@@ -1,8 +1,7 @@
 /* cpu_attention.c — interleaved M-RoPE and attention over packed segments. */
-#include <cblas.h>
-#undef I /* openblas_config.h pulls in complex.h */
 #include <math.h>
 #include <omp.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/cpu_internal.h"
@@ -157,35 +156,50 @@ static float exp_shift_sum(float *x, int64_t n, float mx) {
 
 /* Rows [i0, i1) of segment s, query head h: S = (Q K^T) * scale over the keys
  * the block may see, masked softmax per row in f32 (keys after the query get
- * probability 0), then O = P V.  Both products go to OpenBLAS sgemm with
- * shapes that depend only on the segment (its length and the block index),
- * never on the rows packed around it, so a record's attention is bitwise the
- * same alone or packed.  S: scratch [ATTN_BLOCK, keys]. */
-static void attend_block(const clef_attn_desc *a, const float *q, const float *k, const float *v, float *out,
-                         int64_t s, int64_t h, int64_t i0, int64_t i1, float *S) {
+ * probability 0), then O = P V.  Both products are cpu_gemm_cols's fixed
+ * chains (the keys read in place as rows, the values as k-major panels), and
+ * the block's keys depend only on the segment (its length and the block
+ * index), never on the rows packed around it, so a record's attention is
+ * bitwise the same alone or packed.  S: scratch [ATTN_BLOCK, keys]; gs: the
+ * GEMM's scratch. */
+static void attend_block(cpu_isa isa, const clef_attn_desc *a, const float *q, const float *k, const float *v,
+                         float *out, int64_t s, int64_t h, int64_t i0, int64_t i1, float *S, float *gs) {
     const int64_t D = a->head_dim, hk = h / (a->n_q_heads / a->n_kv_heads);
     const int64_t q0 = a->q_off[s], kv0 = a->kv_off[s], len = a->kv_off[s + 1] - kv0;
     const int64_t M = i1 - i0, nk = a->causal ? i1 : len;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)nk, (int)D, a->scale,
-                q + (q0 + i0) * a->q_stride + h * D, (int)a->q_stride, k + kv0 * a->k_stride + hk * D,
-                (int)a->k_stride, 0.0f, S, (int)nk);
+    const cpu_gemm_b kb = {.kind = CPU_B_NK, .m = k + kv0 * a->k_stride + hk * D, .ld = a->k_stride, .N = nk, .K = D};
+    const float *qa = q + (q0 + i0) * a->q_stride + h * D;
+    cpu_gemm_cols(isa, qa, a->q_stride, M, &kb, 0, nk, NULL, S, nk, gs);
     for (int64_t r = 0; r < M; r++) {
         float *sr = S + r * nk;
         const int64_t n = a->causal ? i0 + r + 1 : nk;
+        for (int64_t j = 0; j < n; j++) sr[j] *= a->scale;
         const float mx = row_max(sr, n);
         const float inv = 1.0f / exp_shift_sum(sr, n, mx);
         for (int64_t j = 0; j < n; j++) sr[j] *= inv;
         for (int64_t j = n; j < nk; j++) sr[j] = 0.0f;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)D, (int)nk, 1.0f, S, (int)nk,
-                v + kv0 * a->v_stride + hk * D, (int)a->v_stride, 0.0f, out + (q0 + i0) * a->o_stride + h * D,
-                (int)a->o_stride);
+    const cpu_gemm_b vb = {.kind = CPU_B_KN, .m = v + kv0 * a->v_stride + hk * D, .ld = a->v_stride, .N = D, .K = nk};
+    float *o = out + (q0 + i0) * a->o_stride + h * D;
+    cpu_gemm_cols(isa, S, nk, M, &vb, 0, D, NULL, o, a->o_stride, gs);
 }
 
 /* One unit of attention work: a block of query rows of one head. */
 typedef struct attn_item {
     int64_t seg, head, i0, i1;
+    double cost; /* queries x keys it sees */
 } attn_item;
+
+/* Largest blocks first (a causal segment's last blocks see the most keys),
+ * ties in (segment, head, block) order: the dynamic schedule then ends on
+ * small blocks. */
+static int attn_item_cmp(const void *pa, const void *pb) {
+    const attn_item *a = pa, *b = pb;
+    if (a->cost != b->cost) return a->cost > b->cost ? -1 : 1;
+    if (a->seg != b->seg) return a->seg < b->seg ? -1 : 1;
+    if (a->head != b->head) return a->head < b->head ? -1 : 1;
+    return a->i0 < b->i0 ? -1 : a->i0 > b->i0;
+}
 
 int cpu_attention(clef_backend *be, const float *q, const float *k, const float *v, float *out,
                   const clef_attn_desc *a, clef_err *err) {
@@ -208,17 +222,21 @@ int cpu_attention(clef_backend *be, const float *q, const float *k, const float 
     }
     if (n_items == 0) return 0;
     attn_item *items = cpu_slot(c, CPU_SLOT_ATTN, (size_t)n_items * sizeof *items, err);
-    if (!items || cpu_thread_scratch(c, (size_t)(ATTN_BLOCK * kvmax), err) != 0) return -1;
+    const size_t s_floats = ((size_t)(ATTN_BLOCK * kvmax) + 15) & ~(size_t)15; /* the GEMM scratch stays aligned */
+    if (!items || cpu_thread_scratch(c, s_floats + cpu_gemm_scratch_floats(c->isa), err) != 0) return -1;
     int64_t m = 0;
     for (int64_t s = 0; s < a->n_seg; s++) {
-        int64_t ql = a->q_off[s + 1] - a->q_off[s];
+        const int64_t ql = a->q_off[s + 1] - a->q_off[s], kl = a->kv_off[s + 1] - a->kv_off[s];
         for (int64_t h = 0; h < nh; h++)
-            for (int64_t i0 = 0; i0 < ql; i0 += ATTN_BLOCK)
-                items[m++] = (attn_item){s, h, i0, i0 + ATTN_BLOCK < ql ? i0 + ATTN_BLOCK : ql};
+            for (int64_t i0 = 0; i0 < ql; i0 += ATTN_BLOCK) {
+                const int64_t i1 = i0 + ATTN_BLOCK < ql ? i0 + ATTN_BLOCK : ql;
+                items[m++] = (attn_item){s, h, i0, i1, (double)(i1 - i0) * (double)(a->causal ? i1 : kl)};
+            }
     }
+    qsort(items, (size_t)n_items, sizeof *items, attn_item_cmp);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(c->n_threads) if (work > 1e5 && n_items > 1)
     for (int64_t i = 0; i < n_items; i++)
-        attend_block(a, q, k, v, out, items[i].seg, items[i].head, items[i].i0, items[i].i1,
-                     c->thread_buf[omp_get_thread_num()]);
+        attend_block(c->isa, a, q, k, v, out, items[i].seg, items[i].head, items[i].i0, items[i].i1,
+                     c->thread_buf[omp_get_thread_num()], c->thread_buf[omp_get_thread_num()] + s_floats);
     return 0;
 }

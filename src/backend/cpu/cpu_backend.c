@@ -1,7 +1,6 @@
 /* cpu_backend.c — the CPU backend's op table, memory and scratch. */
 #include "backend/cpu/cpu.h"
 
-#include <cblas.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,9 +138,6 @@ clef_backend *clef_backend_cpu_create(int n_threads, clef_err *err) {
                   asked <= 0 ? " (OMP_NUM_THREADS)" : "", CLEF_CPU_MAX_THREADS);
         return NULL;
     }
-    /* One BLAS thread per call: we split the work ourselves, so OpenBLAS never
-     * changes a product's blocking with the machine's load or core count. */
-    openblas_set_num_threads(1);
     clef_backend *be = calloc(1, sizeof *be);
     cpu_ctx *c = calloc(1, sizeof *c);
     float **bufs = calloc((size_t)n_threads, sizeof *bufs);
@@ -153,6 +149,7 @@ clef_backend *clef_backend_cpu_create(int n_threads, clef_err *err) {
         return NULL;
     }
     c->n_threads = n_threads;
+    c->isa = cpu_isa_best(); /* every variant gives the same bits: this only picks the fastest */
     c->thread_buf = bufs;
     be->ops = &cpu_ops;
     be->ctx = c;

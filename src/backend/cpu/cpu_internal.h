@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_gemm.h"
 
 /* Scratch slots kept by the backend and grown on demand (no per-op malloc in
  * steady state).  Each op owns its slots; ops never run concurrently on one
@@ -20,6 +21,7 @@ enum cpu_slot {
 
 typedef struct cpu_ctx {
     int n_threads;
+    cpu_isa isa;           /* GEMM kernels (cpu_gemm.h): the best this processor runs, set at create */
     float **thread_buf;    /* [n_threads] per-thread scratch */
     size_t thread_floats;  /* capacity of each thread_buf, floats */
     void *slot[CPU_SLOT_COUNT];
@@ -34,11 +36,15 @@ void *cpu_slot(cpu_ctx *c, int s, size_t bytes, clef_err *err);
 /* Make every thread's buffer hold at least `floats` floats. */
 int cpu_thread_scratch(cpu_ctx *c, size_t floats, clef_err *err);
 
-/* Weight rows converted to f32 at a time (32 x 2048 floats = 256 KiB stays in
- * L2 while every token of the chunk is multiplied by it). */
-#define CPU_MM_BLOCK 32
-/* Token rows per matmul work item. */
-#define CPU_MM_CHUNK 256
+/* Most column panels one matmul work item covers (consecutive panels let
+ * the GEMM prefetch the next one's weight rows while it works on one). */
+#define CPU_MM_PANELS_MAX 8
+/* Most rows of A one matmul work item multiplies (a larger product is cut
+ * into row chunks; where the cut falls never changes a value). */
+#define CPU_MM_ROWS_MAX 512
+/* Fewest rows a chunk is cut to when a product has too few panels to keep
+ * every thread busy. */
+#define CPU_MM_ROWS_MIN 32
 
 /* One product y[T, w.rows] (+bias) = x[T, w.cols] . W^T for the batched
  * matmul driver; y rows are `ldy` floats apart. */
@@ -51,7 +57,10 @@ typedef struct cpu_mm_job {
     int64_t ldy;
 } cpu_mm_job;
 
-/* Run `n` products in parallel over (job, weight block, token chunk). */
+/* Run `n` products in parallel over (job, column panel, row chunk), the
+ * largest items first: every output element is cpu_gemm_cols's chain, so
+ * the split (which depends on the thread count and the other jobs) never
+ * changes a value. */
 int cpu_mm_run(cpu_ctx *c, const cpu_mm_job *jobs, int64_t n, clef_err *err);
 
 /* Whether the CPU backend can multiply by this weight dtype. */

@@ -1,11 +1,11 @@
 /* cpu_matmul.c — weight products on the CPU: the batched matmul driver
- * (weight row blocks converted to f32 in per-thread scratch, OpenBLAS sgemv
- * per token), embedding gather, router top-k and the grouped MoE expert
- * block. */
-#include <cblas.h>
-#undef I /* openblas_config.h pulls in complex.h */
+ * (column panels x row chunks of every product on the OpenMP threads, each
+ * range by cpu_gemm_cols: the weight decoded a tile at a time, once per
+ * item, never per token), embedding gather, router top-k and the grouped
+ * MoE expert block. */
 #include <math.h>
 #include <omp.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/cpu_internal.h"
@@ -28,86 +28,102 @@ void cpu_weight_rows_f32(const clef_weight *w, int64_t r0, int64_t r1, float *ds
     }
 }
 
-/* One unit of parallel work: weight rows [block*BLOCK, ...) of job `job`
- * against token rows [t0, t0 + CHUNK). */
+/* One unit of parallel work: output columns [n0, n1) of job `job` (whole
+ * panels but the weight's last) for its rows [m0, m1). */
 typedef struct mm_item {
     int64_t job;
-    int64_t block;
-    int64_t t0;
+    int64_t n0, n1;
+    int64_t m0, m1;
+    double cost; /* multiply-adds, for the largest-first order */
 } mm_item;
 
-/* Rows [t0, t1) of job j against the converted weight rows wf[nb, K]: one
- * sgemv per token.  Why not sgemm: OpenBLAS's sgemm kernels round a row
- * differently depending on its position inside the M tile (measured on Zen:
- * positions 6-11 of every 12 differ from 0-5), so a token's result would
- * depend on the tokens packed before it.  A per-token sgemv on a weight block
- * kept in cache has one shape per weight block, hence one rounding per
- * token, at ~60% of sgemm's speed.  The token row is copied to an aligned
- * buffer first so the kernel's alignment peeling never varies either. */
-static void mm_rows(const cpu_mm_job *j, const float *wf, int64_t n0, int64_t nb, int64_t t0, int64_t t1,
-                    float *xbuf, float *ybuf) {
-    const int64_t K = j->w->cols;
-    for (int64_t t = t0; t < t1; t++) {
-        memcpy(xbuf, j->x + t * K, (size_t)K * sizeof(float));
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)nb, (int)K, 1.0f, wf, (int)K, xbuf, 1, 0.0f, ybuf, 1);
-        float *yr = j->y + t * j->ldy + n0;
-        if (j->bias)
-            for (int64_t n = 0; n < nb; n++) yr[n] = ybuf[n] + j->bias[n0 + n];
-        else
-            memcpy(yr, ybuf, (size_t)nb * sizeof(float));
-    }
+/* Largest items first (ties: job, then column, then row order), so the
+ * dynamic schedule does not end on one big expert. */
+static int item_cmp(const void *pa, const void *pb) {
+    const mm_item *a = pa, *b = pb;
+    if (a->cost != b->cost) return a->cost > b->cost ? -1 : 1;
+    if (a->job != b->job) return a->job < b->job ? -1 : 1;
+    if (a->n0 != b->n0) return a->n0 < b->n0 ? -1 : 1;
+    return a->m0 < b->m0 ? -1 : a->m0 > b->m0;
 }
 
-/* Round a float count up to a whole number of 64-byte lines. */
-static size_t line_floats(size_t n) { return (n + 15) & ~(size_t)15; }
-
-static void mm_item_run(const cpu_mm_job *j, const mm_item *it, float *buf) {
-    const int64_t K = j->w->cols;
-    const int64_t n0 = it->block * CPU_MM_BLOCK;
-    const int64_t nb = j->w->rows - n0 < CPU_MM_BLOCK ? j->w->rows - n0 : CPU_MM_BLOCK;
-    float *wbuf = buf;
-    float *xbuf = wbuf + line_floats((size_t)(CPU_MM_BLOCK * K));
-    float *ybuf = xbuf + line_floats((size_t)K);
-    const float *wf;
-    if (j->w->dtype == CLEF_DT_F32 && ((uintptr_t)j->w->data & 63) == 0 && (K & 15) == 0) {
-        wf = (const float *)j->w->data + n0 * K;
-    } else {
-        cpu_weight_rows_f32(j->w, n0, n0 + nb, wbuf);
-        wf = wbuf;
+/* Row chunk of a job when the run has `col_items` column ranges in all:
+ * whole (up to CPU_MM_ROWS_MAX rows) when there are enough for 4 items per
+ * thread, else cut so there are. */
+static int64_t rows_per_item(int64_t T, int64_t col_items, int n_threads) {
+    int64_t chunks = (T + CPU_MM_ROWS_MAX - 1) / CPU_MM_ROWS_MAX;
+    const int64_t want = 4 * (int64_t)n_threads;
+    if (col_items * chunks < want) {
+        int64_t more = (want + col_items - 1) / col_items, cap = T / CPU_MM_ROWS_MIN;
+        if (more > cap) more = cap;
+        if (more > chunks) chunks = more;
     }
-    int64_t t1 = it->t0 + CPU_MM_CHUNK < j->T ? it->t0 + CPU_MM_CHUNK : j->T;
-    mm_rows(j, wf, n0, nb, it->t0, t1, xbuf, ybuf);
+    if (chunks < 1) chunks = 1;
+    return (T + chunks - 1) / chunks;
 }
+
+/* Column ranges of a weight of `panels` panels at `per` panels each (the
+ * ranges as even as whole panels allow). */
+static int64_t col_ranges(int64_t panels, int64_t per) { return (panels + per - 1) / per; }
 
 int cpu_mm_run(cpu_ctx *c, const cpu_mm_job *jobs, int64_t n, clef_err *err) {
-    int64_t n_items = 0, kmax = 0;
+    const int64_t NR = cpu_gemm_nr(c->isa);
+    int64_t total_panels = 0;
     double work = 0; /* multiply-adds: below ~1e5 threads cost more than they save */
     for (int64_t i = 0; i < n; i++) {
         const cpu_mm_job *j = &jobs[i];
         if (j->w->quant.type == CLEF_QT_NONE && !cpu_weight_dtype_ok(j->w->dtype))
             return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CPU matmul: weight dtype %s is not supported",
                              clef_dtype_name(j->w->dtype));
+        if (j->w->quant.type == CLEF_QT_INT4_GPTQ && j->w->cols % 8)
+            return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CPU matmul: INT4 weight of width %lld",
+                             (long long)j->w->cols);
         if (j->T <= 0 || j->w->rows <= 0) continue;
-        if (j->w->cols > INT32_MAX / CPU_MM_BLOCK || j->ldy > INT32_MAX)
-            return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CPU matmul: weight too wide");
-        n_items += ((j->w->rows + CPU_MM_BLOCK - 1) / CPU_MM_BLOCK) * ((j->T + CPU_MM_CHUNK - 1) / CPU_MM_CHUNK);
-        if (j->w->cols > kmax) kmax = j->w->cols;
+        total_panels += (j->w->rows + NR - 1) / NR;
         work += (double)j->T * (double)j->w->rows * (double)j->w->cols;
     }
-    if (n_items == 0) return 0;
-    size_t per_thread = line_floats((size_t)(CPU_MM_BLOCK * kmax)) + line_floats((size_t)kmax) + CPU_MM_BLOCK;
-    if (cpu_thread_scratch(c, per_thread, err) != 0) return -1;
+    if (total_panels == 0) return 0;
+    /* panels per item: up to CPU_MM_PANELS_MAX while there are 4 per thread */
+    int64_t per = total_panels / (4 * (int64_t)c->n_threads);
+    per = per < 1 ? 1 : per > CPU_MM_PANELS_MAX ? CPU_MM_PANELS_MAX : per;
+    int64_t col_items = 0, n_items = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (jobs[i].T > 0 && jobs[i].w->rows > 0) col_items += col_ranges((jobs[i].w->rows + NR - 1) / NR, per);
+    for (int64_t i = 0; i < n; i++) {
+        const cpu_mm_job *j = &jobs[i];
+        if (j->T <= 0 || j->w->rows <= 0) continue;
+        const int64_t rc = rows_per_item(j->T, col_items, c->n_threads);
+        n_items += col_ranges((j->w->rows + NR - 1) / NR, per) * ((j->T + rc - 1) / rc);
+    }
+    if (cpu_thread_scratch(c, cpu_gemm_scratch_floats(c->isa), err) != 0) return -1;
     mm_item *items = cpu_slot(c, CPU_SLOT_MM_ITEMS, (size_t)n_items * sizeof *items, err);
     if (!items) return -1;
     int64_t m = 0;
     for (int64_t i = 0; i < n; i++) {
         const cpu_mm_job *j = &jobs[i];
         if (j->T <= 0 || j->w->rows <= 0) continue;
-        for (int64_t b = 0; b * CPU_MM_BLOCK < j->w->rows; b++)
-            for (int64_t t0 = 0; t0 < j->T; t0 += CPU_MM_CHUNK) items[m++] = (mm_item){i, b, t0};
+        const int64_t rc = rows_per_item(j->T, col_items, c->n_threads), panels = (j->w->rows + NR - 1) / NR,
+                      nc = col_ranges(panels, per);
+        for (int64_t q = 0; q < nc; q++) {
+            const int64_t n0 = q * panels / nc * NR, n1 = (q + 1) * panels / nc * NR;
+            for (int64_t m0 = 0; m0 < j->T; m0 += rc) {
+                const int64_t m1 = m0 + rc < j->T ? m0 + rc : j->T;
+                const int64_t cols = (n1 < j->w->rows ? n1 : j->w->rows) - n0;
+                items[m++] = (mm_item){i, n0, n1, m0, m1, (double)(m1 - m0) * (double)cols * (double)j->w->cols};
+            }
+        }
     }
+    qsort(items, (size_t)n_items, sizeof *items, item_cmp);
+    const cpu_isa isa = c->isa;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(c->n_threads) if (work > 1e5 && n_items > 1)
-    for (int64_t i = 0; i < n_items; i++) mm_item_run(&jobs[items[i].job], &items[i], c->thread_buf[omp_get_thread_num()]);
+    for (int64_t i = 0; i < n_items; i++) {
+        const mm_item *it = &items[i];
+        const cpu_mm_job *j = &jobs[it->job];
+        const int64_t K = j->w->cols;
+        const cpu_gemm_b b = {.kind = CPU_B_WEIGHT, .w = j->w, .N = j->w->rows, .K = K};
+        cpu_gemm_cols(isa, j->x + it->m0 * K, K, it->m1 - it->m0, &b, it->n0, it->n1, j->bias, j->y + it->m0 * j->ldy,
+                      j->ldy, c->thread_buf[omp_get_thread_num()]);
+    }
     return 0;
 }
 
