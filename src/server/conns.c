@@ -31,20 +31,6 @@
  * not become a flood of log lines (the metrics count every one). */
 #define LOG_EVERY_S 10.0
 
-static void log_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void log_line(const char *fmt, ...) {
-    char line[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(line, sizeof line - 1, fmt, ap);
-    va_end(ap);
-    if (n < 0) return;
-    if ((size_t)n > sizeof line - 2) n = (int)sizeof line - 2;
-    line[n++] = '\n';
-    ssize_t w = write(STDERR_FILENO, line, (size_t)n);
-    (void)w;
-}
-
 void clef_conns_init(clef_server *s) {
     clef_conns *t = &s->conns;
     memset(t, 0, sizeof *t);
@@ -195,14 +181,14 @@ static void log_cuts(clef_conns *t, int body, double now, int force) {
     t->unlogged[body] = 0;
     t->logged_at[body] = now;
     if (!body) {
-        log_line("clef serve: closed %zu connection%s with no complete request head %.0f s after the connection or "
+        clef_server_say("clef serve: closed %zu connection%s with no complete request head %.0f s after the connection or "
                  "its previous answer (--header-timeout-s; idle keep-alive ones included; the first from %s)",
                  n, n == 1 ? "" : "s", t->header_timeout_s, t->unlogged_addr[0]);
         return;
     }
     char extra[96] = "";
     if (t->min_body_rate > 0) snprintf(extra, sizeof extra, " + 1 s per %.0f KiB received", t->min_body_rate / 1024);
-    log_line("clef serve: closed %zu connection%s whose request body was not complete %.0f s%s after its head "
+    clef_server_say("clef serve: closed %zu connection%s whose request body was not complete %.0f s%s after its head "
              "(--body-timeout-s, --min-body-rate-kb; the first from %s)",
              n, n == 1 ? "" : "s", t->body_timeout_s, extra, t->unlogged_addr[1]);
 }

@@ -20,8 +20,7 @@
 #include "server/server_internal.h"
 #include "util/timer.h"
 
-static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void say(const char *fmt, ...) {
+void clef_server_say(const char *fmt, ...) {
     char line[1024];
     va_list ap;
     va_start(ap, fmt);
@@ -45,7 +44,7 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
     size_t n = strlen(msg);
     while (n && msg[n - 1] == '\n') msg[--n] = '\0';
     if (strstr(msg, "when reading request due to the error: detected connection closure")) return;
-    say("clef serve: libmicrohttpd: %s", msg);
+    clef_server_say("clef serve: libmicrohttpd: %s", msg);
 }
 
 /* The name GET /v1/models lists: the name clients are served under, i.e.
@@ -81,7 +80,7 @@ static void release_date(const char *dir, char *out, size_t cap) {
     if (d && d->type == JSON_STRING && is_date(d->str, d->len) && d->len < cap)
         snprintf(out, cap, "%.*s", (int)d->len, d->str);
     else if (d && d->type != JSON_NULL)
-        say("clef serve: %s/config.json: release_date is not a YYYY-MM-DD string; /v1/models lists null", dir);
+        clef_server_say("clef serve: %s/config.json: release_date is not a YYYY-MM-DD string; /v1/models lists null", dir);
     json_free(root);
 }
 
@@ -141,7 +140,7 @@ static void *load_model(void *arg) {
         clef_cuda_describe(be, detail, sizeof detail);
         clef_metrics_set_device(s->metrics, clef_cuda_kernel_path(be), detail);
     }
-    say("clef serve: model loaded in %.2f s; ready", clef_engine_load_seconds(s->engine));
+    clef_server_say("clef serve: model loaded in %.2f s; ready", clef_engine_load_seconds(s->engine));
     atomic_store_explicit(&s->state, SERVER_READY, memory_order_release);
     return NULL;
 }
@@ -153,7 +152,7 @@ static struct MHD_Daemon *start_daemon(clef_server *s) {
     struct addrinfo *ai = NULL;
     int gai = getaddrinfo(s->opt.host, port, &hints, &ai);
     if (gai != 0 || !ai) {
-        say("clef serve: cannot resolve host '%s': %s", s->opt.host, gai_strerror(gai));
+        clef_server_say("clef serve: cannot resolve host '%s': %s", s->opt.host, gai_strerror(gai));
         return NULL;
     }
     /* The event loop: a few polling threads serve every connection (an idle
@@ -177,7 +176,7 @@ static struct MHD_Daemon *start_daemon(clef_server *s) {
                          MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
                          MHD_OPTION_END);
     freeaddrinfo(ai);
-    if (!d) say("clef serve: cannot listen on %s:%s", s->opt.host, port);
+    if (!d) clef_server_say("clef serve: cannot listen on %s:%s", s->opt.host, port);
     return d;
 }
 
@@ -213,11 +212,11 @@ static void install_signals(void) {
 static int wait_for_stop(clef_server *s) {
     for (;;) {
         if (stop_signal) {
-            say("clef serve: %s received; stopping", stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
+            clef_server_say("clef serve: %s received; stopping", stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
             return 0;
         }
         if (atomic_load_explicit(&s->state, memory_order_acquire) == SERVER_FAILED) {
-            say("clef serve: cannot load the model from %s%s: %s", s->opt.model_dir ? "" : "synthetic preset ",
+            clef_server_say("clef serve: cannot load the model from %s%s: %s", s->opt.model_dir ? "" : "synthetic preset ",
                 s->opt.model_dir ? s->opt.model_dir : s->opt.synthetic, s->load_err.message);
             return 1;
         }
@@ -240,8 +239,8 @@ static void drain(clef_server *s) {
         nanosleep(&ms10, NULL);
     }
     long left = atomic_load(&s->deciding), cut = atomic_load(&s->in_flight) - left;
-    if (left > 0) say("clef serve: %ld requests still in flight after %.0f s; closing them", left, s->opt.shutdown_grace_s);
-    if (cut > 0) say("clef serve: cutting %ld requests whose body had not arrived", cut);
+    if (left > 0) clef_server_say("clef serve: %ld requests still in flight after %.0f s; closing them", left, s->opt.shutdown_grace_s);
+    if (cut > 0) clef_server_say("clef serve: cutting %ld requests whose body had not arrived", cut);
 }
 
 /* Every suspended connection resumed before MHD_stop_daemon (libmicrohttpd
@@ -276,7 +275,7 @@ static void fit_connections(clef_server_options *o, size_t *open_limit) {
     if (!o->max_connections) {
         o->max_connections = allowed < CLEF_SERVER_AUTO_MAX_CONNECTIONS ? allowed : CLEF_SERVER_AUTO_MAX_CONNECTIONS;
     } else if (o->max_connections > allowed) {
-        say("clef serve: --max-connections %zu exceeds what the open-file limit (%llu) allows; using %zu",
+        clef_server_say("clef serve: --max-connections %zu exceeds what the open-file limit (%llu) allows; using %zu",
             o->max_connections, (unsigned long long)rl.rlim_cur, allowed);
         o->max_connections = allowed;
     }
@@ -347,6 +346,21 @@ static void close_budgets(clef_server *s) {
     clef_budget_free(s->body_budget);
 }
 
+/* Everything clef_server_run made, once no daemon serves (never started, or
+ * stopped): the sweeper, the worker queues (what they hold has run), the
+ * scheduler and engine (NULL until loaded), metrics, budgets, s itself.
+ * Every free below takes NULL. */
+static void free_server(clef_server *s) {
+    clef_conns_destroy(s);
+    clef_workq_free(s->deciders);
+    clef_workq_free(s->body_waiter);
+    clef_scheduler_free(s->sched);
+    clef_engine_close(s->engine);
+    clef_metrics_free(s->metrics);
+    close_budgets(s);
+    free(s);
+}
+
 int clef_server_run(const clef_server_options *opt) {
     clef_server *s = clef_xcalloc(1, sizeof *s);
     s->opt = *opt;
@@ -368,33 +382,23 @@ int clef_server_run(const clef_server_options *opt) {
     s->deciders = clef_workq_start("clef-decide", worker_count());
     s->body_waiter = clef_workq_start("clef-bodywait", 1);
     if (!s->deciders || !s->body_waiter || clef_conns_start_sweeper(s) != 0) {
-        say("clef serve: cannot start the worker threads");
-        clef_workq_free(s->deciders);
-        clef_workq_free(s->body_waiter);
-        clef_conns_destroy(s);
-        clef_metrics_free(s->metrics);
-        close_budgets(s);
-        free(s);
+        clef_server_say("clef serve: cannot start the worker threads");
+        free_server(s);
         return 1;
     }
     s->daemon = start_daemon(s);
     if (!s->daemon) {
-        clef_workq_free(s->deciders);
-        clef_workq_free(s->body_waiter);
-        clef_conns_destroy(s);
-        clef_metrics_free(s->metrics);
-        close_budgets(s);
-        free(s);
+        free_server(s);
         return 1;
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    say("clef serve: listening on http://%s%s%s:%u (model %s loading from %s%s)", strchr(s->opt.host, ':') ? "[" : "",
+    clef_server_say("clef serve: listening on http://%s%s%s:%u (model %s loading from %s%s)", strchr(s->opt.host, ':') ? "[" : "",
         s->opt.host, strchr(s->opt.host, ':') ? "]" : "", di ? di->port : s->opt.port, s->listed_name,
         s->opt.model_dir ? "" : "synthetic preset ", s->opt.model_dir ? s->opt.model_dir : s->opt.synthetic);
     char media[48], body[48];
     budget_text(s->opt.media_budget_bytes, media, sizeof media);
     budget_text(s->opt.body_budget_bytes, body, sizeof body);
-    say("clef serve: memory budgets: decoded media %s, request bodies %s (a request waits up to %ld ms for room)", media,
+    clef_server_say("clef serve: memory budgets: decoded media %s, request bodies %s (a request waits up to %ld ms for room)", media,
         body, s->opt.budget_wait_ms);
     char per_client[64], deadlines[200];
     if (s->opt.max_connections_per_client == CLEF_SERVER_NO_CAP)
@@ -402,12 +406,12 @@ int clef_server_run(const clef_server_options *opt) {
     else
         snprintf(per_client, sizeof per_client, "%zu per client address", s->opt.max_connections_per_client);
     deadline_text(&s->opt, deadlines, sizeof deadlines);
-    say("clef serve: connections: at most %zu served (up to %zu more answered 503), %s; %s; %u polling threads, %zu "
+    clef_server_say("clef serve: connections: at most %zu served (up to %zu more answered 503), %s; %s; %u polling threads, %zu "
         "workers",
         s->opt.max_connections, s->open_limit - s->opt.max_connections, per_client, deadlines,
         (unsigned)CLEF_SERVER_POLL_THREADS, clef_workq_threads(s->deciders));
     if (pthread_create(&s->loader, NULL, load_model, s) != 0) {
-        say("clef serve: cannot start the loader thread");
+        clef_server_say("clef serve: cannot start the loader thread");
         MHD_stop_daemon(s->daemon);
         return 1;
     }
@@ -417,7 +421,7 @@ int clef_server_run(const clef_server_options *opt) {
          * means nothing is queued, so leave without waiting for it. */
         atomic_store(&s->stopping, 1);
         MHD_stop_daemon(s->daemon);
-        say("clef serve: stopped while the model was loading");
+        clef_server_say("clef serve: stopped while the model was loading");
         _exit(0);
     }
     if (rc == 0) drain(s);
@@ -425,14 +429,7 @@ int clef_server_run(const clef_server_options *opt) {
     pthread_join(s->loader, NULL);
     settle(s);
     MHD_stop_daemon(s->daemon);
-    clef_conns_destroy(s);
-    clef_workq_free(s->deciders);
-    clef_workq_free(s->body_waiter);
-    clef_scheduler_free(s->sched);
-    clef_engine_close(s->engine);
-    clef_metrics_free(s->metrics);
-    close_budgets(s);
-    free(s);
-    if (rc == 0) say("clef serve: stopped");
+    free_server(s);
+    if (rc == 0) clef_server_say("clef serve: stopped");
     return rc;
 }

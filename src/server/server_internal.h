@@ -90,6 +90,11 @@ typedef struct clef_server {
     clef_workq *body_waiter;  /* one thread serving body-budget waits in arrival order */
 } clef_server;
 
+/* One line on stderr, "\n" added, written with a single write(2) so lines
+ * from the polling, worker and sweeper threads never interleave (longer
+ * than 1 KiB: cut).  server.c. */
+void clef_server_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* ---- conns.c ---------------------------------------------------------- */
 
 /* Settings from s->opt (limits, deadlines); the lists empty.  Call once. */
