@@ -31,19 +31,6 @@
 #include "rawhttp.h"
 #include "testutil.h"
 
-/* Under AddressSanitizer freed memory sits in its quarantine, so RSS is not
- * the server's working set: the bounds are printed, not asserted. */
-#if defined(__SANITIZE_ADDRESS__)
-#define RSS_BOUND_MEANINGFUL 0
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define RSS_BOUND_MEANINGFUL 0
-#endif
-#endif
-#ifndef RSS_BOUND_MEANINGFUL
-#define RSS_BOUND_MEANINGFUL 1
-#endif
-
 #define N_BOMBS 6
 #define BOMB_SIDE 4000
 #define MEDIA_BUDGET_MB 256

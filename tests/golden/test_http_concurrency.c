@@ -27,20 +27,6 @@
  * leaks are LeakSanitizer's to find in the sanitizer pass (hu_stop asserts
  * the server's clean exit). */
 #define RSS_GROWTH_LIMIT_KIB 8192
-/* Under AddressSanitizer freed memory sits in ASan's quarantine (up to
- * 256 MiB), so RSS keeps growing by design; there LeakSanitizer checks the
- * server for leaks at its exit instead (hu_stop asserts a clean exit). */
-#if defined(__SANITIZE_ADDRESS__)
-#define RSS_BOUND_MEANINGFUL 0
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define RSS_BOUND_MEANINGFUL 0
-#endif
-#endif
-#ifndef RSS_BOUND_MEANINGFUL
-#define RSS_BOUND_MEANINGFUL 1
-#endif
-
 typedef struct pool_entry {
     char *body;
     size_t len;

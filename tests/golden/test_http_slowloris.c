@@ -24,19 +24,6 @@
 #include "rawhttp.h"
 #include "testutil.h"
 
-/* Under AddressSanitizer RSS counts the shadow and quarantine: the memory
- * bound is printed, not asserted (the thread count still is). */
-#if defined(__SANITIZE_ADDRESS__)
-#define RSS_BOUND_MEANINGFUL 0
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define RSS_BOUND_MEANINGFUL 0
-#endif
-#endif
-#ifndef RSS_BOUND_MEANINGFUL
-#define RSS_BOUND_MEANINGFUL 1
-#endif
-
 #define N_SLOW 1000
 #define SLOW_HEADER_TIMEOUT "4"
 #define SLOW_HEADER_TIMEOUT_S 4.0
@@ -84,19 +71,6 @@ static size_t raise_nofile(void) {
     return rl.rlim_cur == RLIM_INFINITY ? (size_t)1 << 20 : (size_t)rl.rlim_cur;
 }
 
-/* Threads of the server (from /proc/PID/status). */
-static long server_threads(const hu_server *s) {
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)s->pid);
-    FILE *f = fopen(path, "r");
-    assert_non_null(f);
-    long n = -1;
-    while (fgets(line, sizeof line, f))
-        if (!strncmp(line, "Threads:", 8)) n = strtol(line + 8, NULL, 10);
-    fclose(f);
-    return n;
-}
-
 /* 1 if the server ended the connection (EOF or reset), without waiting. */
 static int peer_closed(int fd) {
     char c;
@@ -140,7 +114,7 @@ static void test_thousand_slow_connections(void **state) {
     hu_server srv;
     const char *args[] = {"--max-connections-per-client", "0", "--header-timeout-s", SLOW_HEADER_TIMEOUT, NULL};
     hu_start(&srv, args, NULL);
-    long rss0 = hu_rss_kib(&srv), threads0 = server_threads(&srv);
+    long rss0 = hu_rss_kib(&srv), threads0 = hu_threads(&srv);
 
     int *fd = calloc(n, sizeof *fd);
     double *opened = calloc(n, sizeof *opened), *closed_at = calloc(n, sizeof *closed_at);
@@ -170,7 +144,7 @@ static void test_thousand_slow_connections(void **state) {
         }
         if (!measured && hu_now() >= t_all + 0.5) {
             measured = 1;
-            long rss1 = hu_rss_kib(&srv), threads1 = server_threads(&srv);
+            long rss1 = hu_rss_kib(&srv), threads1 = hu_threads(&srv);
             printf("server with %zu slow connections: RSS %ld -> %ld KiB (+%.1f MiB), threads %ld -> %ld\n", n, rss0,
                    rss1, (rss1 - rss0) / 1024.0, threads0, threads1);
             /* another address is served at once, status and time asserted */
