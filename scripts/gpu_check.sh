@@ -32,6 +32,7 @@
 #   qgemm_bench   per-layer expert GEMM times (test_cuda_quant, CLEF_QGEMM_BENCH=1) for each CLEF_CUDA_WGMMA
 #                 value in WGMMA_MODES (default "1 0")
 #   modes         `small` parity vs the CPU for each CLEF_CUDA_PRECISE part list in PARITY_MODES
+#   ncu           Nsight Compute sections of NCU_KERNEL's launches in one `clef bench` run (NCU_RUN)
 #   expert_gemm   bench/expert_gemm per "tokens split tile" in EXPERT_GEMM_RUNS: the BF16 expert GEMM
 #                 kernels (mma.sync, TMA, wgmma) alone on one layer, times and bitwise agreement
 # usage: scripts/gpu_check.sh [stage ...]        (default: cpuref env tests bench transformers parity)
@@ -292,6 +293,18 @@ EOF
             cat "$OUT/expert_gemm_$1_$2_$3.log" >> "$OUT/expert_gemm.log" && rm -f "$OUT/expert_gemm_$1_$2_$3.log"
         done
         grep -E "expert_gemm|gate\+up" "$OUT/expert_gemm.log" >> "$SUM"
+        ;;
+    ncu) # Nsight Compute on kernels of one `clef bench` run: NCU_KERNEL (regex, default qgemm3), NCU_SKIP
+        # launches skipped (default 40: past the warm-up), NCU_COUNT profiled (default 2), NCU_RUN the bench
+        # arguments (default the full preset INT4 at 1 x 300 tokens); clocks left alone (METHOD.md)
+        if ! command -v ncu > /dev/null; then note "stage ncu: no ncu on this machine"; continue; fi
+        run_stage ncu ${NCU_TIMEOUT:-300} ncu --clock-control none -k "regex:${NCU_KERNEL:-qgemm3}" \
+            --launch-skip "${NCU_SKIP:-40}" --launch-count "${NCU_COUNT:-2}" \
+            --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+            --section SchedulerStats --section MemoryWorkloadAnalysis \
+            "$BIN/clef" bench ${NCU_RUN:---synthetic full --seed 1 --quant int4 --device cuda --text-only --runs 1x300 --iters 1}
+        grep -E "^  [a-zA-Z_0-9<>, ]+\(|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Issued Warp|No Eligible|Stall|Warp Cycles Per Issued|L2 Hit|L1/TEX Hit|Block Limit" \
+            "$OUT/ncu.log" | head -80 >> "$SUM"
         ;;
     *) echo "unknown stage $st" >&2 ;;
     esac
