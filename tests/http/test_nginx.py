@@ -310,6 +310,7 @@ def main():
         # Load while A is stopped and restarted.
         served_b_before = posts_200(b)
         load = Load(port_lb, bodies, expected)
+        t_load = time.time()
         load.start()
         time.sleep(2.0)
         direct = {}
@@ -350,8 +351,10 @@ def main():
         while posts_200(a) < 5 and time.time() < deadline:
             time.sleep(0.1)
         served_a_after = posts_200(a)
+        t_back = time.time()
         time.sleep(0.5)
         load.stop()
+        t_load = time.time() - t_load
         if any(t.is_alive() for t in load.threads):
             fail("a load client is still waiting after 120 s")
         served_b = posts_200(b) - served_b_before
@@ -369,10 +372,11 @@ def main():
               "on 503, %d retried by nginx on the other replica (%d after a 503: A answered %d 503 "
               "\"shutting down\" while draining and %d 503 \"loading\" after its restart), lost %d; "
               "A stopped %.2f s after SIGTERM (%d decisions answered during its drain), restarted %.2f s "
-              "later, ready %.2f s after SIGTERM (down %.2f s); B answered %d, the restarted A %d" %
+              "later, ready %.2f s after SIGTERM (down %.2f s); B answered %d, the restarted A %d (its 5th "
+              "%.2f s after it was ready); the load ran %.1f s" %
               (load.sent, load.ok, load.retries_503, nginx_retries, retried_503, stopping_503, loading_503,
                len(load.lost), t_exit - t_term, drained, t_restart - t_exit, down_s, down_s, served_b,
-               served_a_after))
+               served_a_after, t_back - t_ready, t_load))
         if load.lost:
             fail("%d requests lost, e.g. %s" % (len(load.lost), load.lost[:5]))
         if load.ok != load.sent:
