@@ -3,7 +3,8 @@
 #   scripts/deps.sh          install what is missing (as root), or print the apt command
 #   scripts/deps.sh --test   the same, plus the optional test packages: python3-jsonschema for
 #                            test_openapi, chromium + chromium-driver for test_playground (the
-#                            playground page in a real browser); without them those tests are
+#                            playground page in a real browser), nginx for test_nginx (two
+#                            replicas behind deploy/nginx/clef.conf); without them those tests are
 #                            skipped, saying why.  CI (.ci/run) installs them.
 #   scripts/deps.sh --check  exit 0 if everything is installed, 1 otherwise (prints what is missing);
 #                            with --test also the test packages
@@ -11,7 +12,7 @@ set -eu
 PKGS="build-essential cmake pkg-config libpcre2-dev libutf8proc-dev libopenblas-dev libssl-dev libcmocka-dev libmicrohttpd-dev libcurl4-openssl-dev clang libclang-rt-14-dev
       libjpeg62-turbo-dev libpng-dev libwebp-dev libavformat-dev libavcodec-dev libswresample-dev libswscale-dev
       libavutil-dev libfftw3-dev zlib1g-dev"
-TEST_PKGS="python3 python3-jsonschema chromium chromium-driver"
+TEST_PKGS="python3 python3-jsonschema chromium chromium-driver nginx"
 
 check=0
 for a in "$@"; do

@@ -22,7 +22,8 @@ static void serve_usage(FILE *f) {
             "  GET /metrics, GET /openapi.json (the OpenAPI 3.1 description) and GET / (the playground:\n"
             "  a page to write a request and see every option's probability; see docs/API.md).  The model\n"
             "  loads in the background; /healthz answers 503 until it is ready.  SIGINT/SIGTERM stop\n"
-            "  accepting, finish queued work and exit 0.\n"
+            "  accepting (new connections are refused; requests on open ones get 503 \"stopping\"),\n"
+            "  answer the requests already received and exit 0, within --drain-timeout-s.\n"
             "\n"
             "  --model DIR               checkpoint directory\n"
             "  --synthetic P             instead of --model: random weights of preset P drawn into memory\n"
@@ -68,6 +69,10 @@ static void serve_usage(FILE *f) {
             "  --min-body-rate-kb N      each N KiB of body received extends --body-timeout-s by 1 s, i.e.\n"
             "                            the slowest average rate past it, KiB/s (default %zu; 0 = none:\n"
             "                            the whole body within --body-timeout-s)\n"
+            "  --drain-timeout-s N       on SIGINT/SIGTERM, seconds the requests already received have to\n"
+            "                            be answered; then the process exits anyway, status 1 if one is\n"
+            "                            unanswered (default %d; 1..%d; Kubernetes:\n"
+            "                            terminationGracePeriodSeconds above it)\n"
             "  --threads N               compute threads of the model (default: all cores); idle ones\n"
             "                            sleep rather than spin (OMP_WAIT_POLICY=passive is set unless\n"
             "                            OMP_WAIT_POLICY or GOMP_SPINCOUNT is already in the environment)\n"
@@ -86,7 +91,8 @@ static void serve_usage(FILE *f) {
             CLEF_SERVER_DEFAULT_MEDIA_BUDGET >> 20, CLEF_SERVER_DEFAULT_BUDGET_WAIT_MS, CLEF_SCHED_DEFAULT_MAX_BATCH_TOKENS,
             CLEF_SCHED_DEFAULT_MAX_QUEUE, CLEF_SERVER_AUTO_MAX_CONNECTIONS,
             CLEF_SERVER_DEFAULT_MAX_CONNECTIONS_PER_CLIENT, CLEF_SERVER_DEFAULT_HEADER_TIMEOUT_S,
-            CLEF_SERVER_DEFAULT_BODY_TIMEOUT_S, CLEF_SERVER_DEFAULT_MIN_BODY_RATE >> 10, d.max_questions, d.max_choice_options,
+            CLEF_SERVER_DEFAULT_BODY_TIMEOUT_S, CLEF_SERVER_DEFAULT_MIN_BODY_RATE >> 10,
+            CLEF_SERVER_DEFAULT_DRAIN_TIMEOUT_S, CLEF_SERVER_MAX_DRAIN_TIMEOUT_S, d.max_questions, d.max_choice_options,
             d.min_score_levels, d.max_score_levels);
     const clef_media_limits *m = &d.media;
     fprintf(f,
@@ -188,7 +194,7 @@ int cli_serve(int argc, char **argv) {
     size_t media_budget_mb = CLEF_SERVER_DEFAULT_MEDIA_BUDGET >> 20, wait_ms = CLEF_SERVER_DEFAULT_BUDGET_WAIT_MS;
     size_t body_budget_mb = SIZE_MAX; /* SIZE_MAX = not given: the default multiple of --max-body-mb */
     size_t header_s = CLEF_SERVER_DEFAULT_HEADER_TIMEOUT_S, body_s = CLEF_SERVER_DEFAULT_BODY_TIMEOUT_S,
-           rate_kb = CLEF_SERVER_DEFAULT_MIN_BODY_RATE >> 10;
+           rate_kb = CLEF_SERVER_DEFAULT_MIN_BODY_RATE >> 10, drain_s = CLEF_SERVER_DEFAULT_DRAIN_TIMEOUT_S;
     media_flags mf = media_flags_default(&o.limits.media);
     for (int i = 1; i < argc; i++) {
         int r;
@@ -212,6 +218,7 @@ int cli_serve(int argc, char **argv) {
             (r = arg_size(argc, argv, &i, "--header-timeout-s", &header_s)) ||
             (r = arg_size(argc, argv, &i, "--body-timeout-s", &body_s)) ||
             (r = arg_size(argc, argv, &i, "--min-body-rate-kb", &rate_kb)) ||
+            (r = arg_size(argc, argv, &i, "--drain-timeout-s", &drain_s)) ||
             (r = arg_size(argc, argv, &i, "--threads", &threads)) ||
             (r = arg_str(argc, argv, &i, "--device", &o.device)) ||
             (r = arg_numerics(argc, argv, &i, "--numerics", &o.numerics)) ||
@@ -296,6 +303,12 @@ int cli_serve(int argc, char **argv) {
                                  : "--min-body-rate-kb is at most 1048576");
         return 2;
     }
+    if (drain_s < 1 || drain_s > CLEF_SERVER_MAX_DRAIN_TIMEOUT_S) {
+        fprintf(stderr, "clef serve: --drain-timeout-s wants 1..%d (seconds a stop may take)\n",
+                CLEF_SERVER_MAX_DRAIN_TIMEOUT_S);
+        return 2;
+    }
+    o.drain_timeout_s = (double)drain_s;
     o.header_timeout_s = header_s ? (double)header_s : -1;
     o.body_timeout_s = body_s ? (double)body_s : -1;
     o.min_body_rate = rate_kb ? rate_kb << 10 : CLEF_SERVER_NO_CAP;

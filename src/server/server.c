@@ -225,21 +225,89 @@ static int wait_for_stop(clef_server *s) {
     }
 }
 
-/* Stop accepting, let the requests whose body is complete (being decided or
- * answered, and so the queue) finish; the caller then settles what is still
- * handed off (settle) and its MHD_stop_daemon cuts the rest: uploads still
- * arriving, which could hold the stop for the whole grace period. */
-static void drain(clef_server *s) {
+/* The bound of a stop (--drain-timeout-s): a thread that sleeps until the
+ * deadline and then ends the process, unless the stop finishes first
+ * (stop_watchdog_end).  What can outlast the deadline is a forward still
+ * running for received requests, or a body-budget wait (up to
+ * --budget-wait-ms); neither can be interrupted, so the process exits
+ * around them: status 1 when a request whose body was complete goes
+ * unanswered (the clients see their connection closed), 0 when only
+ * uploads still arriving are cut (as a stop always cuts them). */
+typedef struct stop_watchdog {
+    clef_server *s;
+    double deadline; /* clef_now() */
+    pthread_mutex_t lock;
+    pthread_cond_t wake; /* CLOCK_MONOTONIC, like clef_now() */
+    int done, running;
+    pthread_t thread;
+} stop_watchdog;
+
+static void *stop_watchdog_main(void *arg) {
+    stop_watchdog *w = arg;
+    struct timespec until;
+    until.tv_sec = (time_t)w->deadline;
+    until.tv_nsec = (long)((w->deadline - (double)until.tv_sec) * 1e9);
+    if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+    pthread_mutex_lock(&w->lock);
+    int timed_out = 0;
+    while (!w->done && !timed_out) timed_out = pthread_cond_timedwait(&w->wake, &w->lock, &until) == ETIMEDOUT;
+    int done = w->done;
+    pthread_mutex_unlock(&w->lock);
+    if (done) return NULL;
+    clef_server *s = w->s;
+    long left = atomic_load(&s->deciding), cut = atomic_load(&s->in_flight) - left;
+    if (left > 0) {
+        clef_server_say("clef serve: %ld requests still being decided after --drain-timeout-s %.0f s; exiting without "
+            "their answers", left, s->opt.drain_timeout_s);
+        _exit(1);
+    }
+    clef_server_say("clef serve: stop not finished after --drain-timeout-s %.0f s; exiting (%ld requests whose body had "
+        "not arrived are cut)", s->opt.drain_timeout_s, cut > 0 ? cut : 0);
+    _exit(0);
+}
+
+static void stop_watchdog_start(stop_watchdog *w, clef_server *s, double deadline) {
+    memset(w, 0, sizeof *w);
+    w->s = s;
+    w->deadline = deadline;
+    pthread_mutex_init(&w->lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&w->wake, &ca);
+    pthread_condattr_destroy(&ca);
+    w->running = pthread_create(&w->thread, NULL, stop_watchdog_main, w) == 0;
+    if (!w->running) clef_server_say("clef serve: cannot start the drain watchdog; the stop is not bounded");
+}
+
+static void stop_watchdog_end(stop_watchdog *w) {
+    pthread_mutex_lock(&w->lock);
+    w->done = 1;
+    pthread_cond_signal(&w->wake);
+    pthread_mutex_unlock(&w->lock);
+    if (w->running) pthread_join(w->thread, NULL);
+    pthread_cond_destroy(&w->wake);
+    pthread_mutex_destroy(&w->lock);
+}
+
+/* Stop accepting (the listening socket is closed: new connections are
+ * refused, which a load balancer takes as "try another replica"; requests
+ * on connections already open get 503 "stopping" + Connection: close), let
+ * the requests whose body is complete (being decided or answered, and so
+ * the queue) finish; the caller then settles what is still handed off
+ * (settle) and its MHD_stop_daemon cuts the rest: uploads still arriving,
+ * which could otherwise hold the stop until the deadline.  The watchdog,
+ * started first, bounds all of it. */
+static void drain(clef_server *s, stop_watchdog *w) {
     atomic_store(&s->stopping, 1);
+    stop_watchdog_start(w, s, clef_now() + s->opt.drain_timeout_s);
     MHD_socket listen_fd = MHD_quiesce_daemon(s->daemon);
     if (listen_fd != MHD_INVALID_SOCKET) close(listen_fd);
-    double deadline = clef_now() + s->opt.shutdown_grace_s;
-    while (atomic_load(&s->deciding) > 0 && clef_now() < deadline) {
+    while (atomic_load(&s->deciding) > 0) { /* the watchdog ends the process at the deadline */
         struct timespec ms10 = {0, 10 * 1000 * 1000};
         nanosleep(&ms10, NULL);
     }
-    long left = atomic_load(&s->deciding), cut = atomic_load(&s->in_flight) - left;
-    if (left > 0) clef_server_say("clef serve: %ld requests still in flight after %.0f s; closing them", left, s->opt.shutdown_grace_s);
+    long cut = atomic_load(&s->in_flight) - atomic_load(&s->deciding);
     if (cut > 0) clef_server_say("clef serve: cutting %ld requests whose body had not arrived", cut);
 }
 
@@ -292,7 +360,7 @@ static void fill_defaults(clef_server_options *o, size_t *open_limit) {
     if (o->max_connections_per_client != CLEF_SERVER_NO_CAP && o->max_connections_per_client > UINT32_MAX)
         o->max_connections_per_client = CLEF_SERVER_NO_CAP;
     if (!o->limits.max_questions) o->limits = clef_limits_default();
-    if (o->shutdown_grace_s <= 0) o->shutdown_grace_s = 60;
+    if (o->drain_timeout_s <= 0) o->drain_timeout_s = CLEF_SERVER_DEFAULT_DRAIN_TIMEOUT_S;
     if (o->api_key && !o->api_key[0]) o->api_key = NULL;
     if (!o->media_budget_bytes) o->media_budget_bytes = CLEF_SERVER_DEFAULT_MEDIA_BUDGET;
     if (!o->body_budget_bytes) o->body_budget_bytes = CLEF_SERVER_DEFAULT_BODY_BUDGET_BODIES * o->max_body_bytes;
@@ -424,11 +492,13 @@ int clef_server_run(const clef_server_options *opt) {
         clef_server_say("clef serve: stopped while the model was loading");
         _exit(0);
     }
-    if (rc == 0) drain(s);
+    stop_watchdog w;
+    if (rc == 0) drain(s, &w);
     else atomic_store(&s->stopping, 1);
     pthread_join(s->loader, NULL);
     settle(s);
     MHD_stop_daemon(s->daemon);
+    if (rc == 0) stop_watchdog_end(&w);
     free_server(s);
     if (rc == 0) clef_server_say("clef serve: stopped");
     return rc;

@@ -61,6 +61,8 @@
 #define CLEF_SERVER_DEFAULT_BODY_TIMEOUT_S 30
 #define CLEF_SERVER_DEFAULT_MIN_BODY_RATE ((size_t)64 << 10) /* bytes per second */
 #define CLEF_SERVER_DEFAULT_MAX_CONNECTIONS_PER_CLIENT 32
+#define CLEF_SERVER_DEFAULT_DRAIN_TIMEOUT_S 60 /* --drain-timeout-s */
+#define CLEF_SERVER_MAX_DRAIN_TIMEOUT_S 3600
 #define CLEF_SERVER_NO_CAP SIZE_MAX /* max_connections_per_client: no per-client cap */
 #define CLEF_SERVER_DEFAULT_MEDIA_BUDGET ((size_t)1024 << 20)
 #define CLEF_SERVER_DEFAULT_BODY_BUDGET_BODIES 4 /* the body budget: 4 x max_body_bytes by default */
@@ -126,16 +128,20 @@ typedef struct clef_server_options {
     size_t min_body_rate;          /* bytes per second that extend the body deadline; 0 =
                                       CLEF_SERVER_DEFAULT_MIN_BODY_RATE, CLEF_SERVER_NO_CAP = none (the
                                       body must arrive within body_timeout_s whatever its size) */
-    double shutdown_grace_s;       /* on SIGINT/SIGTERM, wait this long for the requests whose body
-                                      is complete (being decided or answered); uploads still arriving
-                                      are cut at once; 0 = 60 s */
+    double drain_timeout_s;        /* on SIGINT/SIGTERM, the bound of the stop: the requests whose
+                                      body is complete (being decided or answered) have this long to be
+                                      answered; uploads still arriving are cut at once; when the bound
+                                      passes the process exits whatever is left (status 1 if a received
+                                      request is unanswered, else 0); 0 = CLEF_SERVER_DEFAULT_DRAIN_TIMEOUT_S */
     int no_ui;                     /* 1: no playground page, GET / is 404 like any unknown path */
 } clef_server_options;
 
 /* Listen, load the model in the background, serve until SIGINT or SIGTERM,
  * then stop accepting, finish the requests whose body is complete (and so the
- * queue), cut the uploads still arriving, and return.  Raises the soft
- * RLIMIT_NOFILE to the hard limit.
+ * queue), cut the uploads still arriving, and return.  The stop is bounded:
+ * drain_timeout_s after the signal the process exits (_exit) with whatever
+ * is left, status 1 if a request whose body was complete is unanswered, else
+ * 0.  Raises the soft RLIMIT_NOFILE to the hard limit.
  * Installs handlers for SIGINT/SIGTERM (a second one while stopping exits
  * the process at once with status 1) and ignores SIGPIPE.  Returns 0 after a
  * clean stop, 1 when the listener cannot start or the model fails to load
