@@ -79,8 +79,8 @@ static void test_defaults(void **state) {
     assert_int_equal(k.tune, 7);
     assert_int_equal(k.wgmma, 2);
     assert_int_equal(k.qwgmma, 1);
-    assert_int_equal(k.int4, 3);
-    assert_int_equal(k.nvfp4, 3);
+    assert_int_equal(k.int4, 5);
+    assert_int_equal(k.nvfp4, 4);
     assert_int_equal(k.lt_splitk, 1);
     assert_int_equal(k.attn, 0);
     assert_int_equal(k.tma, 1);
