@@ -105,7 +105,7 @@ static void test_packed_experts(void **state) {
     expect_packed(&H200, &k, CK_QT_NVFP4, 2400, 1, 0, 0, CK_PACKED_TMA, 32);
     expect_packed(&H200, &k, CK_QT_NVFP4, 8000, 1, 0, 0, CK_PACKED_TMA, 64);
     expect_packed(&H200, &k, CK_QT_INT4, 2400, 1, 0, 0, CK_PACKED_TMA, 32);
-    expect_packed(&H200, &k, CK_QT_FP8, 2400, 1, 0, 0, CK_PACKED_MMA, 64);
+    expect_packed(&H200, &k, CK_QT_FP8, 2400, 1, 0, 0, CK_PACKED_MMA, 32);
     expect_packed(&A100, &k, CK_QT_INT4, 2400, 1, 0, 0, CK_PACKED_MMA, 32);
     expect_packed(&RTX5090, &k, CK_QT_NVFP4, 2400, 1, 0, 0, CK_PACKED_MMA, 32);
     assert_int_equal(ck_packed_tma(&H200, &k, CK_QT_INT4, 128), 0); /* v4 has 32- and 64-row tiles */
