@@ -309,6 +309,7 @@ __global__ void __launch_bounds__(QTHREADS, q2_min_blocks<QT, BM, SPLIT>()) qgem
             }
     };
     if (FOLD) load_scales(0);
+    int gpos = 0, grp = 0;
     const int ktiles = (int)((K + QBK - 1) / QBK);
 #pragma unroll
     for (int s = 0; s < QSTAGES - 1; s++) {
@@ -353,10 +354,9 @@ __global__ void __launch_bounds__(QTHREADS, q2_min_blocks<QT, BM, SPLIT>()) qgem
                             mma16816(part[mi][ni], af[mi], bfr[ni][0], bfr[ni][1]);
                 }
             }
-            if (FOLD) {
-                const int kki = (int)kk;
-                if ((kki + 16) % fold_g == 0 || kki + 16 == K) { /* last chunk of a scale group: fold */
-                    const int grp = kki / fold_g;
+            if (FOLD) { /* the group position counted, not divided (see q3_fold) */
+                gpos += 16;
+                if (gpos == fold_g || kk + 16 == K) { /* last chunk of a scale group: fold */
                     float sc[NI][2];
 #pragma unroll
                     for (int ni = 0; ni < NI; ni++)
@@ -364,6 +364,7 @@ __global__ void __launch_bounds__(QTHREADS, q2_min_blocks<QT, BM, SPLIT>()) qgem
                         for (int q = 0; q < 2; q++) sc[ni][q] = scn[FOLD ? ni : 0][q];
                     fold_frags(acc, part, sc);
                     if (grp + 1 < ngroups) load_scales(grp + 1);
+                    grp++, gpos = 0;
                 }
             }
         }
@@ -447,6 +448,8 @@ template <int NI> struct q3_fold {
     const uint32_t *zrow; /* zero words [K / G, R / 8], NULL: symmetric */
     int64_t R, N;
     int wcol, tig, g, fold_g, ngroups;
+    int gpos, grp; /* the current chunk's K offset inside its group, and the group: counted, not divided
+                    * (a run-time divisor costs ~20 instructions, and the chunk loop asked three per chunk) */
     float scn[NI][2];  /* the scales of the current group: columns wcol + 8 ni + 2 tig + q */
     uint32_t zwn[NI];  /* the zero words of the next group to start */
     uint32_t zz[NI];   /* bf16x2 (128 + zero) of the current group, per 8-column half */
@@ -472,6 +475,7 @@ template <int NI> struct q3_fold {
         zrow = a.has_zeros ? static_cast<const uint32_t *>(cm->zeros) : nullptr;
         R = a.N, N = a.N, wcol = wcol_, tig = lane & 3, g = lane >> 2, fold_g = (int)a.group;
         ngroups = (int)((K + fold_g - 1) / fold_g);
+        gpos = 0, grp = 0;
 #pragma unroll
         for (int ni = 0; ni < NI; ni++) zz[ni] = 0x43084308u; /* symmetric: 136 = 128 + 8 */
         load_scales(0);
@@ -503,11 +507,10 @@ __device__ __forceinline__ void q3_k64(float (&acc)[MI][NI][4], float (&part)[MI
     for (int ks = 0; ks < 4; ks++) {
         const int64_t kk = (int64_t)kt64 * 64 + ks * 16;
         if (kk >= K) break;
-        const int kki = (int)kk;
-        if (FOLD && f.zrow && kki % f.fold_g == 0) { /* first chunk of a group: its zeros (loaded ahead) */
+        if (FOLD && f.zrow && f.gpos == 0) { /* first chunk of a group: its zeros (loaded ahead) */
 #pragma unroll
             for (int ni = 0; ni < NI; ni++) f.zz[ni] = qdec_int4r_zero(1, (f.zwn[ni] >> (4 * g)) & 15u);
-            if (kki / f.fold_g + 1 < f.ngroups) f.load_zeros(kki / f.fold_g + 1);
+            if (f.grp + 1 < f.ngroups) f.load_zeros(f.grp + 1);
         }
         uint32_t bfr[NI][2];
 #pragma unroll
@@ -544,10 +547,13 @@ __device__ __forceinline__ void q3_k64(float (&acc)[MI][NI][4], float (&part)[MI
                         mma16816(acc[mi][ni], af[mi], bfr[ni][0], bfr[ni][1]);
                 }
         }
-        if (FOLD && ((kki + 16) % f.fold_g == 0 || kki + 16 == K)) { /* last chunk of a group: fold (as v2) */
-            const int grp = kki / f.fold_g;
-            fold_frags(acc, part, f.scn);
-            if (grp + 1 < f.ngroups) f.load_scales(grp + 1);
+        if (FOLD) {
+            f.gpos += 16;
+            if (f.gpos == f.fold_g || kk + 16 == K) { /* last chunk of a group: fold (as v2) */
+                fold_frags(acc, part, f.scn);
+                if (f.grp + 1 < f.ngroups) f.load_scales(f.grp + 1);
+                f.grp++, f.gpos = 0;
+            }
         }
     }
 }
