@@ -79,8 +79,8 @@ static void test_defaults(void **state) {
     assert_int_equal(k.tune, 7);
     assert_int_equal(k.wgmma, 2);
     assert_int_equal(k.qwgmma, 1);
-    assert_int_equal(k.int4, 5);
-    assert_int_equal(k.nvfp4, 4);
+    assert_int_equal(k.int4, 3);
+    assert_int_equal(k.nvfp4, 3);
     assert_int_equal(k.lt_splitk, 1);
     assert_int_equal(k.attn, 0);
     assert_int_equal(k.tma, 1);
@@ -195,7 +195,7 @@ static void test_kernel_switches(void **state) {
     for (int i = 0; i < 3; i++) {
         assert_int_equal(knobs_with("CLEF_CUDA_QGEMM_NVFP4", nvfp4[i], &e, &err), 0);
         assert_int_equal(e.nvfp4, i + 2);
-        assert_int_equal(e.int4, 5); /* the INT4 switch is its own */
+        assert_int_equal(e.int4, 3); /* the INT4 switch is its own */
     }
     const char *attn[] = {"v1", "v2", "v2w"};
     for (int i = 0; i < 3; i++) {

@@ -35,10 +35,12 @@
  * kernel v2): its matmul and moe outputs must equal the default backend's
  * bitwise (batch and a row alone; NVFP4 matmul also a batch of 8200 rows:
  * v3's 128-row tiles).  On Hopper the default runs INT4 and NVFP4 below the
- * wgmma threshold on kernel v4 (v3's warps fed by a loading warp; K % 128
- * shapes here), so that is v4 = v2 bitwise; a profiled 40-token moe slice
- * checks that v4 actually ran (32-row tiles) and equals the batch's rows
- * (64-row tiles).
+ * (With CLEF_CUDA_QGEMM_INT4=v4 / CLEF_CUDA_QGEMM_NVFP4=v4 in the
+ * environment the default backend runs kernel v4 below the wgmma threshold
+ * on Hopper, v3's warps fed by a loading warp; K % 128 shapes here: then
+ * that is v4 = v2 bitwise; scripts/gpu_check.sh runs the program both ways.)
+ * A profiled 40-token moe slice checks which kernel ran (v4 exactly when
+ * the backend says so) and equals the batch's rows (32- vs 64-row tiles).
  * Packed experts on the wgmma kernel (cuda_wgmma.cu, passes of >= 8192
  * expert rows by default on sm_90a): the moe batch of 8300 tokens (k = 4:
  * a first pass of 32768 rows) must equal, bitwise, the same tokens alone /
@@ -1095,7 +1097,9 @@ static void moe_case(fx *f, enum qkind kind) {
             clef_cuda_profile_dump(g, NULL);
             clef_cuda_set_profile(g, 0);
             clef_cuda_describe(g, desc, sizeof desc);
-            const int want = strstr(desc, "packed v4 below") != NULL && kind != Q_FP8,
+            const int want = (kind == Q_INT4_SYM || kind == Q_INT4_ASYM)   ? strstr(desc, "packed INT4 v4") != NULL
+                             : (kind == Q_NVFP4_CT || kind == Q_NVFP4_MO) ? strstr(desc, "packed NVFP4 v4") != NULL
+                                                                          : 0,
                       got = strstr(prof, "GEMM (SwiGLU, v4)") != NULL && strstr(prof, "down GEMM (v4)") != NULL;
             if (want != got)
                 fail_msg("%s (%s): 40 tokens %s packed v4 (device: %s):\n%s", what, MODE[gi],

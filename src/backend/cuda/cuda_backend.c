@@ -2345,7 +2345,7 @@ void clef_cuda_describe(clef_backend *be, char *buf, size_t cap) {
     if (hopper && c->k.wgmma == 1) snprintf(wg, sizeof wg, ", wgmma experts");
     else if (hopper && c->k.wgmma == 2)
         snprintf(wg, sizeof wg, ", wgmma experts from %d rows (packed %d)", c->k.wgmma_rows, c->k.qwgmma_rows);
-    snprintf(buf, cap, "%s, %s kernels%s%s%s%s%s%s%s%s%s%s%s%s%s", c->desc, clef_cuda_kernel_path(be),
+    snprintf(buf, cap, "%s, %s kernels%s%s%s%s%s%s%s%s%s%s%s%s%s%s", c->desc, clef_cuda_kernel_path(be),
              c->precise ? ", precise" : !c->precise_parts ? ", fast (bf16)" : "",
              !c->precise && (c->precise_parts & PRECISE_DENSE) ? ", precise dense" : "",
              !c->precise && (c->precise_parts & PRECISE_EXPERTS) ? ", precise experts" : "",
@@ -2356,7 +2356,7 @@ void clef_cuda_describe(clef_backend *be, char *buf, size_t cap) {
                                                                         : ", persistent wgmma experts")
                                                    : "",
              c->expert_maps_on && c->k.tma ? ", TMA expert kernel below" : "",
-             hopper && (c->k.int4 == 5 || c->k.nvfp4 == 4) ? ", packed v4 below" : "",
+             hopper && c->k.int4 == 5 ? ", packed INT4 v4" : "", hopper && c->k.nvfp4 == 4 ? ", packed NVFP4 v4" : "",
              c->fp8_mma ? ", fp8-block experts W8A8 (fp8 wgmma)" : "",
              c->k.attn == 1   ? ", attention v1"
              : c->k.attn == 2 ? ", attention v2"

@@ -676,7 +676,16 @@ template <int QT, int QBM, int MINB> cudaError_t launch_v3(const ck_qgemm_args *
  * groups past N are not copied: their accumulators see stale shared memory
  * and are never stored (each output element reads its own A row and W
  * column only).  Needs K % 128 == 0 (ck_qgemm falls back to v3 otherwise)
- * and the rows of A 16-byte aligned (lda % 8 == 0). */
+ * and the rows of A 16-byte aligned (lda % 8 == 0).
+ * Measured on the H200 (2026-12-02, docs/BENCHMARKS.md): bitwise v2 / v3
+ * everywhere, but no faster: the INT4 gate+up pass at 300 tokens 279 us
+ * against v3's 274 (same divisions then), NVFP4 end to end 24.2 / 54.4 ms
+ * at 300 / 1,000 tokens against v3's 21.7 / 50.1, INT4's 64-row tiles (one
+ * block per SM) 66.0 ms at 1,000 against 51.7.  So the copies were never
+ * the limit: the MMA warps' own instruction stream is (Nsight Compute:
+ * 0.54-0.62 issued warps per scheduler, DRAM at 16%).  Opt-in only
+ * (CLEF_CUDA_QGEMM_INT4=v4 / CLEF_CUDA_QGEMM_NVFP4=v4), kept as the base
+ * for a consumer with more independent work per warp. */
 #ifdef CLEF_CUDA_WGMMA
 constexpr int Q4_KS = 128;                                         /* K per stage */
 constexpr int Q4_APITCH = Q4_KS + 8;                               /* activation row pitch: 272 bytes */

@@ -101,7 +101,7 @@ ck_packed_pick ck_pick_packed(const ck_caps *caps, const clef_cuda_knobs *k, int
                               int64_t n_experts, int wgmma_fits, int fp8_mma, int fp8mma_fits);
 /* Whether a packed product of `qtype` with `bm`-row tiles that would run ck_qgemm (mma.sync) runs it as
  * kernel v4 (ck_qgemm_args.tma = 1): Hopper (ck_caps_hopper), INT4 with knobs->int4 = 5 or NVFP4 with
- * knobs->nvfp4 = 4 (the defaults), bm 32 or 64.  ck_pick_packed's CK_PACKED_TMA and the dense packed
+ * knobs->nvfp4 = 4 (opt-in A/B switches: v4 measured slower than v3, docs/BENCHMARKS.md), bm 32 or 64.  ck_pick_packed's CK_PACKED_TMA and the dense packed
  * matmul both ask this. */
 int ck_packed_tma(const ck_caps *caps, const clef_cuda_knobs *k, int qtype, int bm);
 
