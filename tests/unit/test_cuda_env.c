@@ -185,14 +185,14 @@ static void test_kernel_switches(void **state) {
     assert_int_equal(e.wgmma_ws, 2);
     expect_knob_error("CLEF_CUDA_WGMMA_WS", "on", "CUDA settings: CLEF_CUDA_WGMMA_WS must be an integer from 0 to 2 (got 'on')");
     expect_knob_error("CLEF_CUDA_WGMMA_WS", "3", "CUDA settings: CLEF_CUDA_WGMMA_WS must be an integer from 0 to 2 (got '3')");
-    const char *int4[] = {"v2", "v3", "v3-2blk"};
-    const int int4_want[] = {2, 3, 4};
-    for (int i = 0; i < 3; i++) {
+    const char *int4[] = {"v2", "v3", "v3-2blk", "v4"};
+    const int int4_want[] = {2, 3, 4, 5};
+    for (int i = 0; i < 4; i++) {
         assert_int_equal(knobs_with("CLEF_CUDA_QGEMM_INT4", int4[i], &e, &err), 0);
         assert_int_equal(e.int4, int4_want[i]);
     }
-    const char *nvfp4[] = {"v2", "v3"};
-    for (int i = 0; i < 2; i++) {
+    const char *nvfp4[] = {"v2", "v3", "v4"};
+    for (int i = 0; i < 3; i++) {
         assert_int_equal(knobs_with("CLEF_CUDA_QGEMM_NVFP4", nvfp4[i], &e, &err), 0);
         assert_int_equal(e.nvfp4, i + 2);
         assert_int_equal(e.int4, 3); /* the INT4 switch is its own */
@@ -223,10 +223,10 @@ static void test_kernel_switches(void **state) {
     expect_error("CLEF_CUDA_GRAPHS", "yes", "CUDA settings: CLEF_CUDA_GRAPHS must be an integer from 0 to 1 (got 'yes')");
     expect_knob_error("CLEF_CUDA_ATTN", "v3", "CUDA settings: CLEF_CUDA_ATTN must be v1, v2 or v2w (got 'v3')");
     expect_knob_error("CLEF_CUDA_QGEMM_INT4", "marlin",
-                 "CUDA settings: CLEF_CUDA_QGEMM_INT4 must be v2, v3 or v3-2blk (got 'marlin')");
+                 "CUDA settings: CLEF_CUDA_QGEMM_INT4 must be v2, v3, v3-2blk or v4 (got 'marlin')");
     expect_knob_error("CLEF_CUDA_QGEMM_NVFP4", "v3-2blk",
-                 "CUDA settings: CLEF_CUDA_QGEMM_NVFP4 must be v2 or v3 (got 'v3-2blk')");
-    expect_knob_error("CLEF_CUDA_QGEMM_NVFP4", "V3", "CUDA settings: CLEF_CUDA_QGEMM_NVFP4 must be v2 or v3 (got 'V3')");
+                 "CUDA settings: CLEF_CUDA_QGEMM_NVFP4 must be v2, v3 or v4 (got 'v3-2blk')");
+    expect_knob_error("CLEF_CUDA_QGEMM_NVFP4", "V3", "CUDA settings: CLEF_CUDA_QGEMM_NVFP4 must be v2, v3 or v4 (got 'V3')");
     expect_knob_error("CLEF_CUDA_GEMM", "cublas", "CUDA settings: CLEF_CUDA_GEMM must be cublaslt or custom (got 'cublas')");
 }
 

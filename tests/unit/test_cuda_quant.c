@@ -32,8 +32,15 @@
  * exactly; the packed wgmma tiles from both NVFP4 layouts.  On the GPU,
  * INT4 and NVFP4 also run on a second backend created with
  * CLEF_CUDA_QGEMM_INT4=v2 and CLEF_CUDA_QGEMM_NVFP4=v2 (checkpoint layouts,
- * kernel v2): its matmul and moe outputs must equal v3's bitwise (batch and
- * a row alone; NVFP4 matmul also a batch of 8200 rows: v3's 128-row tiles).
+ * kernel v2): its matmul and moe outputs must equal the default backend's
+ * bitwise (batch and a row alone; NVFP4 matmul also a batch of 8200 rows:
+ * v3's 128-row tiles).  On Hopper the default runs INT4 and NVFP4 below the
+ * (With CLEF_CUDA_QGEMM_INT4=v4 / CLEF_CUDA_QGEMM_NVFP4=v4 in the
+ * environment the default backend runs kernel v4 below the wgmma threshold
+ * on Hopper, v3's warps fed by a loading warp; K % 128 shapes here: then
+ * that is v4 = v2 bitwise; scripts/gpu_check.sh runs the program both ways.)
+ * A profiled 40-token moe slice checks which kernel ran (v4 exactly when
+ * the backend says so) and equals the batch's rows (32- vs 64-row tiles).
  * Packed experts on the wgmma kernel (cuda_wgmma.cu, passes of >= 8192
  * expert rows by default on sm_90a): the moe batch of 8300 tokens (k = 4:
  * a first pass of 32768 rows) must equal, bitwise, the same tokens alone /
@@ -942,9 +949,9 @@ static void v2_same(clef_backend *v2, const clef_qweight *q, const float *x, con
     for (int64_t i = 0; i < T * N; i++) bad += memcmp(&yv[i], &y[i], 4) != 0;
     for (int64_t i = 0; i < N; i++) bad1 += memcmp(&y1[i], &y[40 * N + i], 4) != 0;
     if (bad || bad1)
-        fail_msg("%s (%s): kernel v2 differs from v3 in %lld of %lld outputs (batch of %lld), %lld of %lld (row alone)",
+        fail_msg("%s (%s): kernel v2 differs from the default (v4 on Hopper, else v3) in %lld of %lld outputs (batch of %lld), %lld of %lld (row alone)",
                  what, mode, (long long)bad, (long long)(T * N), (long long)T, (long long)bad1, (long long)N);
-    printf("  %-40s %-8s kernel v2 (checkpoint layout) = v3 (reordered) bitwise, batch of %lld and row alone\n",
+    printf("  %-40s %-8s kernel v2 (checkpoint layout) = default v4 / v3 (reordered) bitwise, batch of %lld and row alone\n",
            what, mode, (long long)T);
     free(yv), free(y1);
     v2->ops->free(v2, dx), v2->ops->free(v2, db), v2->ops->free(v2, dy);
@@ -1066,15 +1073,40 @@ static void moe_case(fx *f, enum qkind kind) {
             for (int64_t i = 0; i < T * H; i++) bad += memcmp(&yv[i], &y[i], 4) != 0;
             for (int64_t i = 0; i < H; i++) bad1 += memcmp(&yv1[i], &y[99 * H + i], 4) != 0;
             if (bad || bad1)
-                fail_msg("%s (%s): kernel v2 differs from v3 in %lld of %lld outputs (%lld tokens), %lld of %lld "
+                fail_msg("%s (%s): kernel v2 differs from the default (v4 on Hopper, else v3) in %lld of %lld outputs (%lld tokens), %lld of %lld "
                          "(token 99 alone)", what, MODE[gi], (long long)bad, (long long)(T * H), (long long)T,
                          (long long)bad1, (long long)H);
-            printf("  %-40s %-8s kernel v2 (checkpoint layout) = v3 (reordered) bitwise, %lld tokens and one alone\n",
+            printf("  %-40s %-8s kernel v2 (checkpoint layout) = default v4 / v3 (reordered) bitwise, %lld tokens and one alone\n",
                    what, MODE[gi], (long long)T);
             free(yv), free(yv1);
             v2->ops->free(v2, vx), v2->ops->free(v2, vw), v2->ops->free(v2, vi), v2->ops->free(v2, vy);
         }
+        /* a slice of 40 tokens (10 rows per expert: 32-row tiles), profiled: where the backend runs packed v4
+         * (Hopper, INT4 / NVFP4), the slice's products must have been v4's (the op names of moe_pass_packed),
+         * so the bitwise checks against v2 above and the batch below are v4's */
+        clef_cuda_set_profile(g, 1);
+        clef_cuda_profile_dump(g, NULL);
         tu_ok(g->ops->moe(g, dx + 13 * H, 40, di + 13 * k, dw + 13 * k, k, &mg, dy1, &err), &err);
+        {
+            char *prof = NULL, desc[256];
+            size_t plen = 0;
+            FILE *ms = open_memstream(&prof, &plen);
+            assert_non_null(ms);
+            clef_cuda_profile_dump(g, ms);
+            fclose(ms);
+            clef_cuda_profile_dump(g, NULL);
+            clef_cuda_set_profile(g, 0);
+            clef_cuda_describe(g, desc, sizeof desc);
+            const int want = (kind == Q_INT4_SYM || kind == Q_INT4_ASYM)   ? strstr(desc, "packed INT4 v4") != NULL
+                             : (kind == Q_NVFP4_CT || kind == Q_NVFP4_MO) ? strstr(desc, "packed NVFP4 v4") != NULL
+                                                                          : 0,
+                      got = strstr(prof, "GEMM (SwiGLU, v4)") != NULL && strstr(prof, "down GEMM (v4)") != NULL;
+            if (want != got)
+                fail_msg("%s (%s): 40 tokens %s packed v4 (device: %s):\n%s", what, MODE[gi],
+                         got ? "ran" : "did not run", desc, prof);
+            printf("  %-40s %-8s 40 tokens: %s\n", what, MODE[gi], got ? "packed v4 (loading warp)" : "packed v3 / v2");
+            free(prof);
+        }
         float *ys = tu_dget(g, dy1, (size_t)(40 * H));
         assert_memory_equal(ys, y + 13 * H, (size_t)(40 * H) * 4);
         free(ys);

@@ -101,8 +101,26 @@ static void test_packed_experts(void **state) {
     (void)state;
     clef_cuda_knobs k;
     clef_cuda_knobs_default(&k);
+    /* below the wgmma threshold: v3 (mma.sync) by default; v4 (a loading warp) on Hopper when its switch
+     * asks for it, INT4 and NVFP4 each by its own switch, 32- and 64-row tiles */
     expect_packed(&H200, &k, CK_QT_NVFP4, 2400, 1, 0, 0, CK_PACKED_MMA, 32);
     expect_packed(&H200, &k, CK_QT_NVFP4, 8000, 1, 0, 0, CK_PACKED_MMA, 64);
+    expect_packed(&H200, &k, CK_QT_INT4, 2400, 1, 0, 0, CK_PACKED_MMA, 32);
+    expect_packed(&H200, &k, CK_QT_FP8, 2400, 1, 0, 0, CK_PACKED_MMA, 32);
+    assert_int_equal(ck_packed_tma(&H200, &k, CK_QT_INT4, 64), 0);
+    k.int4 = 5; /* CLEF_CUDA_QGEMM_INT4=v4 */
+    expect_packed(&H200, &k, CK_QT_INT4, 2400, 1, 0, 0, CK_PACKED_TMA, 32);
+    expect_packed(&H200, &k, CK_QT_INT4, 8000, 1, 0, 0, CK_PACKED_TMA, 64);
+    expect_packed(&H200, &k, CK_QT_INT4, 32000, 0, 0, 0, CK_PACKED_TMA, 64); /* does not fit wgmma */
+    expect_packed(&H200, &k, CK_QT_NVFP4, 2400, 1, 0, 0, CK_PACKED_MMA, 32);
+    expect_packed(&A100, &k, CK_QT_INT4, 2400, 1, 0, 0, CK_PACKED_MMA, 32);   /* Hopper only */
+    expect_packed(&RTX5090, &k, CK_QT_INT4, 2400, 1, 0, 0, CK_PACKED_MMA, 32);
+    assert_int_equal(ck_packed_tma(&H200, &k, CK_QT_INT4, 128), 0); /* v4 has 32- and 64-row tiles */
+    assert_int_equal(ck_packed_tma(&H200, &k, CK_QT_INT4, 64), 1);  /* the dense packed matmul asks this */
+    k.nvfp4 = 4; /* CLEF_CUDA_QGEMM_NVFP4=v4 */
+    expect_packed(&H200, &k, CK_QT_NVFP4, 2400, 1, 0, 0, CK_PACKED_TMA, 32);
+    expect_packed(&H200, &k, CK_QT_FP8, 2400, 1, 0, 0, CK_PACKED_MMA, 32);
+    clef_cuda_knobs_default(&k);
     expect_packed(&H200, &k, CK_QT_NVFP4, 8192, 1, 0, 0, CK_PACKED_WGMMA, 128);
     expect_packed(&H200, &k, CK_QT_INT4, 32000, 1, 0, 0, CK_PACKED_WGMMA, 128);
     expect_packed(&H200, &k, CK_QT_INT4, 32000, 0, 0, 0, CK_PACKED_MMA, 64); /* does not fit wgmma */

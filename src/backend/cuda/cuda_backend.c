@@ -1195,6 +1195,7 @@ static int cu_matmul_packed(cuda_ctx *c, const float *x, int64_t T, const clef_w
                        .W = qmat_of_weight(w), .M = T, .Y = y, .ldy = N};
     qargs_format(c, &g, w);
     g.bm = ck_qgemm_bm(g.qtype, T, 1);
+    g.tma = ck_packed_tma(&c->caps, &c->k, g.qtype, g.bm);
     int rc = cu_check(ck_qgemm(&g, c->st), "matmul (packed weight)", err);
     if (rc == 0 && bias) rc = cu_check(ck_add_bias(y, T, N, N, bias, c->st), "bias", err);
     cvt_clobber(c, y, (size_t)(T * N) * sizeof(float));
@@ -1722,7 +1723,7 @@ static int moe_pass_packed(cuda_ctx *c, const float *x, int64_t T, const int32_t
     qargs_format(c, &fd, &ex->down[0]);
     const ck_packed_pick pick = ck_pick_packed(&c->caps, &c->k, fmt.qtype, TK, E,
                                                ck_qgemm_wgmma_fits(&fg) && ck_qgemm_wgmma_fits(&fd), 0, 0);
-    const int wg = pick.kernel == CK_PACKED_WGMMA, BM = pick.bm;
+    const int wg = pick.kernel == CK_PACKED_WGMMA, tma = pick.kernel == CK_PACKED_TMA, BM = pick.bm;
     moe_plan pl;
     const uint16_t *a16 = moe_pass_begin(c, x, T, idx, k, E, H, BM, split, &pl, err);
     if (!a16) return -1;
@@ -1730,7 +1731,11 @@ static int moe_pass_packed(cuda_ctx *c, const float *x, int64_t T, const int32_t
             *n_tiles = pl.n_tiles;
     const int64_t max_tiles = pl.max_tiles;
 
-    op_begin(c, wg ? "moe: packed gate+up GEMM (SwiGLU, wgmma)" : "moe: packed gate+up GEMM (SwiGLU)", 1);
+    op_begin(c,
+             wg    ? "moe: packed gate+up GEMM (SwiGLU, wgmma)"
+             : tma ? "moe: packed gate+up GEMM (SwiGLU, v4)"
+                   : "moe: packed gate+up GEMM (SwiGLU)",
+             1);
     uint16_t *hbuf = cu_slot(c, SLOT_MOE_H, (size_t)TK * (size_t)(NI * split) * 2, err);
     if (!hbuf) return op_end(c, -1);
     ck_qgemm_args g = {.mode = CK_GEMM_GATEUP, .A = a16, .lda = H * split, .K = H, .split = split, .N = NI,
@@ -1738,10 +1743,11 @@ static int moe_pass_packed(cuda_ctx *c, const float *x, int64_t T, const int32_t
                        .n_tiles = n_tiles, .max_tiles = max_tiles, .row_src = row_tok, .H = hbuf};
     qargs_format(c, &g, &ex->gate[0]);
     g.bm = BM;
+    g.tma = tma;
     if (cu_check(wg ? ck_qgemm_wgmma(&g, c->st) : ck_qgemm(&g, c->st), "moe packed gate/up", err)) return op_end(c, -1);
     op_end(c, 0);
 
-    op_begin(c, wg ? "moe: packed down GEMM (wgmma)" : "moe: packed down GEMM", 1);
+    op_begin(c, wg ? "moe: packed down GEMM (wgmma)" : tma ? "moe: packed down GEMM (v4)" : "moe: packed down GEMM", 1);
     float *yp = cu_slot(c, SLOT_MOE_Y, (size_t)TK * (size_t)H * sizeof(float), err);
     if (!yp) return op_end(c, -1);
     ck_qgemm_args d = {.mode = CK_GEMM_DOWN, .A = hbuf, .lda = NI * split, .K = NI, .split = split, .N = H,
@@ -1749,6 +1755,7 @@ static int moe_pass_packed(cuda_ctx *c, const float *x, int64_t T, const int32_t
                        .n_tiles = n_tiles, .max_tiles = max_tiles, .Y = yp, .ldy = H};
     qargs_format(c, &d, &ex->down[0]);
     d.bm = BM;
+    d.tma = tma;
     if (cu_check(wg ? ck_qgemm_wgmma(&d, c->st) : ck_qgemm(&d, c->st), "moe packed down", err)) return op_end(c, -1);
     op_end(c, 0);
 
@@ -2338,7 +2345,7 @@ void clef_cuda_describe(clef_backend *be, char *buf, size_t cap) {
     if (hopper && c->k.wgmma == 1) snprintf(wg, sizeof wg, ", wgmma experts");
     else if (hopper && c->k.wgmma == 2)
         snprintf(wg, sizeof wg, ", wgmma experts from %d rows (packed %d)", c->k.wgmma_rows, c->k.qwgmma_rows);
-    snprintf(buf, cap, "%s, %s kernels%s%s%s%s%s%s%s%s%s%s%s%s", c->desc, clef_cuda_kernel_path(be),
+    snprintf(buf, cap, "%s, %s kernels%s%s%s%s%s%s%s%s%s%s%s%s%s%s", c->desc, clef_cuda_kernel_path(be),
              c->precise ? ", precise" : !c->precise_parts ? ", fast (bf16)" : "",
              !c->precise && (c->precise_parts & PRECISE_DENSE) ? ", precise dense" : "",
              !c->precise && (c->precise_parts & PRECISE_EXPERTS) ? ", precise experts" : "",
@@ -2349,6 +2356,7 @@ void clef_cuda_describe(clef_backend *be, char *buf, size_t cap) {
                                                                         : ", persistent wgmma experts")
                                                    : "",
              c->expert_maps_on && c->k.tma ? ", TMA expert kernel below" : "",
+             hopper && c->k.int4 == 5 ? ", packed INT4 v4" : "", hopper && c->k.nvfp4 == 4 ? ", packed NVFP4 v4" : "",
              c->fp8_mma ? ", fp8-block experts W8A8 (fp8 wgmma)" : "",
              c->k.attn == 1   ? ", attention v1"
              : c->k.attn == 2 ? ", attention v2"

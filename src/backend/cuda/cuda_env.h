@@ -45,8 +45,9 @@ typedef struct clef_cuda_knobs {
     int tune;        /* CLEF_CUDA_TUNE: 0..7, kernel-shape bits; default 7 (cuda_select.h) */
     int wgmma;       /* CLEF_CUDA_WGMMA: 0 = never, 1 = every pass, 2 (default) = from wgmma_rows / qwgmma_rows */
     int qwgmma;      /* CLEF_CUDA_QWGMMA: 0, 1 (default: NVFP4 and INT4) or 2 (every format) */
-    int int4;        /* CLEF_CUDA_QGEMM_INT4: 3 = v3 (default), 2 = v2, 4 = v3-2blk */
-    int nvfp4;       /* CLEF_CUDA_QGEMM_NVFP4: 3 = v3 (default), 2 = v2 */
+    int int4;        /* CLEF_CUDA_QGEMM_INT4: 3 = v3 (default), 2 = v2, 4 = v3-2blk, 5 = v4 (v3 fed by a
+                      * loading warp on Hopper: measured slower, kept for A/B; cuda_qgemm.cu) */
+    int nvfp4;       /* CLEF_CUDA_QGEMM_NVFP4: 3 = v3 (default), 2 = v2, 4 = v4 (as INT4) */
     int lt_splitk;   /* CLEF_CUDA_LT_SPLITK: 0, 1 (default) or 2 */
     int attn;        /* CLEF_CUDA_ATTN: 0 = per mode and segment length (default), 1 = v1, 2 = v2, 3 = v2w */
     int wgmma_rows;  /* CLEF_CUDA_WGMMA_ROWS: expert rows per pass from which wgmma = 2 uses wgmma (BF16); 8000 */

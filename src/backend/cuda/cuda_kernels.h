@@ -218,6 +218,10 @@ typedef struct ck_qgemm_args {
     int nvfp4_reordered; /* NVFP4: 1 = every q and scale is in the reordered layout of ck_nvfp4_reorder
                             (kernel v3, registers), 0 = the checkpoint layout (kernel v2); bitwise the
                             same results */
+    int tma;            /* 1 = kernel v4 (cuda_qgemm.cu: v3 fed by a loading warp, Hopper bulk copies;
+                           bitwise v3) where it fits: reordered INT4 / NVFP4, bm 32 or 64, K % 128 == 0,
+                           lda % 8 == 0, A 16-byte aligned (else v3).  Set only on a Hopper device with an
+                           sm_90a build (ck_packed_tma) */
 } ck_qgemm_args;
 
 /* (Rows per M tile of the packed-weight GEMM: ck_qgemm_bm, cuda_select.h.  Every

@@ -56,6 +56,7 @@
 #include "backend/cuda/cuda_qbits.h"
 #include "backend/cuda/cuda_ptx.cuh"
 #include "backend/cuda/cuda_qdecode.cuh"
+#include "backend/cuda/cuda_wgmma.cuh"
 
 typedef __nv_bfloat16 bf16;
 
@@ -291,6 +292,24 @@ __global__ void __launch_bounds__(QTHREADS, q2_min_blocks<QT, BM, SPLIT>()) qgem
             }
     }
 
+    /* The scales of the NEXT group are loaded right after the current group's fold (as v3 does), so
+     * their latency runs under a group of MMAs instead of stalling the block's warps at the fold. */
+    const int ngroups = FOLD ? (int)((K + fold_g - 1) / fold_g) : 0;
+    float scn[FOLD ? NI : 1][2];
+    auto load_scales = [&](int grp) {
+#pragma unroll
+        for (int ni = 0; ni < (FOLD ? NI : 1); ni++)
+#pragma unroll
+            for (int q = 0; q < 2; q++) {
+                if (QT == CK_QT_FP8)
+                    scn[ni][q] = __ldg(static_cast<const float *>(cm->scale) + srow[ni][q] + grp);
+                else
+                    scn[ni][q] =
+                        __half2float(__ldg(static_cast<const __half *>(cm->scale) + (int64_t)grp * R + srow[ni][q]));
+            }
+    };
+    if (FOLD) load_scales(0);
+    int gpos = 0, grp = 0;
     const int ktiles = (int)((K + QBK - 1) / QBK);
 #pragma unroll
     for (int s = 0; s < QSTAGES - 1; s++) {
@@ -335,22 +354,17 @@ __global__ void __launch_bounds__(QTHREADS, q2_min_blocks<QT, BM, SPLIT>()) qgem
                             mma16816(part[mi][ni], af[mi], bfr[ni][0], bfr[ni][1]);
                 }
             }
-            if (FOLD) {
-                const int kki = (int)kk;
-                if ((kki + 16) % fold_g == 0 || kki + 16 == K) { /* last chunk of a scale group: fold */
-                    const int grp = kki / fold_g;
+            if (FOLD) { /* the group position counted, not divided (see q3_fold) */
+                gpos += 16;
+                if (gpos == fold_g || kk + 16 == K) { /* last chunk of a scale group: fold */
                     float sc[NI][2];
 #pragma unroll
                     for (int ni = 0; ni < NI; ni++)
 #pragma unroll
-                        for (int q = 0; q < 2; q++) {
-                            if (QT == CK_QT_FP8)
-                                sc[ni][q] = __ldg(static_cast<const float *>(cm->scale) + srow[ni][q] + grp);
-                            else
-                                sc[ni][q] = __half2float(
-                                    __ldg(static_cast<const __half *>(cm->scale) + (int64_t)grp * R + srow[ni][q]));
-                        }
+                        for (int q = 0; q < 2; q++) sc[ni][q] = scn[FOLD ? ni : 0][q];
                     fold_frags(acc, part, sc);
+                    if (grp + 1 < ngroups) load_scales(grp + 1);
+                    grp++, gpos = 0;
                 }
             }
         }
@@ -424,6 +438,126 @@ static_assert(q3_smem<CK_QT_NVFP4, 64, 2>() <= Q2_SMEM_2BLOCKS, "v3 fits two blo
 static_assert(3 * (q3_smem<CK_QT_NVFP4, 32, 2>() + 1024) <= 228 * 1024, "v3 BM 32 fits three blocks per SM");
 static_assert(q3_smem<CK_QT_NVFP4, 128, 2>() <= 227 * 1024, "v3 BM 128 fits one block");
 
+/* The INT4 fold state of one thread of a v3 / v4 warp (FOLD: INT4 only): the scales (and zero
+ * words) of the NEXT scale group are loaded right after the current group's fold (zeros: at its
+ * first chunk), so the load's L2 / DRAM latency runs under a whole group of MMAs instead of
+ * stalling every warp at the fold, where the pipeline has lined them up; the values are the same,
+ * so the sums are bitwise those of loading them at the fold. */
+template <int NI> struct q3_fold {
+    const __half *scale;  /* f16 [K / G, R] of the warp's matrix */
+    const uint32_t *zrow; /* zero words [K / G, R / 8], NULL: symmetric */
+    int64_t R, N;
+    int wcol, tig, g, fold_g, ngroups;
+    int gpos, grp; /* the current chunk's K offset inside its group, and the group: counted, not divided
+                    * (a run-time divisor costs ~20 instructions, and the chunk loop asked three per chunk) */
+    float scn[NI][2];  /* the scales of the current group: columns wcol + 8 ni + 2 tig + q */
+    uint32_t zwn[NI];  /* the zero words of the next group to start */
+    uint32_t zz[NI];   /* bf16x2 (128 + zero) of the current group, per 8-column half */
+    __device__ __forceinline__ void load_scales(int grp) {
+#pragma unroll
+        for (int ni = 0; ni < NI; ni++)
+#pragma unroll
+            for (int q = 0; q < 2; q++) {
+                const int n = wcol + ni * 8 + tig * 2 + q;
+                scn[ni][q] = __half2float(__ldg(scale + (int64_t)grp * R + (n < N ? n : 0)));
+            }
+    }
+    __device__ __forceinline__ void load_zeros(int grp) {
+#pragma unroll
+        for (int ni = 0; ni < NI; ni++) {
+            const int zc = wcol / 8 + ni < (int)(R / 8) ? wcol / 8 + ni : (int)(R / 8) - 1;
+            zwn[ni] = __ldg(zrow + (int64_t)grp * (R / 8) + zc);
+        }
+    }
+    /* before the K loop: group 0's scales and zero words */
+    __device__ __forceinline__ void init(const ck_qgemm_args &a, const ck_qmat *cm, int wcol_, int lane, int64_t K) {
+        scale = static_cast<const __half *>(cm->scale);
+        zrow = a.has_zeros ? static_cast<const uint32_t *>(cm->zeros) : nullptr;
+        R = a.N, N = a.N, wcol = wcol_, tig = lane & 3, g = lane >> 2, fold_g = (int)a.group;
+        ngroups = (int)((K + fold_g - 1) / fold_g);
+        gpos = 0, grp = 0;
+#pragma unroll
+        for (int ni = 0; ni < NI; ni++) zz[ni] = 0x43084308u; /* symmetric: 136 = 128 + 8 */
+        load_scales(0);
+        if (zrow) load_zeros(0);
+    }
+};
+
+/* One 64-wide K tile kt64 of a v3 / v4 MMA warp: the A tile `as` (SPLIT x [rows][PITCH] bf16, a_tile
+ * elements apart; columns 0..63 of this K tile at column a_col0), the warp's NA weight atoms at
+ * `wq` (atom na at wq + na * w_stride, this lane's 16 bytes at lane * 16 of it) and, NVFP4, their
+ * scale atoms at `ws` (s_stride apart).  The K chunks in ascending order, each: the zeros at a
+ * group's first chunk, the B fragments decoded in registers, the MMAs (hi then lo), the fold at a
+ * group's last chunk (INT4; NVFP4 accumulates in acc directly). */
+template <int QT, int SPLIT, int MI, int NI, int NA, int PITCH>
+__device__ __forceinline__ void q3_k64(float (&acc)[MI][NI][4], float (&part)[MI][NI][4], q3_fold<NI> &f,
+                                       int64_t K, int kt64, const bf16 *as, int a_tile, int a_col0, int arow0,
+                                       const unsigned char *wq, int w_stride, const unsigned char *ws, int s_stride,
+                                       int lane) {
+    constexpr bool FOLD = QT == CK_QT_INT4, NVF = QT == CK_QT_NVFP4;
+    const int g = lane >> 2;
+    uint4 bw[NA]; /* this lane's 16 bytes of each atom of the warp: its B fragments of the 4 chunks */
+    uint2 sw[NA]; /* NVFP4: its 8 scale bytes of each atom (chunk kc: 16-bit half kc % 2 of word kc / 2) */
+#pragma unroll
+    for (int na = 0; na < NA; na++) {
+        bw[na] = *reinterpret_cast<const uint4 *>(wq + na * w_stride + lane * 16);
+        if (NVF) sw[na] = *reinterpret_cast<const uint2 *>(ws + na * s_stride + g * 8);
+    }
+#pragma unroll
+    for (int ks = 0; ks < 4; ks++) {
+        const int64_t kk = (int64_t)kt64 * 64 + ks * 16;
+        if (kk >= K) break;
+        if (FOLD && f.zrow && f.gpos == 0) { /* first chunk of a group: its zeros (loaded ahead) */
+#pragma unroll
+            for (int ni = 0; ni < NI; ni++) f.zz[ni] = qdec_int4r_zero(1, (f.zwn[ni] >> (4 * g)) & 15u);
+            if (f.grp + 1 < f.ngroups) f.load_zeros(f.grp + 1);
+        }
+        uint32_t bfr[NI][2];
+#pragma unroll
+        for (int na = 0; na < NA; na++) {
+            const uint32_t w = ks == 0 ? bw[na].x : ks == 1 ? bw[na].y : ks == 2 ? bw[na].z : bw[na].w;
+            if (NVF) {
+                uint32_t sh[2], r4[4];
+                qdec_nvf4r_scales((ks < 2 ? sw[na].x : sw[na].y) >> (16 * (ks & 1)), sh);
+                qdec_nvf4r(w, sh, r4);
+#pragma unroll
+                for (int p = 0; p < 4; p++) bfr[2 * na + (p >> 1)][p & 1] = r4[p];
+            } else {
+#pragma unroll
+                for (int p = 0; p < 4; p++) {
+                    const int ni = 2 * na + (p >> 1);
+                    bfr[ni][p & 1] = qdec_int4r(w, p, f.zz[ni]);
+                }
+            }
+        }
+#pragma unroll
+        for (int h = 0; h < SPLIT; h++) {
+            uint32_t af[MI][4];
+#pragma unroll
+            for (int mi = 0; mi < MI; mi++)
+                ldsm_x4(af[mi][0], af[mi][1], af[mi][2], af[mi][3],
+                        as + h * a_tile + (arow0 + mi * 16 + (lane & 15)) * PITCH + a_col0 + ks * 16 + (lane >> 4) * 8);
+#pragma unroll
+            for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+                for (int ni = 0; ni < NI; ni++) {
+                    if (FOLD)
+                        mma16816(part[mi][ni], af[mi], bfr[ni][0], bfr[ni][1]);
+                    else
+                        mma16816(acc[mi][ni], af[mi], bfr[ni][0], bfr[ni][1]);
+                }
+        }
+        if (FOLD) {
+            f.gpos += 16;
+            if (f.gpos == f.fold_g || kk + 16 == K) { /* last chunk of a group: fold (as v2) */
+                fold_frags(acc, part, f.scn);
+                if (f.grp + 1 < f.ngroups) f.load_scales(f.grp + 1);
+                f.grp++, f.gpos = 0;
+            }
+        }
+    }
+}
+
 template <int QT, int BM, int SPLIT, int MINB>
 __global__ void __launch_bounds__(QTHREADS, MINB) qgemm3_kernel(const ck_qgemm_args a) {
     constexpr int QBM = BM, QSTAGES = q3_stages<BM, SPLIT>(), WSTAGE = q3_wstage<QT>();
@@ -481,99 +615,21 @@ __global__ void __launch_bounds__(QTHREADS, MINB) qgemm3_kernel(const ck_qgemm_a
             cp_async16(bs + Q3_BSTAGE + tid * 16, s_ok ? s_src + (int64_t)kt * CK_NVF4R_SC_ATOM_BYTES : b_src, s_ok);
     };
 
-    float acc[MI][NI][4], part[FOLD ? MI : 1][FOLD ? NI : 1][4];
+    float acc[MI][NI][4], part[MI][NI][4];
     zero_frags(acc);
-    if (FOLD) zero_frags(part);
-    const int g = lane >> 2, tig = lane & 3;
+    zero_frags(part);
     const ck_qmat *cm = qmat_of(a, e, wn * WTN);
     /* the warp's first column in its matrix (its WTN columns are contiguous in one matrix); accumulator
      * columns wcol + 8 ni + 2 tig + q, B fragment columns wcol + 8 ni + g */
     const int wcol = (int)(a.mode == CK_GEMM_GATEUP ? nt * 64 + ((wn * WTN) & 63) : nt * QBN + wn * WTN);
-    const int fold_g = FOLD ? (int)a.group : 16;
-    const int64_t R = N;
-    /* zeros: word wcol / 8 + ni of a group's row (clamped to the row: columns past N are never stored),
-     * nibble g */
-    const uint32_t *zrow = FOLD && a.has_zeros ? static_cast<const uint32_t *>(cm->zeros) : nullptr;
-    uint32_t zz[NI]; /* bf16x2 (128 + zero) of the current group, per half */
-#pragma unroll
-    for (int ni = 0; ni < NI; ni++) zz[ni] = 0x43084308u; /* symmetric: 136 = 128 + 8 */
+    q3_fold<NI> f;
+    if (FOLD) f.init(a, cm, wcol, lane, K);
     cp_ring<QSTAGES>((int)((K + QBK - 1) / QBK), load_stage, [&](int kt, int stage) {
-        const bf16 *as = As + stage * SPLIT * A_TILE;
         const unsigned char *bs = Bq + stage * WSTAGE;
-        uint4 bw[NA]; /* this lane's 16 bytes of each atom of the warp: its B fragments of the 4 chunks */
-        uint2 sw[NA]; /* NVFP4: its 8 scale bytes of each atom (chunk kc: 16-bit half kc % 2 of word kc / 2) */
-#pragma unroll
-        for (int na = 0; na < NA; na++) {
-            bw[na] = *reinterpret_cast<const uint4 *>(bs + (wn * NA + na) * CK_INT4R_ATOM_BYTES + lane * 16);
-            if (NVF)
-                sw[na] = *reinterpret_cast<const uint2 *>(bs + Q3_BSTAGE + (wn * NA + na) * CK_NVF4R_SC_ATOM_BYTES +
-                                                          g * 8);
-        }
-#pragma unroll
-        for (int ks = 0; ks < QBK / 16; ks++) {
-            const int64_t kk = (int64_t)kt * QBK + ks * 16;
-            if (kk >= K) break;
-            const int kki = (int)kk;
-            if (FOLD && a.has_zeros && kki % fold_g == 0) { /* first chunk of a group: its zeros */
-#pragma unroll
-                for (int ni = 0; ni < NI; ni++) {
-                    const int zc = wcol / 8 + ni < (int)(R / 8) ? wcol / 8 + ni : (int)(R / 8) - 1;
-                    const uint32_t zw = __ldg(zrow + (int64_t)(kki / fold_g) * (R / 8) + zc);
-                    zz[ni] = qdec_int4r_zero(1, (zw >> (4 * g)) & 15u); /* bf16x2 128 + zero, exact */
-                }
-            }
-            uint32_t bfr[NI][2];
-#pragma unroll
-            for (int na = 0; na < NA; na++) {
-                const uint32_t w = ks == 0 ? bw[na].x : ks == 1 ? bw[na].y : ks == 2 ? bw[na].z : bw[na].w;
-                if (NVF) {
-                    uint32_t sh[2], r4[4];
-                    qdec_nvf4r_scales((ks < 2 ? sw[na].x : sw[na].y) >> (16 * (ks & 1)), sh);
-                    qdec_nvf4r(w, sh, r4);
-#pragma unroll
-                    for (int p = 0; p < 4; p++) bfr[2 * na + (p >> 1)][p & 1] = r4[p];
-                } else {
-#pragma unroll
-                    for (int p = 0; p < 4; p++) {
-                        const int ni = 2 * na + (p >> 1);
-                        bfr[ni][p & 1] = qdec_int4r(w, p, zz[ni]);
-                    }
-                }
-            }
-#pragma unroll
-            for (int h = 0; h < SPLIT; h++) {
-                uint32_t af[MI][4];
-#pragma unroll
-                for (int mi = 0; mi < MI; mi++)
-                    ldsm_x4(af[mi][0], af[mi][1], af[mi][2], af[mi][3],
-                            as + h * A_TILE + (wm * WTM + mi * 16 + (lane & 15)) * QPITCH + ks * 16 + (lane >> 4) * 8);
-                if (FOLD) {
-#pragma unroll
-                    for (int mi = 0; mi < (FOLD ? MI : 1); mi++)
-#pragma unroll
-                        for (int ni = 0; ni < (FOLD ? NI : 1); ni++)
-                            mma16816(part[mi][ni], af[mi], bfr[ni][0], bfr[ni][1]);
-                } else {
-#pragma unroll
-                    for (int mi = 0; mi < MI; mi++)
-#pragma unroll
-                        for (int ni = 0; ni < NI; ni++) mma16816(acc[mi][ni], af[mi], bfr[ni][0], bfr[ni][1]);
-                }
-            }
-            if (FOLD && ((kki + 16) % fold_g == 0 || kki + 16 == K)) { /* last chunk of a group: fold (as v2) */
-                const int grp = kki / fold_g;
-                float sc[NI][2];
-#pragma unroll
-                for (int ni = 0; ni < NI; ni++)
-#pragma unroll
-                    for (int q = 0; q < 2; q++) {
-                        const int n = wcol + ni * 8 + tig * 2 + q;
-                        sc[ni][q] = __half2float(
-                            __ldg(static_cast<const __half *>(cm->scale) + (int64_t)grp * R + (n < N ? n : 0)));
-                    }
-                fold_frags(acc, part, sc);
-            }
-        }
+        q3_k64<QT, SPLIT, MI, NI, NA, QPITCH>(acc, part, f, K, kt, As + stage * SPLIT * A_TILE, A_TILE, 0, wm * WTM,
+                                              bs + wn * NA * CK_INT4R_ATOM_BYTES, CK_INT4R_ATOM_BYTES,
+                                              bs + Q3_BSTAGE + wn * NA * CK_NVF4R_SC_ATOM_BYTES, CK_NVF4R_SC_ATOM_BYTES,
+                                              lane);
     });
     cp_async_wait<0>();
 
@@ -601,6 +657,197 @@ template <int QT, int QBM, int SPLIT, int MINB> cudaError_t launch_q3(const ck_q
 template <int QT, int QBM, int MINB> cudaError_t launch_v3(const ck_qgemm_args *a, cudaStream_t st) {
     return a->split == 2 ? launch_q3<QT, QBM, 2, MINB>(a, st) : launch_q3<QT, QBM, 1, MINB>(a, st);
 }
+
+/* ---- kernel v4: v3's warps fed by a loading warp (Hopper bulk copies) -----
+ * v3 at small passes is bound by its pipeline, not by DRAM: every thread
+ * both copies (one 16-byte cp.async of 4 KiB of packed weights per 64-wide
+ * K stage) and multiplies, behind one block-wide barrier per stage, so a
+ * stage moves 4x fewer weight bytes than the BF16 kernels' for the same
+ * per-stage cost (docs/BENCHMARKS.md: INT4 at 300 tokens ~0.8 TB/s).  v4
+ * keeps v3's tiles, warps and register decode (q3_k64: the same
+ * instructions in the same order, so bitwise v3's sums) and adds a ninth
+ * warp that, per 128-wide K stage, issues one bulk copy (cp.async.bulk,
+ * completing on the stage's full mbarrier) per column group of 16: the
+ * group's two consecutive atoms, 1 KiB (NVFP4: also its two scale atoms,
+ * 128 bytes), and one per activation row (256 bytes; precise: hi and lo),
+ * and refills a stage as soon as the 8 MMA warps release it (empty
+ * mbarrier), as cuda_gemm.cu's gemm_tma_kernel does for BF16.  No
+ * block-wide barrier in the K loop.  Rows past the tile's and column
+ * groups past N are not copied: their accumulators see stale shared memory
+ * and are never stored (each output element reads its own A row and W
+ * column only).  Needs K % 128 == 0 (ck_qgemm falls back to v3 otherwise)
+ * and the rows of A 16-byte aligned (lda % 8 == 0).
+ * Measured on the H200 (2026-12-02, docs/BENCHMARKS.md): bitwise v2 / v3
+ * everywhere, but no faster: the INT4 gate+up pass at 300 tokens 279 us
+ * against v3's 274 (same divisions then), NVFP4 end to end 24.2 / 54.4 ms
+ * at 300 / 1,000 tokens against v3's 21.7 / 50.1, INT4's 64-row tiles (one
+ * block per SM) 66.0 ms at 1,000 against 51.7.  So the copies were never
+ * the limit: the MMA warps' own instruction stream is (Nsight Compute:
+ * 0.54-0.62 issued warps per scheduler, DRAM at 16%).  Opt-in only
+ * (CLEF_CUDA_QGEMM_INT4=v4 / CLEF_CUDA_QGEMM_NVFP4=v4), kept as the base
+ * for a consumer with more independent work per warp. */
+#ifdef CLEF_CUDA_WGMMA
+constexpr int Q4_KS = 128;                                         /* K per stage */
+constexpr int Q4_APITCH = Q4_KS + 8;                               /* activation row pitch: 272 bytes */
+constexpr int Q4_GW = (Q4_KS / 64) * CK_INT4R_ATOM_BYTES;          /* one column group's weights per stage */
+constexpr int Q4_GS = (Q4_KS / 64) * CK_NVF4R_SC_ATOM_BYTES;       /* NVFP4: its scale atoms */
+constexpr int Q4_THREADS = QTHREADS + 32;                          /* + the loading warp */
+template <int QT> __host__ __device__ constexpr int q4_wbytes() { return 8 * Q4_GW + (QT == CK_QT_NVFP4 ? 8 * Q4_GS : 0); }
+template <int QT, int BM, int SPLIT> __host__ __device__ constexpr int q4_stage_bytes() {
+    return q4_wbytes<QT>() + SPLIT * BM * Q4_APITCH * 2;
+}
+/* two blocks per SM when at least 3 stages fit in half the shared memory and the registers allow it
+ * (INT4's 64-row tiles carry the fold's second accumulator set: 2 blocks of 288 threads would cap them
+ * at 112 registers and spill), else one block with up to 8 stages */
+template <int QT, int BM, int SPLIT> __host__ __device__ constexpr int q4_minb() {
+    return (110 * 1024) / q4_stage_bytes<QT, BM, SPLIT>() >= 3 && (BM == 32 || QT == CK_QT_NVFP4) ? 2 : 1;
+}
+template <int QT, int BM, int SPLIT> __host__ __device__ constexpr int q4_stages() {
+    return ((q4_minb<QT, BM, SPLIT>() == 2 ? 110 : 220) * 1024) / q4_stage_bytes<QT, BM, SPLIT>() < 8
+               ? ((q4_minb<QT, BM, SPLIT>() == 2 ? 110 : 220) * 1024) / q4_stage_bytes<QT, BM, SPLIT>()
+               : 8;
+}
+template <int QT, int BM, int SPLIT> __host__ __device__ constexpr int q4_smem() {
+    return q4_stages<QT, BM, SPLIT>() * q4_stage_bytes<QT, BM, SPLIT>();
+}
+static_assert(q4_stage_bytes<CK_QT_NVFP4, 64, 2>() % 16 == 0 && q4_stage_bytes<CK_QT_INT4, 32, 1>() % 16 == 0,
+              "stages stay 16-byte aligned");
+static_assert(q4_stages<CK_QT_NVFP4, 64, 2>() >= 4 && q4_stages<CK_QT_INT4, 32, 1>() >= 6, "pipeline depth");
+static_assert(64 * (QBN + 4) * 4 <= q4_smem<CK_QT_INT4, 64, 1>(), "epilogue tile fits");
+static_assert(32 * (QBN + 4) * 4 <= q4_smem<CK_QT_INT4, 32, 1>(), "epilogue tile fits");
+
+#ifdef CLEF_WGMMA_DEVICE
+/* `bytes` (a multiple of 16) from global src to shared dst (both 16-byte aligned), completing on b. */
+static __device__ __forceinline__ void bulk_load(void *dst, const void *src, uint32_t bytes, uint64_t *b) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                     smem_addr(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_addr(b))
+                 : "memory");
+}
+#endif
+
+template <int QT, int BM, int SPLIT>
+__global__ void __launch_bounds__(Q4_THREADS, q4_minb<QT, BM, SPLIT>()) qgemm4_kernel(const ck_qgemm_args a) {
+#ifdef CLEF_WGMMA_DEVICE
+    constexpr int STAGES = q4_stages<QT, BM, SPLIT>(), SBY = q4_stage_bytes<QT, BM, SPLIT>(), WBY = q4_wbytes<QT>();
+    constexpr int QWARPS_M = q_warps_m<BM>(), QWARPS_N = 8 / QWARPS_M;
+    constexpr int WTM = BM / QWARPS_M, WTN = QBN / QWARPS_N;
+    constexpr int MI = WTM / 16, NI = WTN / 8, NA = WTN / 16;
+    constexpr int A_TILE = BM * Q4_APITCH, SUB = Q4_KS / 64, RPL = (BM + 31) / 32;
+    constexpr bool FOLD = QT == CK_QT_INT4, NVF = QT == CK_QT_NVFP4;
+    static_assert(NA >= 1 && NI == 2 * NA, "a warp covers whole atoms");
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    __shared__ __align__(8) uint64_t full[STAGES], empty[STAGES];
+    __shared__ const bf16 *arow[BM];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    int64_t nt, row0, rows;
+    int e;
+    if (!gemm_block_tile(a, BM, QBN, nt, row0, rows, e)) return;
+    const bf16 *A = reinterpret_cast<const bf16 *>(a.A);
+    const int64_t K = a.K, N = a.N, K64 = (K + 63) / 64;
+    const int ktiles = (int)(K / Q4_KS);
+    if (tid < BM) { /* the tile's A rows (GATEUP gathers through row_src); NULL past its rows: not copied */
+        int64_t p = row0 + tid;
+        if (tid < rows && a.mode == CK_GEMM_GATEUP) p = a.row_src[p];
+        arow[tid] = tid < rows ? A + p * a.lda : nullptr;
+    }
+    if (tid == 0)
+        for (int s = 0; s < STAGES; s++) {
+            mbar_init(&full[s], 32); /* one expect_tx arrival per lane of the loading warp */
+            mbar_init(&empty[s], 8); /* one arrival per MMA warp */
+        }
+    fence_proxy_async();
+    __syncthreads();
+
+    if (warp == 8) { /* the loading warp: lanes 0..7 the column groups, every lane its rows */
+        const unsigned char *wsrc = nullptr, *ssrc = nullptr;
+        if (lane < 8) {
+            const int c = lane * 16;
+            const ck_qmat *m = qmat_of(a, e, c);
+            const int64_t n = a.mode == CK_GEMM_GATEUP ? nt * 64 + (c & 63) : nt * QBN + c;
+            if (n < N) {
+                wsrc = static_cast<const unsigned char *>(m->q) + CK_INT4R_ATOM_OFF(n / 16, (int64_t)0, K64);
+                if (NVF) ssrc = static_cast<const unsigned char *>(m->scale) + CK_NVF4R_SC_ATOM_OFF(n / 16, (int64_t)0, K64);
+            }
+        }
+        const bf16 *rp[RPL];
+        uint32_t bytes = wsrc ? Q4_GW + (NVF ? Q4_GS : 0) : 0;
+#pragma unroll
+        for (int j = 0; j < RPL; j++) {
+            const int r = lane + 32 * j;
+            rp[j] = r < BM ? arow[r] : nullptr;
+            if (rp[j]) bytes += SPLIT * Q4_KS * 2;
+        }
+        for (int kt = 0; kt < ktiles; kt++) {
+            const int s = kt % STAGES;
+            if (kt >= STAGES) mbar_wait(&empty[s], (uint32_t)((kt / STAGES - 1) & 1));
+            /* the MMA warps' generic-proxy reads of the stage before the async-proxy copies that
+             * overwrite it (gemm_tma_kernel's fence) */
+            fence_proxy_async();
+            unsigned char *st = smem_raw + s * SBY;
+            mbar_arrive_expect_tx(&full[s], bytes);
+            if (wsrc) {
+                bulk_load(st + lane * Q4_GW, wsrc + (int64_t)kt * Q4_GW, Q4_GW, &full[s]);
+                if (NVF) bulk_load(st + 8 * Q4_GW + lane * Q4_GS, ssrc + (int64_t)kt * Q4_GS, Q4_GS, &full[s]);
+            }
+            bf16 *as = reinterpret_cast<bf16 *>(st + WBY);
+#pragma unroll
+            for (int j = 0; j < RPL; j++)
+                if (rp[j])
+#pragma unroll
+                    for (int h = 0; h < SPLIT; h++)
+                        bulk_load(as + (h * BM + lane + 32 * j) * Q4_APITCH, rp[j] + h * K + (int64_t)kt * Q4_KS,
+                                  Q4_KS * 2, &full[s]);
+        }
+        return; /* the copies complete on the full barriers the MMA warps wait on; the block lives on */
+    }
+
+    const int wm = warp / QWARPS_N, wn = warp % QWARPS_N;
+    float acc[MI][NI][4], part[MI][NI][4];
+    zero_frags(acc);
+    zero_frags(part);
+    const ck_qmat *cm = qmat_of(a, e, wn * WTN);
+    const int wcol = (int)(a.mode == CK_GEMM_GATEUP ? nt * 64 + ((wn * WTN) & 63) : nt * QBN + wn * WTN);
+    q3_fold<NI> f;
+    if (FOLD) f.init(a, cm, wcol, lane, K);
+    for (int kt = 0; kt < ktiles; kt++) {
+        const int s = kt % STAGES;
+        mbar_wait(&full[s], (uint32_t)((kt / STAGES) & 1));
+        const unsigned char *st = smem_raw + s * SBY;
+#pragma unroll
+        for (int sub = 0; sub < SUB; sub++)
+            q3_k64<QT, SPLIT, MI, NI, NA, Q4_APITCH>(acc, part, f, K, kt * SUB + sub,
+                                                     reinterpret_cast<const bf16 *>(st + WBY), A_TILE, sub * 64,
+                                                     wm * WTM, st + wn * NA * Q4_GW + sub * CK_INT4R_ATOM_BYTES, Q4_GW,
+                                                     st + 8 * Q4_GW + wn * NA * Q4_GS + sub * CK_NVF4R_SC_ATOM_BYTES,
+                                                     Q4_GS, lane);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&empty[s]);
+    }
+    const float gs = NVF ? cm->global : 1.0f;
+    const int gdiv = NVF ? a.global_div : 0;
+    mma_epilogue<BM, QBN, WTM, WTN, QTHREADS>(a, acc, N, a.split, row0, rows, nt, wm, wn, lane, tid, smem_raw,
+                                              [gs, gdiv](float v, int64_t) { return NVF ? (gdiv ? v / gs : v * gs) : v; },
+                                              true);
+#endif
+}
+
+template <int QT, int BM, int SPLIT> cudaError_t launch_q4(const ck_qgemm_args *a, cudaStream_t st) {
+    constexpr int smem = q4_smem<QT, BM, SPLIT>();
+    static unsigned done = 0;
+    cudaError_t e = allow_smem(qgemm4_kernel<QT, BM, SPLIT>, smem, &done);
+    if (e != cudaSuccess) return e;
+    unsigned blocks;
+    e = gemm_grid(a->mode, a->mode == CK_GEMM_DENSE ? (a->M + BM - 1) / BM : a->max_tiles, a->N, QBN, &blocks);
+    if (e != cudaSuccess || !blocks) return e;
+    qgemm4_kernel<QT, BM, SPLIT><<<blocks, Q4_THREADS, smem, st>>>(*a);
+    return cudaGetLastError();
+}
+template <int QT, int BM> cudaError_t launch_v4(const ck_qgemm_args *a, cudaStream_t st) {
+    return a->split == 2 ? launch_q4<QT, BM, 2>(a, st) : launch_q4<QT, BM, 1>(a, st);
+}
+#endif /* CLEF_CUDA_WGMMA */
+
 /* The reorder of cuda_qbits.h: one thread per u32 word of the reordered array. */
 __global__ void int4_reorder_kernel(const uint32_t *src, int64_t K, int64_t N, uint32_t *dst, int64_t words) {
     const int64_t w = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -645,6 +892,14 @@ cudaError_t ck_qgemm(const ck_qgemm_args *a, cudaStream_t st) {
     if (a->K < 16 || a->K % 16 || a->split < 1 || a->split > 2 || a->N < 1 || a->N > 0x7fff0000LL)
         return cudaErrorInvalidValue;
     const int bm = a->bm;
+#ifdef CLEF_CUDA_WGMMA
+    if (a->tma && (bm == 32 || bm == 64) && a->K % Q4_KS == 0 && a->lda % 8 == 0 && ((uintptr_t)a->A & 15) == 0) {
+        if (a->qtype == CK_QT_INT4 && a->int4_reordered && a->group >= 16 && a->group % 16 == 0 && a->N % 8 == 0)
+            return bm == 32 ? launch_v4<CK_QT_INT4, 32>(a, st) : launch_v4<CK_QT_INT4, 64>(a, st);
+        if (a->qtype == CK_QT_NVFP4 && a->nvfp4_reordered)
+            return bm == 32 ? launch_v4<CK_QT_NVFP4, 32>(a, st) : launch_v4<CK_QT_NVFP4, 64>(a, st);
+    }
+#endif
     switch (a->qtype) {
     case CK_QT_NVFP4:
         if (a->nvfp4_reordered)

@@ -49,7 +49,13 @@ ck_packed_pick ck_pick_packed(const ck_caps *caps, const clef_cuda_knobs *k, int
     const int wg = k->qwgmma && (k->qwgmma == 2 || qtype != CK_QT_FP8) && wgmma_pass(caps, k, rows, 1) && wgmma_fits;
     p.kernel = wg ? CK_PACKED_WGMMA : CK_PACKED_MMA;
     p.bm = wg ? 128 : ck_qgemm_bm(qtype, rows, n_experts);
+    if (!wg && ck_packed_tma(caps, k, qtype, p.bm)) p.kernel = CK_PACKED_TMA;
     return p;
+}
+
+int ck_packed_tma(const ck_caps *caps, const clef_cuda_knobs *k, int qtype, int bm) {
+    const int on = (qtype == CK_QT_INT4 && k->int4 == 5) || (qtype == CK_QT_NVFP4 && k->nvfp4 == 4);
+    return on && (bm == 32 || bm == 64) && ck_caps_hopper(caps);
 }
 
 int ck_pick_attention(const clef_cuda_knobs *k, int split, int64_t seg_len, int scale_ok) {

@@ -81,6 +81,8 @@ typedef enum ck_packed_kernel {
     CK_PACKED_MMA = 0,    /* ck_qgemm (v2, or v3 for reordered INT4 / NVFP4): every device from sm_80 */
     CK_PACKED_WGMMA = 1,  /* ck_qgemm_wgmma: decoded tiles on Hopper warpgroup MMAs, bitwise ck_qgemm */
     CK_PACKED_FP8MMA = 2, /* ck_fp8mma: W8A8 on Hopper's FP8 tensor cores (opt-in: changes numerics) */
+    CK_PACKED_TMA = 3,    /* ck_qgemm with ck_qgemm_args.tma: v4, v3's warps fed by a loading warp (Hopper bulk
+                           * copies), bitwise v3; ck_qgemm runs v3 where v4 does not fit (K % 128) */
 } ck_packed_kernel;
 
 typedef struct ck_packed_pick {
@@ -97,6 +99,11 @@ typedef struct ck_packed_pick {
  * format (2); else ck_qgemm_bm's tile. */
 ck_packed_pick ck_pick_packed(const ck_caps *caps, const clef_cuda_knobs *k, int qtype, int64_t rows,
                               int64_t n_experts, int wgmma_fits, int fp8_mma, int fp8mma_fits);
+/* Whether a packed product of `qtype` with `bm`-row tiles that would run ck_qgemm (mma.sync) runs it as
+ * kernel v4 (ck_qgemm_args.tma = 1): Hopper (ck_caps_hopper), INT4 with knobs->int4 = 5 or NVFP4 with
+ * knobs->nvfp4 = 4 (opt-in A/B switches: v4 measured slower than v3, docs/BENCHMARKS.md), bm 32 or 64.  ck_pick_packed's CK_PACKED_TMA and the dense packed
+ * matmul both ask this. */
+int ck_packed_tma(const ck_caps *caps, const clef_cuda_knobs *k, int qtype, int bm);
 
 /* The attention kernel variant of a segment of `seg_len` queries (1 = v1,
  * 2 = v2, 3 = v2w; ck_attn_tc_rows gives their tile rows): knobs->attn when
