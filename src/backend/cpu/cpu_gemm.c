@@ -24,6 +24,7 @@
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define CPU_GEMM_X86 1
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -68,18 +69,27 @@ const char *cpu_isa_name(cpu_isa isa) {
     return (unsigned)isa < CPU_ISA_COUNT ? names[isa] : "?";
 }
 
+#ifdef CPU_GEMM_X86
+/* F16C from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports
+ * does not know "f16c" (a compile error there), gcc's does. */
+static int has_f16c(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+#endif
+
 int cpu_isa_supported(cpu_isa isa) {
     switch (isa) {
     case CPU_ISA_SCALAR: return 1;
 #ifdef CPU_GEMM_X86
     case CPU_ISA_AVX2:
         __builtin_cpu_init();
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
     case CPU_ISA_AVX512:
         __builtin_cpu_init();
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-               __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+               __builtin_cpu_supports("fma") && has_f16c();
 #endif
     default: return 0;
     }
