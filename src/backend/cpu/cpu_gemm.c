@@ -367,6 +367,20 @@ static T256 void int4_avx2(const clef_weight *w, int64_t n0, int64_t nr, int64_t
         }
         pf_issue(pf, pf_step);
         float *out = P + (kp * 8 - k0) * AV2_NR;
+        if (nr == AV2_NR) { /* a whole panel: plain loads, nothing to mask */
+#pragma GCC unroll 2
+            for (int v = 0; v < 2; v++) {
+                __m256i wv = _mm256_loadu_si256((const __m256i *)(qw + 4 * (kp * R + n0 + 8 * v)));
+#pragma GCC unroll 8
+                for (int j = 0; j < 8; j++) {
+                    const __m256i q = _mm256_and_si256(wv, low4);
+                    wv = _mm256_srli_epi32(wv, 4);
+                    _mm256_storeu_ps(out + j * AV2_NR + 8 * v,
+                                     _mm256_mul_ps(s[v], _mm256_cvtepi32_ps(_mm256_sub_epi32(q, z[v]))));
+                }
+            }
+            continue;
+        }
 #pragma GCC unroll 2
         for (int v = 0; v < 2; v++) {
             const __m256i wv = _mm256_maskload_epi32((const int *)(qw + 4 * (kp * R + n0 + 8 * v)), mk[v]);
