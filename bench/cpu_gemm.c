@@ -3,6 +3,7 @@
  * the kernel are measured under the same load (docs/BENCHMARKS.md).
  *
  *   build/cpu_gemm_bench [--threads N] [--reps R] [--tokens T] [--experts E] [--isa scalar|avx2|avx512]
+ *                        [--moe-only]
  *
  * Shapes (T tokens, default 300; top-8 of 128 experts, so ~T/16 rows per expert):
  *   square   2048 x 2048 x 2048          OpenBLAS's ceiling on this machine (all threads)
@@ -20,6 +21,15 @@
  * time (what other work on the machine does not dilute; OpenBLAS's waiting
  * threads count against it as ours do).  Output: one "key value" line per
  * figure.
+ *
+ * Then one MoE layer through the backend's moe op (cpu_moe: tokens grouped
+ * by expert, gate and up, SwiGLU, down, the ordered combine): T tokens of
+ * width 2048 routed to 8 distinct experts each, uniformly at random over E
+ * (default 128) experts of 768 x 2048 / 2048 x 768, BF16 and INT4 (G = 128)
+ * weights: moe_<fmt>_ms (minimum wall time over R), moe_<fmt>_gflops (2 T 8
+ * 3 2048 768 multiply-adds per layer) and moe_<fmt>_cpu_ms (process CPU
+ * time).  A full-preset forward runs 48 such layers.  --moe-only skips the
+ * GEMM shapes.
  */
 #include <cblas.h>
 #undef I
@@ -92,13 +102,72 @@ static void make_int4(int4_w *o, int64_t N, int64_t K) {
                          .quant = {.type = CLEF_QT_INT4_GPTQ, .scale = o->s, .group = G}};
 }
 
+/* One MoE layer (see the top of the file) in BF16 and INT4. */
+static void bench_moe(clef_backend *be, int64_t T, int64_t E, int reps) {
+    const int64_t H = 2048, NI = 768, k = 8;
+    clef_err err;
+    clef_err_clear(&err);
+    if (E < k) E = k;
+    float *x = rand_f32((size_t)(T * H), 1.0f), *y = rand_f32((size_t)(T * H), 0.0f);
+    float *rw = rand_f32((size_t)(T * k), 0.1f);
+    int32_t *idx = malloc((size_t)(T * k) * sizeof *idx);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t s = 0; s < k; s++) {
+            int e, dup;
+            do {
+                rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+                e = (int)(rng % (uint64_t)E), dup = 0;
+                for (int64_t q = 0; q < s; q++) dup |= idx[t * k + q] == e;
+            } while (dup);
+            idx[t * k + s] = e;
+            rw[t * k + s] = fabsf(rw[t * k + s]) + 0.01f;
+        }
+    clef_weight *w = calloc((size_t)(3 * E), sizeof *w);
+    uint16_t **h = calloc((size_t)(3 * E), sizeof *h);
+    int4_w *q = calloc((size_t)(3 * E), sizeof *q);
+    for (int64_t i = 0; i < 3 * E; i++) {
+        const int64_t N = i < 2 * E ? NI : H, K = i < 2 * E ? H : NI;
+        float *f = rand_f32((size_t)(N * K), 0.05f);
+        h[i] = to_bf16(f, (size_t)(N * K));
+        free(f);
+        be->ops->weight_init(be, &w[i], CLEF_DT_BF16, N, K, h[i], &err);
+        make_int4(&q[i], N, K);
+    }
+    clef_weight *qw = calloc((size_t)(3 * E), sizeof *qw);
+    for (int64_t i = 0; i < 3 * E; i++) qw[i] = q[i].w;
+    const clef_moe_weights mb = {.n_experts = E, .hidden = H, .inter = NI, .gate = w, .up = w + E, .down = w + 2 * E};
+    const clef_moe_weights mq = {.n_experts = E, .hidden = H, .inter = NI, .gate = qw, .up = qw + E, .down = qw + 2 * E};
+    const double flops = 2.0 * (double)T * (double)k * 3.0 * (double)H * (double)NI;
+    const struct {
+        const char *name;
+        const clef_moe_weights *m;
+    } runs[] = {{"bf16", &mb}, {"int4", &mq}};
+    printf("moe_tokens %lld\nmoe_experts %lld\n", (long long)T, (long long)E);
+    for (int ri = 0; ri < 2; ri++) {
+        double best = 1e30, cbest = 1e30;
+        for (int r = 0; r <= reps; r++) { /* r == 0 warms up */
+            const double c0 = cpu_s(), t0 = now_s();
+            if (be->ops->moe(be, x, T, idx, rw, k, runs[ri].m, y, &err) != 0) fprintf(stderr, "%s\n", err.message);
+            const double t1 = now_s(), c1 = cpu_s();
+            if (r == 0) continue;
+            if (t1 - t0 < best) best = t1 - t0;
+            if (c1 - c0 < cbest) cbest = c1 - c0;
+        }
+        printf("moe_%s_ms %.1f\nmoe_%s_gflops %.1f\nmoe_%s_cpu_ms %.1f\n", runs[ri].name, best * 1e3, runs[ri].name,
+               flops / best * 1e-9, runs[ri].name, cbest * 1e3);
+        fflush(stdout);
+    }
+    for (int64_t i = 0; i < 3 * E; i++) free(h[i]), free(q[i].q), free(q[i].s);
+    free(h), free(q), free(qw), free(w), free(x), free(y), free(rw), free(idx);
+}
+
 typedef struct shape {
     const char *name;
     int64_t M, N, K, batch;
 } shape;
 
 int main(int argc, char **argv) {
-    int threads = omp_get_max_threads(), reps = 5;
+    int threads = omp_get_max_threads(), reps = 5, moe_only = 0;
     int64_t T = 300, E = 128;
     const char *isa_name = NULL;
     for (int i = 1; i < argc; i++) {
@@ -107,8 +176,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--tokens") && i + 1 < argc) T = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--isa") && i + 1 < argc) isa_name = argv[++i];
         else if (!strcmp(argv[i], "--experts") && i + 1 < argc) E = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--moe-only")) moe_only = 1;
         else {
-            fprintf(stderr, "usage: cpu_gemm_bench [--threads N] [--reps R] [--tokens T] [--experts E] [--isa scalar|avx2|avx512]\n");
+            fprintf(stderr, "usage: cpu_gemm_bench [--threads N] [--reps R] [--tokens T] [--experts E] [--isa scalar|avx2|avx512] [--moe-only]\n");
             return 2;
         }
     }
@@ -134,7 +204,7 @@ int main(int argc, char **argv) {
     printf("openblas_core %s\n", openblas_get_corename());
     printf("threads %d\nisa %s\ntokens %lld\nrows_per_expert %lld\nexperts %lld\nreps %d\n", threads,
            cpu_isa_name(c->isa), (long long)T, (long long)me, (long long)E, reps);
-    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+    for (size_t si = 0; !moe_only && si < sizeof shapes / sizeof *shapes; si++) {
         const shape *s = &shapes[si];
         const int64_t B = s->batch, M = s->M, N = s->N, K = s->K;
         const double flops = 2.0 * (double)M * (double)N * (double)K * (double)B;
@@ -195,6 +265,7 @@ int main(int argc, char **argv) {
         for (int64_t b = 0; b < B; b++) free(q4[b].q), free(q4[b].s);
         free(q4), free(wf), free(wh), free(jf), free(jh), free(j4), free(A), free(W), free(C), free(Wh);
     }
+    bench_moe(be, T, E, reps);
     be->ops->destroy(be);
     return 0;
 }

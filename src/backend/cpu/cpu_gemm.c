@@ -24,6 +24,7 @@
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define CPU_GEMM_X86 1
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -68,18 +69,27 @@ const char *cpu_isa_name(cpu_isa isa) {
     return (unsigned)isa < CPU_ISA_COUNT ? names[isa] : "?";
 }
 
+#ifdef CPU_GEMM_X86
+/* F16C from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports
+ * does not know "f16c" (a compile error there), gcc's does. */
+static int has_f16c(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+#endif
+
 int cpu_isa_supported(cpu_isa isa) {
     switch (isa) {
     case CPU_ISA_SCALAR: return 1;
 #ifdef CPU_GEMM_X86
     case CPU_ISA_AVX2:
         __builtin_cpu_init();
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
     case CPU_ISA_AVX512:
         __builtin_cpu_init();
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-               __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+               __builtin_cpu_supports("fma") && has_f16c();
 #endif
     default: return 0;
     }
@@ -160,7 +170,7 @@ static void rows_f32_scalar(const void *src, int64_t lds, int rows, int64_t kc, 
 /* ---- AVX2 + FMA ---- */
 
 #ifdef CPU_GEMM_X86
-#define T256 __attribute__((target("avx2,fma")))
+#define T256 __attribute__((target("avx2,fma,f16c")))
 #define AV2_MR 6
 #define AV2_NR 16
 
@@ -210,6 +220,177 @@ static T256 void kern_avx2(int mr, int64_t kc, const float *a, int64_t lda, cons
     case 4: k256_body(4, kc, a, lda, p, ldp, c, ldc, nv, load_c); break;
     case 5: k256_body(5, kc, a, lda, p, ldp, c, ldc, nv, load_c); break;
     default: k256_body(6, kc, a, lda, p, ldp, c, ldc, nv, load_c); break;
+    }
+}
+
+/* In-register transpose of 8 x 8 floats: on return r[c] holds column c
+ * (element i = old r[i][c]).  Shuffles only: values are moved, never
+ * changed. */
+static inline __attribute__((always_inline)) T256 void tr8(__m256 r[8]) {
+    __m256 t[8], s[8];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    /* t[0] = r0[0] r1[0] r0[1] r1[1] | r0[4] r1[4] r0[5] r1[5], t[1] the same with 2, 3 / 6, 7 */
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        s[4 * h + 0] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], 0x44);
+        s[4 * h + 1] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], 0xEE);
+        s[4 * h + 2] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0x44);
+        s[4 * h + 3] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0xEE);
+    }
+    /* s[j] (j < 4): rows 0-3 of columns j | j + 4; s[4 + j]: rows 4-7 */
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        r[j] = _mm256_permute2f128_ps(s[j], s[4 + j], 0x20);
+        r[4 + j] = _mm256_permute2f128_ps(s[j], s[4 + j], 0x31);
+    }
+}
+
+/* f32 rows: 8 x 8 blocks (zero rows past `rows`; the kc tail through a
+ * zeroed copy), transposed in registers, stored to panel columns 0-7 and
+ * 8-15.  pf_step is per 16 k. */
+static T256 void rows_f32_avx2(const void *src, int64_t lds, int rows, int64_t kc, float *P, int64_t ldp,
+                               pf_cursor *pf, int64_t pf_step) {
+    const float *s = src;
+    for (int64_t kk = 0; kk < kc; kk += 8) {
+        const int64_t kn = kc - kk < 8 ? kc - kk : 8;
+        if (!(kk & 15)) pf_issue(pf, pf_step);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m256 r[8];
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++) {
+                const int row = 8 * h + i;
+                if (row >= rows) {
+                    r[i] = _mm256_setzero_ps();
+                } else if (kn == 8) {
+                    r[i] = _mm256_loadu_ps(s + row * lds + kk);
+                } else {
+                    float t[8] = {0};
+                    memcpy(t, s + row * lds + kk, (size_t)kn * sizeof(float));
+                    r[i] = _mm256_loadu_ps(t);
+                }
+            }
+            tr8(r);
+            for (int q = 0; q < kn; q++) _mm256_storeu_ps(P + (kk + q) * ldp + 8 * h, r[q]);
+        }
+    }
+}
+
+/* bf16 rows: 16 k at a time, each 32-byte row load split without a shuffle
+ * into its even k (the low halves shifted up: exact bf16 -> f32) and its odd
+ * k (the high halves, masked), two 8 x 8 transposes per 8 rows (even k to
+ * panel rows kk, kk + 2, ..., odd k to kk + 1, kk + 3, ...).  pf_step is per
+ * 16 k. */
+static T256 void rows_bf16_avx2(const void *src, int64_t lds, int rows, int64_t kc, float *P, int64_t ldp,
+                                pf_cursor *pf, int64_t pf_step) {
+    const uint16_t *s = src;
+    const __m256i hi = _mm256_set1_epi32((int32_t)0xFFFF0000u);
+    for (int64_t kk = 0; kk < kc; kk += 16) {
+        const int64_t kn = kc - kk < 16 ? kc - kk : 16;
+        pf_issue(pf, pf_step);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m256 e[8], o[8];
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++) {
+                const int row = 8 * h + i;
+                __m256i v;
+                if (row >= rows) {
+                    v = _mm256_setzero_si256();
+                } else if (kn == 16) {
+                    v = _mm256_loadu_si256((const __m256i *)(s + row * lds + kk));
+                } else {
+                    uint16_t t[16] = {0};
+                    memcpy(t, s + row * lds + kk, (size_t)kn * sizeof(uint16_t));
+                    v = _mm256_loadu_si256((const __m256i *)t);
+                }
+                e[i] = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+                o[i] = _mm256_castsi256_ps(_mm256_and_si256(v, hi));
+            }
+            tr8(e);
+            tr8(o);
+            if (kn == 16) {
+#pragma GCC unroll 8
+                for (int q = 0; q < 8; q++) {
+                    _mm256_storeu_ps(P + (kk + 2 * q) * ldp + 8 * h, e[q]);
+                    _mm256_storeu_ps(P + (kk + 2 * q + 1) * ldp + 8 * h, o[q]);
+                }
+            } else {
+                for (int q = 0; 2 * q < kn; q++) {
+                    _mm256_storeu_ps(P + (kk + 2 * q) * ldp + 8 * h, e[q]);
+                    if (2 * q + 1 < kn) _mm256_storeu_ps(P + (kk + 2 * q + 1) * ldp + 8 * h, o[q]);
+                }
+            }
+        }
+    }
+}
+
+/* INT4 (auto_gptq) straight into the 16-wide panel, as int4_avx512: 8
+ * consecutive outputs of one qweight word row are one vector, nibble j of
+ * it is panel row k = 8 kp + j, each value f16 scale * (float)(nibble -
+ * zero) (clef_qweight_tile_f32's formula, so bitwise its values); columns
+ * past nr are +0. */
+static T256 void int4_avx2(const clef_weight *w, int64_t n0, int64_t nr, int64_t k0, int64_t kc, float *P,
+                           pf_cursor *pf, int64_t pf_step) {
+    const int64_t R = w->rows, G = w->quant.group;
+    const uint8_t *qw = w->data, *sc = w->quant.scale, *zs = w->quant.zeros;
+    __m256i mk[2], z[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+    __m256 s[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int v = 0; v < 2; v++) mk[v] = mask8((int)nr, 8 * v);
+    const __m256i low4 = _mm256_set1_epi32(15);
+    int64_t gcur = -1;
+    for (int64_t kp = k0 / 8; kp < (k0 + kc) / 8; kp++) {
+        const int64_t g = kp * 8 / G;
+        if (g != gcur) {
+            gcur = g;
+            int32_t zz[AV2_NR];
+            uint16_t hs[AV2_NR] = {0};
+            for (int64_t j = 0; j < AV2_NR; j++) {
+                zz[j] = 8; /* symmetric: stored 7 means 8 */
+                if (j >= nr) continue;
+                const int64_t n = n0 + j;
+                memcpy(&hs[j], sc + 2 * (g * R + n), 2);
+                if (zs) {
+                    uint32_t zw;
+                    memcpy(&zw, zs + 4 * (g * (R / 8) + n / 8), 4);
+                    zz[j] = (int32_t)((zw >> (4 * (n % 8))) & 15u) + 1; /* v1 asymmetric: nibble + 1 */
+                }
+            }
+            for (int v = 0; v < 2; v++) {
+                s[v] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(hs + 8 * v)));
+                z[v] = _mm256_loadu_si256((const __m256i *)(zz + 8 * v));
+            }
+        }
+        pf_issue(pf, pf_step);
+        float *out = P + (kp * 8 - k0) * AV2_NR;
+        if (nr == AV2_NR) { /* a whole panel: plain loads, nothing to mask */
+#pragma GCC unroll 2
+            for (int v = 0; v < 2; v++) {
+                __m256i wv = _mm256_loadu_si256((const __m256i *)(qw + 4 * (kp * R + n0 + 8 * v)));
+#pragma GCC unroll 8
+                for (int j = 0; j < 8; j++) {
+                    const __m256i q = _mm256_and_si256(wv, low4);
+                    wv = _mm256_srli_epi32(wv, 4);
+                    _mm256_storeu_ps(out + j * AV2_NR + 8 * v,
+                                     _mm256_mul_ps(s[v], _mm256_cvtepi32_ps(_mm256_sub_epi32(q, z[v]))));
+                }
+            }
+            continue;
+        }
+#pragma GCC unroll 2
+        for (int v = 0; v < 2; v++) {
+            const __m256i wv = _mm256_maskload_epi32((const int *)(qw + 4 * (kp * R + n0 + 8 * v)), mk[v]);
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; j++) {
+                const __m256i q = _mm256_and_si256(_mm256_srli_epi32(wv, 4 * j), low4);
+                const __m256 f = _mm256_mul_ps(s[v], _mm256_cvtepi32_ps(_mm256_sub_epi32(q, z[v])));
+                _mm256_storeu_ps(out + j * AV2_NR + 8 * v, _mm256_and_ps(f, _mm256_castsi256_ps(mk[v])));
+            }
+        }
     }
 }
 
@@ -420,7 +601,8 @@ static T512 void int4_avx512(const clef_weight *w, int64_t n0, int64_t nr, int64
 static const isa_impl impls[CPU_ISA_COUNT] = {
     [CPU_ISA_SCALAR] = {.nr = SC_NR, .mr = SC_MR, .kern = kern_scalar, .rows_f32 = rows_f32_scalar},
 #ifdef CPU_GEMM_X86
-    [CPU_ISA_AVX2] = {.nr = AV2_NR, .mr = AV2_MR, .kern = kern_avx2, .rows_f32 = rows_f32_scalar},
+    [CPU_ISA_AVX2] = {.nr = AV2_NR, .mr = AV2_MR, .kern = kern_avx2, .rows_f32 = rows_f32_avx2,
+                      .rows_bf16 = rows_bf16_avx2, .int4 = int4_avx2},
     [CPU_ISA_AVX512] = {.nr = AV5_NR, .mr = AV5_MR, .kern = kern_avx512, .rows_f32 = rows_f32_avx512,
                         .rows_bf16 = rows_bf16_avx512, .int4 = int4_avx512},
 #else

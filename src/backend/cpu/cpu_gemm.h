@@ -33,7 +33,7 @@
 /* Instruction sets with a kernel.  Each one is bitwise the others. */
 typedef enum cpu_isa {
     CPU_ISA_SCALAR, /* plain C, fmaf (a libm call where the target has no FMA: slow, but the same numbers) */
-    CPU_ISA_AVX2,   /* AVX2 + FMA: 6 x 16 microkernel */
+    CPU_ISA_AVX2,   /* AVX2 + FMA + F16C: 6 x 16 microkernel, 8 x 8 in-register transposes, INT4 decoded in place */
     CPU_ISA_AVX512, /* AVX-512 F/BW/VL/DQ: 6 x 64 microkernel, in-register transposes, INT4 decoded in place */
     CPU_ISA_COUNT
 } cpu_isa;
