@@ -35,6 +35,7 @@ struct clef_engine {
     size_t hidden_cap; /* floats in `hidden` */
     clef_state_cache *cache; /* NULL = off */
     const char *cache_off;   /* why the cache asked for is off, or NULL */
+    int cache_bypass;        /* 1: forwards neither read nor fill the cache (clef_engine_state_cache_bypass) */
 };
 
 /* Largest hidden-state buffer kept between forwards (512 MiB = 64k tokens of
@@ -299,7 +300,8 @@ static int thinker_run(clef_engine *e, clef_job *const *jobs, size_t n_jobs, con
     clef_sc_key *keys = clef_xcalloc(n_jobs + 1, sizeof *keys);
     for (size_t i = 0; i < n_jobs; i++) job_key(jobs[i], &keys[i]);
     clef_sc_plan plan;
-    clef_state_cache_plan(e->cache, keys, n_jobs, &plan);
+    clef_state_cache *cache = e->cache_bypass ? NULL : e->cache;
+    clef_state_cache_plan(cache, keys, n_jobs, &plan);
     clef_media_embeds me;
     int have_media = 0, rc = 0;
     if (towers) rc = towers(e, jobs[0], plan.reuse ? plan.reuse[0] : 0, &me, &have_media, err);
@@ -310,7 +312,7 @@ static int thinker_run(clef_engine *e, clef_job *const *jobs, size_t n_jobs, con
                                         plan.reuse ? &ru : NULL, hidden, err);
     }
     if (have_media) clef_media_embeds_free(&me);
-    clef_state_cache_finish(e->cache, keys, &plan, rc == 0);
+    clef_state_cache_finish(cache, keys, &plan, rc == 0);
     free(keys);
     return rc;
 }
@@ -447,3 +449,8 @@ void clef_engine_state_cache_stats(clef_engine *e, clef_state_cache_stats *out) 
     clef_state_cache_stats_get(e->cache, out);
 }
 const char *clef_engine_state_cache_off_reason(const clef_engine *e) { return e->cache_off; }
+void clef_engine_state_cache_bypass(clef_engine *e, int bypass) {
+    pthread_mutex_lock(&e->forward_lock);
+    e->cache_bypass = bypass;
+    pthread_mutex_unlock(&e->forward_lock);
+}

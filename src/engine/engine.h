@@ -132,6 +132,10 @@ void clef_engine_state_cache_stats(clef_engine *e, struct clef_state_cache_stats
 /* NULL when the state cache is on or was not asked for; else why it is off (a static or engine-owned string). */
 const char *clef_engine_state_cache_off_reason(const clef_engine *e);
 
+/* bypass 1: later forwards neither read nor fill the state cache (what is held stays); 0: they do
+ * again.  For measuring the cache against no cache on one loaded model (`clef bench --state-workload`). */
+void clef_engine_state_cache_bypass(clef_engine *e, int bypass);
+
 /* Seconds spent in clef_engine_open. */
 double clef_engine_load_seconds(const clef_engine *e);
 
