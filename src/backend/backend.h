@@ -75,9 +75,12 @@ typedef struct clef_moe_weights {
  * Row r of q holds n_q_heads heads of head_dim floats at q + r * q_stride;
  * likewise k / v with n_kv_heads heads; out row r at out + r * o_stride holds
  * n_q_heads * head_dim floats.  Query head i reads KV head
- * i / (n_q_heads / n_kv_heads) (GQA).  `causal` requires equal query and
- * key lengths per segment and masks key j > query i (positions within the
- * segment).  Softmax in f32; scores are (q . k) * scale. */
+ * i / (n_q_heads / n_kv_heads) (GQA).  `causal` requires at most as many
+ * queries as keys per segment: with ql queries and kl keys, query i is at
+ * position i + (kl - ql) of the segment and sees keys j <= that position (kl >
+ * ql: the first kl - ql keys are a cached prefix whose queries are not in
+ * this pass; only on a backend with `causal_prefix`, else ql = kl).
+ * Softmax in f32; scores are (q . k) * scale. */
 typedef struct clef_attn_desc {
     int64_t n_seg;
     const int64_t *q_off;  /* (host) [n_seg + 1], q_off[0] = 0 */
@@ -111,6 +114,12 @@ typedef struct clef_backend_ops {
      * extra memory).  0 when weights borrow the host bytes (CPU: a fused
      * copy would add memory), and the model multiplies them one by one. */
     int copies_weights;
+    /* 1 when `attention` takes causal segments with more keys than queries
+     * (a cached prefix, clef_attn_desc) and a query row's value does not
+     * depend on how many prefix keys came from the cache, provided the
+     * prefix is a multiple of CLEF_KV_BLOCK tokens (CPU: its query blocks are
+     * cut at absolute positions).  0: the engine's state cache stays off. */
+    int causal_prefix;
     void (*destroy)(clef_backend *be);
 
     /* ---- memory ---- */

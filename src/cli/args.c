@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "engine/state_cache.h"
 #include "util/buf.h"
 
 int arg_str(int argc, char **argv, int *i, const char *name, const char **out) {
@@ -53,6 +54,19 @@ int arg_size(int argc, char **argv, int *i, const char *name, size_t *out) {
         return -1;
     }
     *out = (size_t)x;
+    return 1;
+}
+
+int arg_bytes(int argc, char **argv, int *i, const char *name, size_t *out) {
+    const char *v;
+    int r = arg_str(argc, argv, i, name, &v);
+    if (r <= 0) return r;
+    clef_err err;
+    clef_err_clear(&err);
+    if (clef_parse_size(name, v, out, &err) != 0) {
+        fprintf(stderr, "clef: %s\n", err.message);
+        return -1;
+    }
     return 1;
 }
 

@@ -13,6 +13,10 @@ int arg_str(int argc, char **argv, int *i, const char *name, const char **out);
 /* Same for a non-negative integer (rejects junk, signs and overflow). */
 int arg_size(int argc, char **argv, int *i, const char *name, size_t *out);
 
+/* Same for a byte size (`--state-cache`: 512M, 4G, 0 or off; engine/state_cache.h
+ * clef_parse_size); a malformed one prints "clef: <the parser's message>" and returns -1. */
+int arg_bytes(int argc, char **argv, int *i, const char *name, size_t *out);
+
 /* Same for a numeric mode (backend/numerics.h): `name` (e.g. "--numerics")
  * takes fast, balanced or precise; any other value prints
  * "clef: <name> must be fast, balanced or precise (got '<v>')" and returns -1. */

@@ -13,11 +13,13 @@
 #include "cli/cli.h"
 #include "backend/device.h"
 #include "engine/engine.h"
+#include "engine/state_cache.h"
 #include "io/synth.h"
 #include "media/media.h"
 #include "media/melspec.h"
 #include "model/model.h"
 #include "model/towers.h"
+#include "text/tokenizer.h"
 #include "util/timer.h"
 
 static void bench_usage(FILE *f) {
@@ -53,7 +55,16 @@ static void bench_usage(FILE *f) {
             "  --quant F       with --synthetic: experts quantized in memory to F (int4, fp8-block, nvfp4,\n"
             "                  nvfp4-modelopt), as `clef quantize` would write them (full int4 ~18 GB)\n"
             "  --tokenizer F   tokenizer.json (default %s with --synthetic,\n"
-            "                  else the model directory's)\n",
+            "                  else the model directory's)\n"
+            "  --state-workload questions|transcript\n"
+            "                  instead of the runs: the state cache's two workloads, each request alone,\n"
+            "                  first with the cache bypassed, then with it (a fresh cache): questions =\n"
+            "                  --sets N (default 10) question sets over one state of --state-tokens N\n"
+            "                  (default 4000) tokens; transcript = --steps N (default 20) steps of a\n"
+            "                  transcript growing to --state-tokens.  Prints the total and per-request\n"
+            "                  ms both ways, the speedup, the cache's hits / tokens reused / bytes, and\n"
+            "                  answers_identical (1: every answer bitwise the same; else exit 1)\n"
+            "  --state-cache SIZE  the cache's bound for --state-workload (default 2G)\n",
             CLI_DEFAULT_TOKENIZER);
 }
 
@@ -113,6 +124,8 @@ typedef struct bench_args {
     size_t seed, tokens, batch, iters, threads;
     clef_numerics numerics;
     int profile, towers_only, text_only;
+    const char *workload;      /* --state-workload questions|transcript, or NULL */
+    size_t state_tokens, sets, steps, state_cache;
     size_t n_runs;
     bench_run runs[MAX_RUNS];
 } bench_args;
@@ -150,7 +163,8 @@ static double decimal(const char *s) {
 
 /* Parse the flags; returns -1 to exit 0 (--help), 0 ok, 2 bad usage. */
 static int parse_args(int argc, char **argv, bench_args *a) {
-    *a = (bench_args){.seed = 1, .tokens = 300, .batch = 1, .iters = 5};
+    *a = (bench_args){.seed = 1, .tokens = 300, .batch = 1, .iters = 5, .state_tokens = 4000, .sets = 10, .steps = 20,
+                      .state_cache = CLEF_STATE_CACHE_DEFAULT_BYTES};
     for (int i = 1; i < argc; i++) {
         int r;
         if ((r = arg_str(argc, argv, &i, "--model", &a->model)) ||
@@ -166,7 +180,12 @@ static int parse_args(int argc, char **argv, bench_args *a) {
             (r = arg_size(argc, argv, &i, "--tokens", &a->tokens)) ||
             (r = arg_size(argc, argv, &i, "--batch", &a->batch)) ||
             (r = arg_size(argc, argv, &i, "--iters", &a->iters)) ||
-            (r = arg_size(argc, argv, &i, "--threads", &a->threads))) {
+            (r = arg_size(argc, argv, &i, "--threads", &a->threads)) ||
+            (r = arg_str(argc, argv, &i, "--state-workload", &a->workload)) ||
+            (r = arg_size(argc, argv, &i, "--state-tokens", &a->state_tokens)) ||
+            (r = arg_size(argc, argv, &i, "--sets", &a->sets)) ||
+            (r = arg_size(argc, argv, &i, "--steps", &a->steps)) ||
+            (r = arg_bytes(argc, argv, &i, "--state-cache", &a->state_cache))) {
             if (r < 0) return 2;
         } else if (!strcmp(argv[i], "--profile")) {
             a->profile = 1;
@@ -192,6 +211,13 @@ static int parse_args(int argc, char **argv, bench_args *a) {
         a->runs[0] = (bench_run){.batch = a->batch, .tokens = a->tokens};
     }
     if (a->synthetic && !a->tokenizer && !(a->tokenizer = cli_default_tokenizer("clef bench"))) return 2;
+    if (a->workload && ((strcmp(a->workload, "questions") && strcmp(a->workload, "transcript")) || a->sets < 2 ||
+                        a->sets > 1000 || a->steps < 2 || a->steps > 1000 || a->state_tokens < 64 ||
+                        a->state_tokens > 1000000 || a->state_cache == 0)) {
+        fprintf(stderr, "clef bench: --state-workload is questions or transcript; --sets and --steps in [2, 1000], "
+                        "--state-tokens in [64, 1000000], --state-cache not 0\n");
+        return 2;
+    }
     if ((a->text_only && (a->towers_only || a->image_mp || a->audio_s)) ||
         (a->towers_only && (!a->synthetic || (!a->image_mp && !a->audio_s))) ||
         (a->image_mp && !(decimal(a->image_mp) > 0 && decimal(a->image_mp) <= 64)) ||
@@ -474,6 +500,120 @@ static int bench_one(clef_engine *e, const bench_run *r, size_t iters, int profi
     return rc;
 }
 
+/* ---- the state cache's workloads (--state-workload) ---------------------- */
+
+/* Body k of a workload: a state of the first `words` bench words (variant 0,
+ * so a shorter state is a prefix of a longer one) and question set k. */
+static void state_body(size_t words, size_t k, clef_buf *b) {
+    clef_buf_puts(b, "{\"model\":\"bench\",\"state\":\"");
+    for (size_t w = 0; w < words; w++) bench_word(w, 0, b);
+    clef_buf_printf(b,
+                    "\",\"questions\":{\"team_%zu\":{\"type\":\"choice\",\"instructions\":\"Which team handles "
+                    "ticket %zu?\",\"criteria\":{\"billing\":\"Payments\",\"technical\":\"Bugs %zu\",\"sales\":"
+                    "\"Deals\"}},\"urgent_%zu\":{\"type\":\"noul\",\"instructions\":\"Is request %zu urgent?\"},"
+                    "\"level\":{\"type\":\"score\",\"criteria\":[\"low\",\"mid\",\"high %zu\"]}}}",
+                    k, k, k, k, k, k);
+}
+
+/* Answer body i of the workload alone; its logits into *out (owned), its
+ * tokens into *tokens; the wall ms returned (encode included), < 0 on error. */
+static double state_request(clef_engine *e, const bench_args *a, size_t full_words, size_t i, float **out,
+                            size_t *n_out, size_t *tokens) {
+    const int q = !strcmp(a->workload, "questions");
+    const size_t words = q ? full_words : full_words * (i + 1) / a->steps;
+    clef_buf body = {0};
+    state_body(words, q ? i : 0, &body);
+    double t0 = clef_now();
+    clef_err err;
+    clef_err_clear(&err);
+    clef_request req;
+    clef_job job, *one = &job;
+    clef_decide_params params = {.truncate_state = 0};
+    int rc = clef_engine_parse(e, body.data, body.len, &req, &err);
+    if (rc == 0) rc = clef_engine_encode(e, &req, &params, &job, &err);
+    if (rc == 0 && (rc = clef_engine_run(e, &one, 1, &err)) != 0) clef_job_free(&job);
+    double ms = (clef_now() - t0) * 1e3;
+    clef_buf_free(&body);
+    if (rc != 0) {
+        fprintf(stderr, "clef bench: request %zu: %s\n", i, err.message);
+        return -1;
+    }
+    *n_out = clef_record_total_options(&job.rec);
+    *out = malloc((*n_out + 1) * sizeof **out);
+    memcpy(*out, job.logits, *n_out * sizeof **out);
+    *tokens = job.rec.n_ids;
+    clef_job_free(&job);
+    return ms;
+}
+
+static int bench_state(clef_engine *e, const bench_args *a) {
+    const int q = !strcmp(a->workload, "questions");
+    const size_t n = q ? a->sets : a->steps;
+    if (clef_engine_state_cache_off_reason(e)) {
+        fprintf(stderr, "clef bench: %s\n", clef_engine_state_cache_off_reason(e));
+        return 1;
+    }
+    float **want = calloc(n, sizeof *want), **got = calloc(n, sizeof *got);
+    size_t *nw = calloc(n, sizeof *nw), *ng = calloc(n, sizeof *ng), tokens = 0, total_tokens = 0;
+    double *off_ms = calloc(n, sizeof *off_ms), *on_ms = calloc(n, sizeof *on_ms), off = 0, on = 0;
+    int rc = 0, same = 1;
+    /* words for a state of about --state-tokens tokens (the words' tokens per word, measured) */
+    clef_buf st = {0};
+    for (size_t w = 0; w < a->state_tokens; w++) bench_word(w, 0, &st);
+    clef_ids ids = {0};
+    clef_err terr;
+    clef_err_clear(&terr);
+    size_t words = a->state_tokens;
+    if (clef_tokenize(clef_engine_tokenizer(e), st.data, st.len, &ids, &terr) == 0 && ids.n)
+        words = (size_t)((double)a->state_tokens * (double)a->state_tokens / (double)ids.n + 0.5);
+    clef_ids_free(&ids);
+    clef_buf_free(&st);
+    clef_engine_state_cache_bypass(e, 1);
+    float *w0;
+    size_t n0;
+    if (state_request(e, a, words, 0, &w0, &n0, &tokens) < 0) rc = 1; /* warm-up: pages, scratch */
+    else free(w0);
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        off_ms[i] = state_request(e, a, words, i, &want[i], &nw[i], &tokens);
+        if (off_ms[i] < 0) rc = 1;
+        off += off_ms[i];
+        total_tokens += tokens;
+    }
+    clef_engine_state_cache_bypass(e, 0);
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        on_ms[i] = state_request(e, a, words, i, &got[i], &ng[i], &tokens);
+        if (on_ms[i] < 0) rc = 1;
+        on += on_ms[i];
+        if (rc == 0 && (ng[i] != nw[i] || memcmp(got[i], want[i], nw[i] * sizeof(float)) != 0)) same = 0;
+    }
+    if (rc == 0) {
+        clef_state_cache_stats st;
+        clef_engine_state_cache_stats(e, &st);
+        printf("workload %s\n", a->workload);
+        printf("requests %zu\n", n);
+        printf("state_words %zu\n", words);
+        printf("tokens_per_request_last %zu\n", tokens);
+        printf("tokens_total %zu\n", total_tokens);
+        printf("cache_off_ms_total %.1f\n", off);
+        printf("cache_on_ms_total %.1f\n", on);
+        printf("speedup %.2f\n", off / on);
+        printf("cache_off_ms_first %.1f\ncache_on_ms_first %.1f\n", off_ms[0], on_ms[0]);
+        double offr = 0, onr = 0;
+        for (size_t i = 1; i < n; i++) offr += off_ms[i], onr += on_ms[i];
+        printf("cache_off_ms_mean_after_first %.1f\ncache_on_ms_mean_after_first %.1f\n", offr / (double)(n - 1),
+               onr / (double)(n - 1));
+        printf("speedup_after_first %.2f\n", offr / onr);
+        printf("state_cache_hits %llu\nstate_cache_tokens_reused %llu\nstate_cache_bytes %zu\nstate_cache_blocks %zu\n",
+               (unsigned long long)st.hits, (unsigned long long)st.tokens_reused, st.bytes, st.blocks);
+        printf("answers_identical %d\n", same);
+        fflush(stdout);
+        if (!same) fprintf(stderr, "clef bench: answers differ with the state cache on\n");
+    }
+    for (size_t i = 0; i < n; i++) free(want[i]), free(got[i]);
+    free(want), free(got), free(nw), free(ng), free(off_ms), free(on_ms);
+    return rc ? rc : !same;
+}
+
 int cli_bench(int argc, char **argv) {
     bench_args a;
     int prc = parse_args(argc, argv, &a);
@@ -485,7 +625,8 @@ int cli_bench(int argc, char **argv) {
                                .synthetic_quant = a.quant, .tokenizer = a.tokenizer, .device = a.device,
                                .numerics = a.numerics, .max_length = max_tokens,
                                .truncate_state = 1, .n_threads = (int)a.threads, .verbose = 1,
-                               .text_only = a.text_only};
+                               .text_only = a.text_only, .state_cache = a.workload ? a.state_cache : 0};
+    if (a.workload) opt.max_length = 0; /* the engine's default budget: the whole state */
     clef_err err;
     clef_err_clear(&err);
     clef_engine *e = clef_engine_open(&opt, &err);
@@ -504,7 +645,8 @@ int cli_bench(int argc, char **argv) {
     printf("numerics %s\n", clef_numerics_of(clef_model_backend(clef_engine_model(e))));
     printf("load_s %.3f\n", clef_engine_load_seconds(e));
     int rc = 0;
-    for (size_t i = 0; i < a.n_runs && rc == 0; i++) rc = bench_one(e, &a.runs[i], a.iters, a.profile);
+    if (a.workload) rc = bench_state(e, &a);
+    for (size_t i = 0; !a.workload && i < a.n_runs && rc == 0; i++) rc = bench_one(e, &a.runs[i], a.iters, a.profile);
     if (rc == 0 && (a.image_mp || a.audio_s))
         rc = bench_towers(&a, clef_engine_checkpoint(e), clef_model_backend(clef_engine_model(e)));
     struct rusage ru;

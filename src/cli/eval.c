@@ -14,6 +14,7 @@
 #include "backend/cpu/cpu.h"
 #include "backend/cuda/cuda.h"
 #include "cli/args.h"
+#include "engine/state_cache.h"
 #include "cli/cli.h"
 #include "clef_version.h"
 #include "engine/scheduler.h"
@@ -62,6 +63,9 @@ static void eval_usage(FILE *f) {
             "                        runs alone\n"
             "  --in-flight N         rows in the engine at once, so batches pack (default %d, 1..4096)\n"
             "  --max-length N        token budget per record (default 64000)\n"
+            "  --state-cache SIZE    memory for cached state prefixes, reused by rows that share a state or\n"
+            "                        its start (e.g. 512M, 4G; 0 or off = none; default 2G; CPU only for\n"
+            "                        now); answers are bitwise the same either way\n"
             "  --truncate-state      cut an over-long state like the reference; by default it is refused\n"
             "                        (unsupported, \"maximum context length\"), as the Decision Index requires\n"
             "  --text-only           do not load the media towers\n"
@@ -77,7 +81,7 @@ static void eval_usage(FILE *f) {
 
 typedef struct eval_args {
     const char *model, *synthetic, *quant, *tokenizer, *device, *rows, *out, *model_name;
-    size_t seed, threads, max_batch_tokens, in_flight, max_length, max_row_mb, progress_every;
+    size_t seed, threads, max_batch_tokens, in_flight, max_length, max_row_mb, progress_every, state_cache;
     clef_numerics numerics;
     int truncate_state, text_only, quiet, force;
 } eval_args;
@@ -85,7 +89,8 @@ typedef struct eval_args {
 /* Parse the flags; -1 = --help (exit 0), 0 ok, 2 bad usage (printed). */
 static int parse_args(int argc, char **argv, eval_args *a) {
     *a = (eval_args){.seed = 1, .in_flight = CLEF_EVAL_DEFAULT_IN_FLIGHT,
-                     .max_row_mb = CLEF_EVAL_DEFAULT_MAX_ROW_BYTES >> 20, .progress_every = EVAL_DEFAULT_PROGRESS_S};
+                     .max_row_mb = CLEF_EVAL_DEFAULT_MAX_ROW_BYTES >> 20, .progress_every = EVAL_DEFAULT_PROGRESS_S,
+                     .state_cache = CLEF_STATE_CACHE_DEFAULT_BYTES};
     int max_length_given = 0;
     for (int i = 1; i < argc; i++) {
         int r;
@@ -101,6 +106,7 @@ static int parse_args(int argc, char **argv, eval_args *a) {
             (r = arg_size(argc, argv, &i, "--threads", &a->threads)) ||
             (r = arg_size(argc, argv, &i, "--max-batch-tokens", &a->max_batch_tokens)) ||
             (r = arg_size(argc, argv, &i, "--in-flight", &a->in_flight)) ||
+            (r = arg_bytes(argc, argv, &i, "--state-cache", &a->state_cache)) ||
             (r = arg_size(argc, argv, &i, "--max-row-mb", &a->max_row_mb)) ||
             (r = arg_size(argc, argv, &i, "--progress-every", &a->progress_every))) {
             if (r < 0) return 2;
@@ -358,7 +364,8 @@ int cli_eval(int argc, char **argv) {
     clef_engine_options opt = {.model_dir = a.model, .synthetic = a.synthetic, .seed = a.seed,
                                .synthetic_quant = a.quant, .tokenizer = a.tokenizer, .device = a.device,
                                .numerics = a.numerics, .max_length = a.max_length, .truncate_state = a.truncate_state,
-                               .n_threads = (int)a.threads, .text_only = a.text_only, .verbose = !a.quiet};
+                               .n_threads = (int)a.threads, .text_only = a.text_only, .verbose = !a.quiet,
+                               .state_cache = a.state_cache};
     clef_engine *e = clef_engine_open(&opt, &err);
     if (!e) {
         fprintf(stderr, "clef eval: cannot load model from %s: %s\n", label, err.message);

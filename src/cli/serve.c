@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "cli/args.h"
+#include "engine/state_cache.h"
 #include "cli/cli.h"
 #include "engine/scheduler.h"
 #include "io/synth.h"
@@ -53,6 +54,10 @@ static void serve_usage(FILE *f) {
             "  --max-batch-tokens N      tokens packed into one forward pass (default %d); a longer\n"
             "                            record runs alone\n"
             "  --max-queue N             records waiting for the engine before 503 (default %d)\n"
+            "  --state-cache SIZE        memory for cached state prefixes (per-layer K/V and final hidden\n"
+            "                            rows of 64-token blocks, reused by requests that share a state or\n"
+            "                            its start; least recently used blocks go first): e.g. 512M, 4G;\n"
+            "                            0 or off = none (default 2G; CPU only for now, off on CUDA)\n"
             "  --max-connections N       concurrent HTTP connections served (default: as many as the\n"
             "                            open-file limit allows, at most %d; the soft limit is raised to the\n"
             "                            hard one); past it, while descriptors last, each request gets 503\n"
@@ -188,7 +193,7 @@ static int positive(const char *flag, size_t v) {
 }
 
 int cli_serve(int argc, char **argv) {
-    clef_server_options o = {.port = 8000, .limits = clef_limits_default()};
+    clef_server_options o = {.port = 8000, .limits = clef_limits_default(), .state_cache = CLEF_STATE_CACHE_DEFAULT_BYTES};
     size_t port = 8000, body_mb = CLEF_SERVER_DEFAULT_MAX_BODY >> 20, threads = 0, seed = 1,
            per_client = CLEF_SERVER_DEFAULT_MAX_CONNECTIONS_PER_CLIENT;
     size_t media_budget_mb = CLEF_SERVER_DEFAULT_MEDIA_BUDGET >> 20, wait_ms = CLEF_SERVER_DEFAULT_BUDGET_WAIT_MS;
@@ -213,6 +218,7 @@ int cli_serve(int argc, char **argv) {
             (r = arg_size(argc, argv, &i, "--max-length", &o.max_length)) ||
             (r = arg_size(argc, argv, &i, "--max-batch-tokens", &o.max_batch_tokens)) ||
             (r = arg_size(argc, argv, &i, "--max-queue", &o.max_queue)) ||
+            (r = arg_bytes(argc, argv, &i, "--state-cache", &o.state_cache)) ||
             (r = arg_size(argc, argv, &i, "--max-connections", &o.max_connections)) ||
             (r = arg_size(argc, argv, &i, "--max-connections-per-client", &per_client)) ||
             (r = arg_size(argc, argv, &i, "--header-timeout-s", &header_s)) ||

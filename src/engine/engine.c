@@ -6,7 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <openssl/evp.h>
+
 #include "backend/device.h"
+#include "engine/state_cache.h"
 #include "decision/answer.h"
 #include "io/synth.h"
 #include "media/prompt.h"
@@ -30,6 +33,9 @@ struct clef_engine {
     float *hidden;     /* thinker output rows in the model backend's memory (on a GPU they stay there for
                           the head), reused by every forward (under forward_lock) */
     size_t hidden_cap; /* floats in `hidden` */
+    clef_state_cache *cache; /* NULL = off */
+    const char *cache_off;   /* why the cache asked for is off, or NULL */
+    int cache_bypass;        /* 1: forwards neither read nor fill the cache (clef_engine_state_cache_bypass) */
 };
 
 /* Largest hidden-state buffer kept between forwards (512 MiB = 64k tokens of
@@ -111,6 +117,15 @@ clef_engine *clef_engine_open(const clef_engine_options *opt, clef_err *err) {
         snprintf(e->towers_why, sizeof e->towers_why, "text-only: the media towers were not loaded");
     else
         snprintf(e->towers_why, sizeof e->towers_why, "%s", terr.message);
+    if (opt->state_cache) {
+        if (clef_model_can_reuse(e->model))
+            e->cache = clef_state_cache_new(clef_model_backend(e->model), opt->state_cache,
+                                            clef_kv_block_floats(e->model));
+        else
+            e->cache_off = "the state cache is off: this backend's attention cannot read a cached prefix (CPU only "
+                           "for now)";
+        if (e->cache_off && opt->verbose) fprintf(stderr, "clef: %s\n", e->cache_off);
+    }
     e->load_seconds = clef_now() - t0;
     return e;
 fail:
@@ -124,6 +139,7 @@ fail_ck:
 
 void clef_engine_close(clef_engine *e) {
     if (!e) return;
+    clef_state_cache_free(e->cache);
     clef_towers_free(e->towers);
     if (e->hidden) clef_model_backend(e->model)->ops->free(clef_model_backend(e->model), e->hidden);
     clef_model_free(e->model);
@@ -163,6 +179,35 @@ int clef_engine_parse(const clef_engine *e, const char *body, size_t len, clef_r
     return clef_request_parse_gated(body, len, &e->limits, media_gate, e, req, err);
 }
 
+static void digest_put(EVP_MD_CTX *x, const void *p, size_t n) {
+    if (n) EVP_DigestUpdate(x, p, n);
+}
+
+/* SHA-256 of everything the towers and the 3-D positions read: counts,
+ * grids, frame / token counts and the preprocessed tensors (state cache key). */
+static void media_digest(const clef_media *m, unsigned char out[32]) {
+    EVP_MD_CTX *x = EVP_MD_CTX_new();
+    unsigned len = 0;
+    EVP_DigestInit_ex(x, EVP_sha256(), NULL);
+    const uint64_t n[6] = {m->n_images, m->n_videos, m->n_clips, m->n_audio, (uint64_t)m->use_audio_in_video,
+                           m->n_frames};
+    digest_put(x, n, sizeof n);
+    digest_put(x, m->image_grids, m->n_images * sizeof *m->image_grids);
+    digest_put(x, m->video_grids, m->n_videos * sizeof *m->video_grids);
+    digest_put(x, m->video_frames, m->n_videos * sizeof *m->video_frames);
+    digest_put(x, m->video_second_per_grid, m->n_videos * sizeof *m->video_second_per_grid);
+    digest_put(x, m->clip_samples, m->n_clips * sizeof *m->clip_samples);
+    digest_put(x, m->feature_lens, m->n_clips * sizeof *m->feature_lens);
+    digest_put(x, m->audio_tokens, m->n_clips * sizeof *m->audio_tokens);
+    const uint64_t rows[2] = {m->image_rows, m->video_rows};
+    digest_put(x, rows, sizeof rows);
+    digest_put(x, m->pixel_values, m->image_rows * 1536 * sizeof(float));
+    digest_put(x, m->pixel_values_videos, m->video_rows * 1536 * sizeof(float));
+    digest_put(x, m->input_features, m->n_clips * 128 * m->n_frames * sizeof(float));
+    EVP_DigestFinal_ex(x, out, &len);
+    EVP_MD_CTX_free(x);
+}
+
 int clef_engine_encode(const clef_engine *e, clef_request *req, const clef_decide_params *params, clef_job *job,
                        clef_err *err) {
     clef_decide_params p = params ? *params : (clef_decide_params){.truncate_state = -1};
@@ -186,6 +231,7 @@ int clef_engine_encode(const clef_engine *e, clef_request *req, const clef_decid
         clef_job_free(job);
         return -1;
     }
+    if (job->rec.media_len && e->cache) media_digest(&job->req.media, job->media_digest);
     job->logits = clef_xmalloc((clef_record_total_options(&job->rec) + 1) * sizeof *job->logits);
     return 0;
 }
@@ -231,23 +277,69 @@ static void release_hidden(clef_engine *e) {
     }
 }
 
+/* The state cache's key of a job: its ids, positions, media digest and the
+ * end of its state (PREFIX + media block + the state's kept tokens). */
+static void job_key(const clef_job *j, clef_sc_key *k) {
+    const clef_record *r = &j->rec;
+    *k = (clef_sc_key){.ids = r->input_ids, .n_ids = r->n_ids, .positions = r->positions,
+                       .digest = r->media_len ? j->media_digest : NULL,
+                       .cacheable = r->media_start + r->media_len + r->state_tokens_kept};
+}
+
+/* The thinker over n_jobs records packed back to back (seg), through the
+ * state cache when it is on: look up / allocate, forward, then add the
+ * filled blocks (or drop them when the forward failed).  `media` only with
+ * one record; towers_fn (may be NULL) is called with the plan's reuse of
+ * record 0 to build it, after the lookup (a media block inside the reused
+ * prefix needs no towers). */
+typedef int (*media_fn)(clef_engine *e, clef_job *job, size_t reuse, clef_media_embeds *me, int *have, clef_err *err);
+
+static int thinker_run(clef_engine *e, clef_job *const *jobs, size_t n_jobs, const int32_t *ids, const size_t *seg,
+                       media_fn towers, float *hidden, clef_err *err) {
+    const size_t n_total = seg[n_jobs];
+    clef_sc_key *keys = clef_xcalloc(n_jobs + 1, sizeof *keys);
+    for (size_t i = 0; i < n_jobs; i++) job_key(jobs[i], &keys[i]);
+    clef_sc_plan plan;
+    clef_state_cache *cache = e->cache_bypass ? NULL : e->cache;
+    clef_state_cache_plan(cache, keys, n_jobs, &plan);
+    clef_media_embeds me;
+    int have_media = 0, rc = 0;
+    if (towers) rc = towers(e, jobs[0], plan.reuse ? plan.reuse[0] : 0, &me, &have_media, err);
+    const int32_t *positions = n_jobs == 1 ? jobs[0]->rec.positions : NULL;
+    if (rc == 0) {
+        clef_thinker_reuse ru = {.reuse = plan.reuse, .read = plan.read, .fill = plan.fill, .write = plan.write};
+        rc = clef_thinker_forward_reuse(e->model, ids, n_total, seg, n_jobs, positions, have_media ? &me.view : NULL,
+                                        plan.reuse ? &ru : NULL, hidden, err);
+    }
+    if (have_media) clef_media_embeds_free(&me);
+    clef_state_cache_finish(cache, keys, &plan, rc == 0);
+    free(keys);
+    return rc;
+}
+
+/* The towers of a media record, unless its whole media block lies in the
+ * reused prefix (then no media rows are left to compute). */
+static int media_towers(clef_engine *e, clef_job *job, size_t reuse, clef_media_embeds *me, int *have, clef_err *err) {
+    *have = 0;
+    if (reuse >= job->rec.media_start + job->rec.media_len) return 0;
+    clef_media_tokens t;
+    if (clef_media_tokens_resolve(e->tok, &t, err) ||
+        clef_towers_embed(e->towers, &job->req.media, job->rec.input_ids, job->rec.n_ids, 0, t.image_pad, t.video_pad,
+                          t.audio_pad, e->ck.config.text.hidden_size, me, err))
+        return -1;
+    *have = 1;
+    return 0;
+}
+
 /* A record with media: towers, then the thinker with the media rows and the
  * record's 3-D positions (SPEC §9), then the head. */
 static int run_media(clef_engine *e, clef_job *job, clef_err *err) {
-    clef_media_tokens t;
-    clef_media_embeds me;
-    if (clef_media_tokens_resolve(e->tok, &t, err) ||
-        clef_towers_embed(e->towers, &job->req.media, job->rec.input_ids, job->rec.n_ids, 0, t.image_pad, t.video_pad,
-                          t.audio_pad, e->ck.config.text.hidden_size, &me, err))
-        return -1;
     float *hidden = alloc_hidden(e, job->rec.n_ids, err);
     size_t seg[2] = {0, job->rec.n_ids};
-    int rc = hidden ? clef_thinker_forward_backend(e->model, job->rec.input_ids, job->rec.n_ids, seg, 1,
-                                                   job->rec.positions, &me.view, hidden, err)
-                    : -1;
+    clef_job *one[1] = {job};
+    int rc = hidden ? thinker_run(e, one, 1, job->rec.input_ids, seg, media_towers, hidden, err) : -1;
     if (rc == 0) rc = run_head(e, hidden, job, err);
     release_hidden(e);
-    clef_media_embeds_free(&me);
     return rc;
 }
 
@@ -257,7 +349,8 @@ static int run_alone(clef_engine *e, clef_job *job, clef_err *err) {
     float *hidden = alloc_hidden(e, job->rec.n_ids, err);
     if (!hidden) return -1;
     size_t seg[2] = {0, job->rec.n_ids};
-    int rc = clef_thinker_forward_backend(e->model, job->rec.input_ids, job->rec.n_ids, seg, 1, NULL, NULL, hidden, err);
+    clef_job *one[1] = {job};
+    int rc = thinker_run(e, one, 1, job->rec.input_ids, seg, NULL, hidden, err);
     if (rc == 0) rc = run_head(e, hidden, job, err);
     release_hidden(e);
     return rc;
@@ -277,8 +370,7 @@ static int run_packed(clef_engine *e, clef_job *const *jobs, size_t n_jobs, clef
     float *hidden = alloc_hidden(e, n_total, batch_err);
     size_t h = (size_t)e->ck.config.text.hidden_size;
     int rc = -1;
-    if (hidden &&
-        clef_thinker_forward_backend(e->model, ids, n_total, seg, n_jobs, NULL, NULL, hidden, batch_err) == 0) {
+    if (hidden && thinker_run(e, jobs, n_jobs, ids, seg, NULL, hidden, batch_err) == 0) {
         for (size_t i = 0; i < n_jobs; i++) run_head(e, hidden + seg[i] * h, jobs[i], &errs[i]);
         rc = 0;
     }
@@ -353,3 +445,12 @@ const clef_checkpoint *clef_engine_checkpoint(const clef_engine *e) { return &e-
 clef_model *clef_engine_model(clef_engine *e) { return e->model; }
 size_t clef_engine_max_length(const clef_engine *e) { return e->max_length; }
 double clef_engine_load_seconds(const clef_engine *e) { return e->load_seconds; }
+void clef_engine_state_cache_stats(clef_engine *e, clef_state_cache_stats *out) {
+    clef_state_cache_stats_get(e->cache, out);
+}
+const char *clef_engine_state_cache_off_reason(const clef_engine *e) { return e->cache_off; }
+void clef_engine_state_cache_bypass(clef_engine *e, int bypass) {
+    pthread_mutex_lock(&e->forward_lock);
+    e->cache_bypass = bypass;
+    pthread_mutex_unlock(&e->forward_lock);
+}

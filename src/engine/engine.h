@@ -41,6 +41,10 @@ typedef struct clef_engine_options {
     int verbose;             /* progress lines on stderr while loading */
     int text_only;           /* 1 = do not bind the media towers (saves their memory, ~2.4 GB of bf16 on
                                 the full model); media requests are then refused with 422 */
+    size_t state_cache;      /* bytes of the state cache (engine/state_cache.h: cached prefix K/V and
+                                hidden rows in the model backend's memory); 0 = off.  Off, with
+                                clef_engine_state_cache_off_reason saying why, on a backend whose
+                                attention cannot read a cached prefix (CUDA today) */
 } clef_engine_options;
 
 typedef struct clef_engine clef_engine;
@@ -78,6 +82,9 @@ typedef struct clef_job {
     float *logits;     /* [clef_record_total_options(&rec)] f32 head logits, owned; filled by
                           clef_engine_run (question order, each question's options in
                           encoding order, as clef_head_forward) */
+    unsigned char media_digest[32]; /* SHA-256 of the record's media tensors (grids, pixels, log-mel),
+                          the state cache's key for them; set by clef_engine_encode when the
+                          record has media and the cache is on, else zero */
 } clef_job;
 
 /* Parse + validate a body with the engine's limits (SPEC §2.2 rules 2-9).
@@ -118,6 +125,16 @@ const struct clef_tokenizer *clef_engine_tokenizer(const clef_engine *e);
 const clef_checkpoint *clef_engine_checkpoint(const clef_engine *e);
 struct clef_model *clef_engine_model(clef_engine *e);
 size_t clef_engine_max_length(const clef_engine *e);
+
+/* The state cache's counters (engine/state_cache.h; all zero when it is off).  Thread-safe. */
+struct clef_state_cache_stats;
+void clef_engine_state_cache_stats(clef_engine *e, struct clef_state_cache_stats *out);
+/* NULL when the state cache is on or was not asked for; else why it is off (a static or engine-owned string). */
+const char *clef_engine_state_cache_off_reason(const clef_engine *e);
+
+/* bypass 1: later forwards neither read nor fill the state cache (what is held stays); 0: they do
+ * again.  For measuring the cache against no cache on one loaded model (`clef bench --state-workload`). */
+void clef_engine_state_cache_bypass(clef_engine *e, int bypass);
 
 /* Seconds spent in clef_engine_open. */
 double clef_engine_load_seconds(const clef_engine *e);

@@ -104,6 +104,51 @@ int clef_thinker_forward_backend(clef_model *m, const int32_t *ids, size_t n_tot
                                  const int32_t *positions, const clef_thinker_media *media, float *hidden_be,
                                  clef_err *err);
 
+/* ---- Reuse of a cached prefix (the engine's state cache, engine/state_cache.h) ----
+ *
+ * A record's first tokens can be taken from blocks of CLEF_KV_BLOCK tokens
+ * computed by an earlier forward: a causal decoder's K/V and final hidden
+ * rows at position i depend only on positions 0..i (ids, M-RoPE positions,
+ * media rows), so a forward over the remaining rows that reads the blocks'
+ * K/V gives bitwise the rows of the full forward (per-row ops are packing
+ * invariant; the attention's query blocks are cut at absolute positions, a
+ * multiple of CLEF_KV_BLOCK: backend.h `causal_prefix`).
+ *
+ * One block is clef_kv_block_floats(m) f32 of backend memory, allocated by
+ * the caller: for layer l (of L), K at block + 2 l B kd and V at
+ * block + (2 l + 1) B kd (each [B, kd] rows, kd = num_key_value_heads *
+ * head_dim; K after its q/k norm and M-RoPE at the tokens' absolute
+ * positions), then the final-norm hidden rows [B, H] at block + 2 L B kd. */
+#define CLEF_KV_BLOCK 64
+
+typedef struct clef_thinker_reuse {
+    const size_t *reuse; /* [n_seg] leading tokens of record s read from blocks: a multiple of CLEF_KV_BLOCK,
+                            less than the record's length */
+    float *const *read;  /* the read blocks, record by record (reuse[s] / CLEF_KV_BLOCK for record s) */
+    const size_t *fill;  /* [n_seg] blocks this forward fills for record s: its positions
+                            [reuse[s], reuse[s] + fill[s] B), which must lie inside the record */
+    float *const *write; /* the blocks to fill, record by record */
+} clef_thinker_reuse;
+
+/* Floats of one cached block for this model (see above). */
+size_t clef_kv_block_floats(const clef_model *m);
+
+/* 1 when the model's forward can read and fill blocks: the backend has
+ * `causal_prefix` and every layer multiplies q, k and v one by one (a fused
+ * [q | k | v] layer keeps K in strided rows the block copies do not take). */
+int clef_model_can_reuse(const clef_model *m);
+
+/* clef_thinker_forward_backend with some records' leading rows read from
+ * cached blocks and some blocks filled (reuse NULL, or every reuse[s] and
+ * fill[s] 0: exactly clef_thinker_forward_backend).  hidden_be [n_total, H]
+ * gets every row, the reused ones copied from their blocks; media rows that
+ * fall in a reused prefix are skipped (media may then be NULL when none is
+ * left).  Same errors, plus 500 for a reuse that is not block-aligned or
+ * does not leave a row to compute. */
+int clef_thinker_forward_reuse(clef_model *m, const int32_t *ids, size_t n_total, const size_t *seg, size_t n_seg,
+                               const int32_t *positions, const clef_thinker_media *media,
+                               const clef_thinker_reuse *reuse, float *hidden_be, clef_err *err);
+
 /* Joint schema head over one record (SPEC §7.3), in f32.
  *   hidden: [rec->n_ids, H] from clef_thinker_forward
  *   logits: out [clef_record_total_options(rec)] in question order, then each

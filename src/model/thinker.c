@@ -360,3 +360,238 @@ int clef_thinker_forward(clef_model *m, const int32_t *ids, size_t n, float *hid
     size_t seg[2] = {0, n};
     return clef_thinker_forward_batch(m, ids, n, seg, 1, NULL, hidden, layer_hidden, err);
 }
+
+/* ---- forward with a reused prefix (clef_thinker_forward_reuse) ---- */
+
+size_t clef_kv_block_floats(const clef_model *m) {
+    const clef_text_config *c = &m->cfg->text;
+    const size_t kd = (size_t)(c->num_key_value_heads * c->head_dim);
+    return (2 * (size_t)c->num_hidden_layers * kd + (size_t)c->hidden_size) * CLEF_KV_BLOCK;
+}
+
+int clef_model_can_reuse(const clef_model *m) {
+    if (!m->be->ops->causal_prefix) return 0;
+    for (int64_t l = 0; l < m->cfg->text.num_hidden_layers; l++)
+        if (m->layers[l].fused_qkv) return 0;
+    return 1;
+}
+
+/* The rows of one reuse forward: full-pass segments `seg` (the K/V layout,
+ * as in the full pass), the computed rows' segments `sseg` (record s's rows
+ * [seg[s] + reuse[s], seg[s + 1]) packed back to back), the blocks. */
+typedef struct reuse_plan {
+    size_t n_seg;
+    const size_t *seg, *sseg, *reuse, *fill;
+    float *const *read, *const *write;
+    size_t *read_at, *write_at; /* [n_seg] first block of record s in read / write */
+    float *kk, *vv;             /* [n_total, kd] K and V of every row, full-pass layout */
+    size_t kd, B, L;
+} reuse_plan;
+
+/* Backend copy of `rows` rows of `cols` floats. */
+static int copy_rows(clef_backend *be, float *dst, const float *src, size_t rows, size_t cols, clef_err *err) {
+    return rows ? be->ops->copy(be, dst, src, rows * cols * sizeof(float), err) : 0;
+}
+
+/* Layer l's K/V of every record into the full-pass layout (cached prefix
+ * rows from the read blocks, the computed rows from k / v), then the filled
+ * blocks' K/V from it. */
+static int reuse_kv_in(clef_backend *be, const reuse_plan *p, size_t l, const float *k, const float *v, clef_err *err) {
+    const size_t B = p->B, kd = p->kd;
+    for (size_t s = 0; s < p->n_seg; s++) {
+        const size_t nb = p->reuse[s] / B, base = p->seg[s];
+        for (size_t b = 0; b < nb; b++) {
+            const float *blk = p->read[p->read_at[s] + b];
+            if (copy_rows(be, p->kk + (base + b * B) * kd, blk + 2 * l * B * kd, B, kd, err) ||
+                copy_rows(be, p->vv + (base + b * B) * kd, blk + (2 * l + 1) * B * kd, B, kd, err))
+                return -1;
+        }
+        const size_t n = p->sseg[s + 1] - p->sseg[s], at = base + p->reuse[s];
+        if (copy_rows(be, p->kk + at * kd, k + p->sseg[s] * kd, n, kd, err) ||
+            copy_rows(be, p->vv + at * kd, v + p->sseg[s] * kd, n, kd, err))
+            return -1;
+        for (size_t b = 0; b < p->fill[s]; b++) {
+            float *blk = p->write[p->write_at[s] + b];
+            if (copy_rows(be, blk + 2 * l * B * kd, p->kk + (at + b * B) * kd, B, kd, err) ||
+                copy_rows(be, blk + (2 * l + 1) * B * kd, p->vv + (at + b * B) * kd, B, kd, err))
+                return -1;
+        }
+    }
+    return 0;
+}
+
+/* attention_block for a reuse forward: the same ops on the computed rows,
+ * with attention reading every record's K/V in the full-pass layout (its
+ * queries the last rows of each segment: backend.h causal_prefix). */
+static int attention_block_reuse(clef_model *m, const thinker_layer *L, thinker_ws *t, size_t n, const reuse_plan *p,
+                                 size_t l, const clef_attn_desc *ad, const clef_rope_desc *rd, clef_err *err) {
+    clef_backend *be = m->be;
+    const clef_text_config *c = &m->cfg->text;
+    const int64_t T = (int64_t)n, H = c->hidden_size, nh = c->num_attention_heads, nkv = c->num_key_value_heads;
+    const float eps = (float)c->rms_norm_eps;
+    if (be->ops->add_rmsnorm(be, t->h, NULL, L->input_norm, t->a, T, H, eps, err) ||
+        be->ops->matmul(be, t->a, T, &L->q_proj, NULL, t->q, err) ||
+        be->ops->matmul(be, t->a, T, &L->k_proj, NULL, t->k, err) ||
+        be->ops->matmul(be, t->a, T, &L->v_proj, NULL, t->v, err) ||
+        be->ops->qk_norm_rope(be, t->q, ad->q_stride, t->k, ad->k_stride, T, nh, nkv, L->q_norm, L->k_norm, eps, t->pos,
+                              rd, err) ||
+        reuse_kv_in(be, p, l, t->k, t->v, err) || be->ops->attention(be, t->q, p->kk, p->vv, t->att, ad, err) ||
+        be->ops->matmul(be, t->att, T, &L->o_proj, NULL, t->o, err) ||
+        be->ops->add_rmsnorm(be, t->h, t->o, L->post_norm, t->a, T, H, eps, err))
+        return -1;
+    return 0;
+}
+
+/* Media rows of the full pass moved to the computed rows (rows in a reused
+ * prefix dropped): out arrays owned by the caller (free_media_view). */
+static void media_view(const clef_thinker_media *md, const reuse_plan *p, size_t H, clef_thinker_media *out,
+                       size_t **rows_out, size_t **ds_out, float **emb_out, float **dsv_out) {
+    memset(out, 0, sizeof *out);
+    *rows_out = *ds_out = NULL;
+    *emb_out = *dsv_out = NULL;
+    if (!md) return;
+    size_t *rows = clef_xmalloc((md->n_rows + 1) * sizeof *rows), *ds = clef_xmalloc((md->n_ds_rows + 1) * sizeof *ds);
+    float *emb = clef_xmalloc((md->n_rows * H + 1) * sizeof *emb);
+    float *dsv = clef_xmalloc((md->n_deepstack * md->n_ds_rows * H + 1) * sizeof *dsv);
+    size_t nr = 0, nd = 0, s = 0;
+    for (size_t i = 0; i < md->n_rows; i++) {
+        while (md->rows[i] >= p->seg[s + 1]) s++;
+        const size_t local = md->rows[i] - p->seg[s];
+        if (local < p->reuse[s]) continue;
+        rows[nr] = p->sseg[s] + local - p->reuse[s];
+        memcpy(emb + nr * H, md->embeds + i * H, H * sizeof *emb);
+        nr++;
+    }
+    size_t *keep = clef_xmalloc((md->n_ds_rows + 1) * sizeof *keep);
+    s = 0;
+    for (size_t i = 0; i < md->n_ds_rows; i++) {
+        while (md->ds_rows[i] >= p->seg[s + 1]) s++;
+        const size_t local = md->ds_rows[i] - p->seg[s];
+        if (local < p->reuse[s]) continue;
+        keep[nd] = i;
+        ds[nd++] = p->sseg[s] + local - p->reuse[s];
+    }
+    for (size_t k = 0; k < md->n_deepstack; k++)
+        for (size_t j = 0; j < nd; j++)
+            memcpy(dsv + (k * nd + j) * H, md->deepstack + (k * md->n_ds_rows + keep[j]) * H, H * sizeof *dsv);
+    free(keep);
+    *out = (clef_thinker_media){.n_rows = nr, .rows = rows, .embeds = emb, .n_ds_rows = nd, .ds_rows = ds,
+                                .n_deepstack = nd ? md->n_deepstack : 0, .deepstack = dsv};
+    *rows_out = rows, *ds_out = ds, *emb_out = emb, *dsv_out = dsv;
+}
+
+/* The layers of a reuse forward over the n computed rows (ids / positions
+ * uploaded), then every record's hidden rows into hidden_be. */
+static int run_layers_reuse(clef_model *m, thinker_ws *t, size_t n, const reuse_plan *p, const clef_thinker_media *md,
+                            float *hidden_be, clef_err *err) {
+    clef_backend *be = m->be;
+    const clef_text_config *c = &m->cfg->text;
+    const size_t H = (size_t)c->hidden_size, B = p->B, L = p->L;
+    int64_t *qo = clef_xmalloc((p->n_seg + 1) * sizeof *qo), *ko = clef_xmalloc((p->n_seg + 1) * sizeof *ko);
+    for (size_t s = 0; s <= p->n_seg; s++) qo[s] = (int64_t)p->sseg[s], ko[s] = (int64_t)p->seg[s];
+    const int64_t qd = c->num_attention_heads * c->head_dim, kd = (int64_t)p->kd;
+    clef_attn_desc ad = {.n_seg = (int64_t)p->n_seg, .q_off = qo, .kv_off = ko, .n_q_heads = c->num_attention_heads,
+                         .n_kv_heads = c->num_key_value_heads, .head_dim = c->head_dim, .q_stride = qd,
+                         .k_stride = kd, .v_stride = kd, .o_stride = qd,
+                         .scale = (float)(1.0 / sqrt((double)c->head_dim)), .causal = 1};
+    clef_rope_desc rd = {.head_dim = c->head_dim,
+                         .section = {c->mrope_section[0], c->mrope_section[1], c->mrope_section[2]},
+                         .inv_freq = m->inv_freq};
+    int rc = be->ops->gather(be, &m->embed, t->ids, (int64_t)n, t->h, err);
+    if (rc == 0 && md && md->n_rows) rc = media_rows(m, t->h, md->rows, md->n_rows, md->embeds, 0, err);
+    for (size_t l = 0; rc == 0 && l < L; l++) {
+        /* h complete after every layer (as the media path): the MLP output is added at once */
+        rc = attention_block_reuse(m, &m->layers[l], t, n, p, l, &ad, &rd, err);
+        if (rc == 0) rc = mlp_block(m, &m->layers[l], t, n, err);
+        if (rc == 0) rc = be->ops->add(be, t->h, t->o, t->h, (int64_t)n, (int64_t)H, (int64_t)H, err);
+        if (rc == 0 && md && l < md->n_deepstack && md->n_ds_rows)
+            rc = media_rows(m, t->h, md->ds_rows, md->n_ds_rows, md->deepstack + l * md->n_ds_rows * H, 1, err);
+    }
+    if (rc == 0) rc = be->ops->rmsnorm(be, t->h, m->final_norm, t->a, (int64_t)n, (int64_t)H, (float)c->rms_norm_eps, err);
+    const size_t hoff = 2 * L * B * p->kd; /* the hidden rows of a block */
+    for (size_t s = 0; rc == 0 && s < p->n_seg; s++) {
+        float *dst = hidden_be + p->seg[s] * H;
+        for (size_t b = 0; rc == 0 && b < p->reuse[s] / B; b++)
+            rc = copy_rows(be, dst + b * B * H, p->read[p->read_at[s] + b] + hoff, B, H, err);
+        const float *src = t->a + p->sseg[s] * H;
+        if (rc == 0) rc = copy_rows(be, dst + p->reuse[s] * H, src, p->sseg[s + 1] - p->sseg[s], H, err);
+        for (size_t b = 0; rc == 0 && b < p->fill[s]; b++)
+            rc = copy_rows(be, p->write[p->write_at[s] + b] + hoff, src + b * B * H, B, H, err);
+    }
+    free(qo);
+    free(ko);
+    return rc;
+}
+
+int clef_thinker_forward_reuse(clef_model *m, const int32_t *ids, size_t n_total, const size_t *seg, size_t n_seg,
+                               const int32_t *positions, const clef_thinker_media *media,
+                               const clef_thinker_reuse *reuse, float *hidden_be, clef_err *err) {
+    int any = 0;
+    for (size_t s = 0; reuse && s < n_seg; s++) any |= reuse->reuse[s] || reuse->fill[s];
+    if (!any) return thinker_forward(m, ids, n_total, seg, n_seg, positions, media, hidden_be, 1, NULL, err);
+    if (check_inputs(m, ids, n_total, seg, n_seg, err) != 0 || check_media(media, n_total, err) != 0) return -1;
+    if (!clef_model_can_reuse(m))
+        return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "thinker: this model cannot reuse cached blocks");
+    const clef_text_config *c = &m->cfg->text;
+    const size_t B = CLEF_KV_BLOCK;
+    reuse_plan p = {.n_seg = n_seg, .seg = seg, .reuse = reuse->reuse, .fill = reuse->fill, .read = reuse->read,
+                    .write = reuse->write, .kd = (size_t)(c->num_key_value_heads * c->head_dim), .B = B,
+                    .L = (size_t)c->num_hidden_layers};
+    size_t *sseg = clef_xmalloc((n_seg + 1) * sizeof *sseg);
+    p.read_at = clef_xmalloc((n_seg + 1) * sizeof *p.read_at);
+    p.write_at = clef_xmalloc((n_seg + 1) * sizeof *p.write_at);
+    sseg[0] = 0;
+    size_t ra = 0, wa = 0;
+    for (size_t s = 0; s < n_seg; s++) {
+        const size_t len = seg[s + 1] - seg[s];
+        if (p.reuse[s] % B || p.reuse[s] >= len || p.reuse[s] + p.fill[s] * B > len) {
+            free(sseg), free(p.read_at), free(p.write_at);
+            return clef_fail(err, 500, CLEF_E_INTERNAL, NULL,
+                             "thinker: record %zu reuses %zu and fills %zu blocks of its %zu tokens", s, p.reuse[s],
+                             p.fill[s], len);
+        }
+        p.read_at[s] = ra, p.write_at[s] = wa;
+        ra += p.reuse[s] / B, wa += p.fill[s];
+        sseg[s + 1] = sseg[s] + len - p.reuse[s];
+    }
+    p.sseg = sseg;
+    const size_t n = sseg[n_seg];
+    /* the computed rows' ids and positions */
+    int32_t *sids = clef_xmalloc(n * sizeof *sids), *spos = clef_xmalloc(3 * n * sizeof *spos);
+    for (size_t s = 0; s < n_seg; s++)
+        for (size_t i = seg[s] + p.reuse[s], r = sseg[s]; i < seg[s + 1]; i++, r++) {
+            sids[r] = ids[i];
+            for (size_t ax = 0; ax < 3; ax++)
+                spos[ax * n + r] = positions ? positions[ax * n_total + i] : (int32_t)(i - seg[s]);
+        }
+    clef_thinker_media mv;
+    size_t *mrows, *mds;
+    float *memb, *mdsv;
+    media_view(media, &p, (size_t)c->hidden_size, &mv, &mrows, &mds, &memb, &mdsv);
+    model_ws w = {0};
+    thinker_ws t;
+    ws_layout(m, n, NULL, &w, &t);
+    const size_t kvb = ((n_total * p.kd * sizeof(float)) + 63) & ~(size_t)63;
+    const size_t need = ((w.used + 63) & ~(size_t)63) + 2 * kvb;
+    char *base = ws_acquire(m, need);
+    int rc = -1;
+    if (!base) {
+        clef_fail(err, 422, CLEF_E_CAPACITY, NULL, "too many tokens: cannot allocate a %zu-byte workspace for %zu tokens",
+                  need, n_total);
+    } else {
+        w.base = base;
+        w.used = 0;
+        ws_layout(m, n, NULL, &w, &t);
+        const size_t at = (w.used + 63) & ~(size_t)63;
+        p.kk = (float *)(base + at);
+        p.vv = (float *)(base + at + kvb);
+        rc = m->be->ops->upload(m->be, t.ids, sids, n * sizeof *sids, err) ||
+                     m->be->ops->upload(m->be, t.pos, spos, 3 * n * sizeof *spos, err)
+                 ? -1
+                 : run_layers_reuse(m, &t, n, &p, media ? &mv : NULL, hidden_be, err);
+        ws_release(m, base, need);
+    }
+    free(sids), free(spos), free(mrows), free(mds), free(memb), free(mdsv);
+    free(sseg), free(p.read_at), free(p.write_at);
+    return rc;
+}

@@ -8,6 +8,7 @@
 
 #include "backend/cuda/cuda.h"
 #include "clef_version.h"
+#include "engine/state_cache.h"
 #include "util/buf.h"
 
 #define STATUS_MIN 100
@@ -214,4 +215,24 @@ void clef_metrics_render_connections(size_t open, size_t max, uint64_t over_limi
     header(out, "clef_worker_queue_depth", "gauge",
            "Requests with a complete body waiting for a worker thread (parse, validate, encode).");
     clef_buf_printf(out, "clef_worker_queue_depth %zu\n", worker_queue);
+}
+
+void clef_metrics_render_state_cache(const clef_state_cache_stats *st, int enabled, clef_buf *out) {
+    header(out, "clef_state_cache_enabled", "gauge", "1 when the state cache (--state-cache) is on.");
+    clef_buf_printf(out, "clef_state_cache_enabled %d\n", enabled);
+    header(out, "clef_state_cache_lookups_total", "counter", "Records looked up in the state cache.");
+    clef_buf_printf(out, "clef_state_cache_lookups_total %llu\n", (unsigned long long)st->lookups);
+    header(out, "clef_state_cache_hits_total", "counter", "Records that reused cached prefix blocks.");
+    clef_buf_printf(out, "clef_state_cache_hits_total %llu\n", (unsigned long long)st->hits);
+    header(out, "clef_state_cache_tokens_reused_total", "counter",
+           "Tokens whose K/V and hidden rows came from the state cache instead of the thinker.");
+    clef_buf_printf(out, "clef_state_cache_tokens_reused_total %llu\n", (unsigned long long)st->tokens_reused);
+    header(out, "clef_state_cache_evictions_total", "counter", "State cache blocks evicted to make room.");
+    clef_buf_printf(out, "clef_state_cache_evictions_total %llu\n", (unsigned long long)st->evictions);
+    header(out, "clef_state_cache_bytes", "gauge", "Bytes the state cache holds now.");
+    clef_buf_printf(out, "clef_state_cache_bytes %zu\n", st->bytes);
+    header(out, "clef_state_cache_capacity_bytes", "gauge", "The state cache's bound in bytes (--state-cache).");
+    clef_buf_printf(out, "clef_state_cache_capacity_bytes %zu\n", st->capacity);
+    header(out, "clef_state_cache_blocks", "gauge", "64-token blocks the state cache holds now.");
+    clef_buf_printf(out, "clef_state_cache_blocks %zu\n", st->blocks);
 }

@@ -31,6 +31,14 @@
  *                                            phase="headers" (request head) or "body"
  *   clef_worker_queue_depth                  gauge: complete requests waiting for a worker thread
  *                                            (to be parsed, validated and encoded)
+ *   clef_state_cache_enabled                 gauge: 1 when the state cache is on (0: off, or
+ *                                            --state-cache given on a backend without it)
+ *   clef_state_cache_lookups_total           counter: records looked up in the state cache
+ *   clef_state_cache_hits_total              counter: records that reused cached blocks
+ *   clef_state_cache_tokens_reused_total     counter: tokens taken from the cache instead of computed
+ *   clef_state_cache_evictions_total         counter: blocks evicted to make room
+ *   clef_state_cache_bytes / _capacity_bytes gauges: bytes held now, the bound (--state-cache)
+ *   clef_state_cache_blocks                  gauge: 64-token blocks held now
  * All functions are thread-safe.
  */
 #ifndef CLEF_SERVER_METRICS_H
@@ -83,6 +91,10 @@ void clef_metrics_render_budgets(clef_budget *media, clef_budget *body, clef_buf
 
 /* Append the connection series and the worker queue (values sampled by the
  * caller). */
+/* The state cache's series (engine/state_cache.h stats; enabled 0/1). */
+struct clef_state_cache_stats;
+void clef_metrics_render_state_cache(const struct clef_state_cache_stats *st, int enabled, clef_buf *out);
+
 void clef_metrics_render_connections(size_t open, size_t max, uint64_t over_limit, uint64_t timed_out_headers,
                                      uint64_t timed_out_body, size_t worker_queue, clef_buf *out);
 

@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "decision/answer.h"
+#include "engine/state_cache.h"
 #include "json/json.h"
 #include "server/auth.h"
 #include "server/embedded.h"
@@ -274,6 +275,9 @@ static enum MHD_Result get_metrics(clef_server *s, struct MHD_Connection *c, req
     clef_metrics_render(s->metrics, ready ? clef_scheduler_queue_depth(s->sched) : 0, ready,
                         ready ? clef_engine_load_seconds(s->engine) : 0.0, &b);
     clef_metrics_render_budgets(s->media_budget, s->body_budget, &b);
+    clef_state_cache_stats sc = {0};
+    if (ready) clef_engine_state_cache_stats(s->engine, &sc);
+    clef_metrics_render_state_cache(&sc, ready && sc.capacity > 0, &b);
     clef_conn_stats cs;
     clef_conns_stats(s, &cs);
     clef_metrics_render_connections(cs.open, s->opt.max_connections, cs.over_limit_total, cs.cut_headers_total,

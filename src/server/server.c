@@ -109,6 +109,7 @@ static void *load_model(void *arg) {
                               .numerics = s->opt.numerics,
                               .max_length = s->opt.max_length,
                               .truncate_state = s->opt.truncate_state, .text_only = s->opt.text_only,
+                              .state_cache = s->opt.state_cache,
                               .limits = s->opt.limits,
                               .verbose = 1};
     clef_err_clear(&s->load_err);

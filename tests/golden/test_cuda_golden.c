@@ -15,13 +15,14 @@
  *     the real widths average far more terms (see the `small` parity run in
  *     scripts/gpu_check.sh for the model-level figures).
  * Packing: three records in one forward give bitwise the hidden states and
- * logits of each record alone. */
+ * logits of each record alone.  The state cache stays off on CUDA, saying why. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/cuda/cuda.h"
+#include "engine/state_cache.h"
 #include "io/checkpoint.h"
 #include "model/model.h"
 #include "testutil.h"
@@ -227,8 +228,39 @@ static void test_graph_replay(void **state) {
     clef_model_free(mg), clef_model_free(mp);
 }
 
+/* The state cache asked for on CUDA stays off, saying why (the CUDA attention
+ * has no cached-prefix path yet: backend.h causal_prefix), and answers are
+ * the plain forward's: nothing is looked up or held. */
+static void test_state_cache_off(void **state) {
+    TU_NEED_GPU(state);
+    fixture *f = *state;
+    char *dir = tu_fixture("tiny-clef-omni");
+    clef_engine_options opt = {.model_dir = dir, .device = "cuda", .truncate_state = 1, .state_cache = (size_t)64 << 20};
+    clef_err err;
+    clef_err_clear(&err);
+    clef_engine *e = clef_engine_open(&opt, &err);
+    if (!e) fail_msg("engine: %s", err.message);
+    assert_int_equal(clef_model_can_reuse(clef_engine_model(e)), 0);
+    const char *why = clef_engine_state_cache_off_reason(e);
+    assert_non_null(why);
+    assert_non_null(strstr(why, "state cache is off"));
+    clef_buf body = {0}, out = {0};
+    json_render_opts(json_get(f->cases[0], "request"), 0, &body);
+    for (int i = 0; i < 2; i++) {
+        out.len = 0;
+        if (clef_engine_decide(e, body.data, body.len, NULL, &out, &err)) fail_msg("decide: %s", err.message);
+    }
+    clef_state_cache_stats st;
+    clef_engine_state_cache_stats(e, &st);
+    assert_int_equal(st.lookups + st.hits + st.bytes + st.capacity, 0);
+    clef_buf_free(&body), clef_buf_free(&out);
+    clef_engine_close(e);
+    free(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_state_cache_off),
         cmocka_unit_test(test_golden_fast),
         cmocka_unit_test(test_golden_precise),
         cmocka_unit_test(test_packed_equals_alone),

@@ -160,15 +160,21 @@ static float exp_shift_sum(float *x, int64_t n, float mx) {
  * chains (the keys read in place as rows, the values as k-major panels), and
  * the block's keys depend only on the segment (its length and the block
  * index), never on the rows packed around it, so a record's attention is
- * bitwise the same alone or packed.  S: scratch [ATTN_BLOCK, keys]; gs: the
- * GEMM's scratch. */
+ * bitwise the same alone or packed.  Causal: i0, i1 are absolute positions
+ * (key indices) of the block's queries, the segment's queries being its last
+ * ql of kl positions (off = kl - ql: a cached prefix of off keys, engine's
+ * state cache); blocks are cut at multiples of ATTN_BLOCK of the absolute
+ * position, so with off a multiple of ATTN_BLOCK a query row sees exactly
+ * the block, keys and sums of the full pass.  Not causal: i0, i1 are query
+ * rows.  S: scratch [ATTN_BLOCK, keys]; gs: the GEMM's scratch. */
 static void attend_block(cpu_isa isa, const clef_attn_desc *a, const float *q, const float *k, const float *v,
                          float *out, int64_t s, int64_t h, int64_t i0, int64_t i1, float *S, float *gs) {
     const int64_t D = a->head_dim, hk = h / (a->n_q_heads / a->n_kv_heads);
     const int64_t q0 = a->q_off[s], kv0 = a->kv_off[s], len = a->kv_off[s + 1] - kv0;
+    const int64_t off = a->causal ? len - (a->q_off[s + 1] - q0) : 0;
     const int64_t M = i1 - i0, nk = a->causal ? i1 : len;
     const cpu_gemm_b kb = {.kind = CPU_B_NK, .m = k + kv0 * a->k_stride + hk * D, .ld = a->k_stride, .N = nk, .K = D};
-    const float *qa = q + (q0 + i0) * a->q_stride + h * D;
+    const float *qa = q + (q0 + i0 - off) * a->q_stride + h * D;
     cpu_gemm_cols(isa, qa, a->q_stride, M, &kb, 0, nk, NULL, S, nk, gs);
     for (int64_t r = 0; r < M; r++) {
         float *sr = S + r * nk;
@@ -180,7 +186,7 @@ static void attend_block(cpu_isa isa, const clef_attn_desc *a, const float *q, c
         for (int64_t j = n; j < nk; j++) sr[j] = 0.0f;
     }
     const cpu_gemm_b vb = {.kind = CPU_B_KN, .m = v + kv0 * a->v_stride + hk * D, .ld = a->v_stride, .N = D, .K = nk};
-    float *o = out + (q0 + i0) * a->o_stride + h * D;
+    float *o = out + (q0 + i0 - off) * a->o_stride + h * D;
     cpu_gemm_cols(isa, S, nk, M, &vb, 0, D, NULL, o, a->o_stride, gs);
 }
 
@@ -212,12 +218,14 @@ int cpu_attention(clef_backend *be, const float *q, const float *k, const float 
     double work = 0;
     for (int64_t s = 0; s < a->n_seg; s++) {
         int64_t ql = a->q_off[s + 1] - a->q_off[s], kl = a->kv_off[s + 1] - a->kv_off[s];
-        if (ql < 0 || kl < 0 || (ql > 0 && kl == 0) || (a->causal && ql != kl) || kl > INT32_MAX / ATTN_BLOCK)
+        if (ql < 0 || kl < 0 || (ql > 0 && kl == 0) || (a->causal && ql > kl) || kl > INT32_MAX / ATTN_BLOCK)
             return clef_fail(err, 500, CLEF_E_INTERNAL, NULL,
                              "CPU attention: segment %lld has %lld queries and %lld keys", (long long)s,
                              (long long)ql, (long long)kl);
         if (kl > kvmax) kvmax = kl;
-        n_items += nh * ((ql + ATTN_BLOCK - 1) / ATTN_BLOCK);
+        /* causal: blocks of absolute positions [off, kl), cut at multiples of ATTN_BLOCK */
+        const int64_t off = a->causal ? kl - ql : 0, b0 = off / ATTN_BLOCK;
+        n_items += nh * ((off + ql + ATTN_BLOCK - 1) / ATTN_BLOCK - b0);
         work += (double)ql * (double)kl * (double)(nh * D);
     }
     if (n_items == 0) return 0;
@@ -227,10 +235,12 @@ int cpu_attention(clef_backend *be, const float *q, const float *k, const float 
     int64_t m = 0;
     for (int64_t s = 0; s < a->n_seg; s++) {
         const int64_t ql = a->q_off[s + 1] - a->q_off[s], kl = a->kv_off[s + 1] - a->kv_off[s];
+        const int64_t off = a->causal ? kl - ql : 0, end = off + ql;
         for (int64_t h = 0; h < nh; h++)
-            for (int64_t i0 = 0; i0 < ql; i0 += ATTN_BLOCK) {
-                const int64_t i1 = i0 + ATTN_BLOCK < ql ? i0 + ATTN_BLOCK : ql;
+            for (int64_t i0 = off; i0 < end;) {
+                const int64_t cut = (i0 / ATTN_BLOCK + 1) * ATTN_BLOCK, i1 = cut < end ? cut : end;
                 items[m++] = (attn_item){s, h, i0, i1, (double)(i1 - i0) * (double)(a->causal ? i1 : kl)};
+                i0 = i1;
             }
     }
     qsort(items, (size_t)n_items, sizeof *items, attn_item_cmp);

@@ -96,6 +96,7 @@ static void cpu_weight_release(clef_backend *be, clef_weight *w) {
 
 static const clef_backend_ops cpu_ops = {
     .name = "cpu",
+    .causal_prefix = 1,
     .copies_weights = 0,
     .destroy = cpu_destroy,
     .alloc = cpu_alloc,
