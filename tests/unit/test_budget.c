@@ -234,14 +234,11 @@ typedef struct fifo_arg {
     clef_budget *b;
     size_t n;
     int rc;
-    atomic_int *order;
-    int position; /* 1-based admission order */
 } fifo_arg;
 
 static void *fifo_thread(void *arg) {
     fifo_arg *f = arg;
     f->rc = clef_budget_acquire(f->b, f->n, 3000, NULL);
-    if (f->rc == 0) f->position = atomic_fetch_add(f->order, 1) + 1;
     return NULL;
 }
 
@@ -251,28 +248,44 @@ static void wait_waiting(clef_budget *b, size_t n) {
     assert_int_equal(stats(b).waiting, n);
 }
 
-/* A small charge that would fit queues behind a larger one already waiting. */
+/* A small charge that would fit queues behind a larger one already waiting.
+ * The order of admission is read from the budget itself (its counters,
+ * under its lock), never from the waiting threads: two threads admitted one
+ * after the other may return from clef_budget_acquire in either order, so a
+ * counter they bump afterwards records the scheduler's order, not the
+ * budget's.  Room is given back so that only one of the two fits at a time:
+ * 40 of the 90 held frees room for the 50 (first in line) or for the 5, not
+ * for both; first come first served admits the 50, and the 5 stays queued
+ * until the 50 is given back. */
 static void test_first_come_first_served(void **state) {
     (void)state;
     clef_budget *b = clef_budget_new("test", 100);
-    atomic_int order = 0;
     assert_int_equal(clef_budget_acquire(b, 90, 0, NULL), 0);
-    fifo_arg big = {b, 50, -2, &order, 0}, small = {b, 5, -2, &order, 0};
+    fifo_arg big = {b, 50, -2}, small = {b, 5, -2};
     pthread_t tb, ts;
     assert_int_equal(pthread_create(&tb, NULL, fifo_thread, &big), 0);
     wait_waiting(b, 1);
     assert_int_equal(pthread_create(&ts, NULL, fifo_thread, &small), 0);
     wait_waiting(b, 2);
-    sleep_ms(100);
+    sleep_ms(100);                       /* time for a budget that lets the 5 jump the queue to do so */
     assert_int_equal(stats(b).used, 90); /* 5 would fit, but waits its turn */
-    clef_budget_release(b, 90);
+    assert_int_equal(stats(b).admitted, 1);
+    clef_budget_release(b, 40); /* room for the 50 (or, out of turn, the 5), not both */
     pthread_join(tb, NULL);
+    assert_int_equal(big.rc, 0); /* the 5 first would have left the 50 no room: refused after 3 s */
+    clef_budget_stats st = stats(b);
+    assert_int_equal(st.used, 100); /* 50 + 50: the 5 is not in */
+    assert_int_equal(st.admitted, 2);
+    assert_int_equal(st.waiting, 1); /* ...and still queued */
+    clef_budget_release(b, 50); /* the 50's charge */
     pthread_join(ts, NULL);
-    assert_int_equal(big.rc, 0);
     assert_int_equal(small.rc, 0);
-    assert_int_equal(big.position, 1);
-    assert_int_equal(small.position, 2);
-    assert_int_equal(stats(b).used, 55);
+    st = stats(b);
+    assert_int_equal(st.used, 55);
+    assert_int_equal(st.admitted, 3);
+    assert_int_equal(st.waiting, 0);
+    assert_int_equal(st.waited, 2);
+    assert_int_equal(st.refused, 0);
     clef_budget_release(b, 55);
     clef_budget_free(b);
 }
