@@ -1013,6 +1013,22 @@ static void test_matmul_packed(void **state) {
 
 /* ---- grouped experts ------------------------------------------------------ */
 
+/* The op profile of g since profiling was switched on (clef_cuda_set_profile(g, 1) and a
+ * clef_cuda_profile_dump(g, NULL) to forget earlier timings), as a heap string (caller frees);
+ * profiling is switched off again and g's description written to desc (which kernels it runs). */
+static char *profile_take(clef_backend *g, char *desc, size_t cap) {
+    char *prof = NULL;
+    size_t plen = 0;
+    FILE *ms = open_memstream(&prof, &plen);
+    assert_non_null(ms);
+    clef_cuda_profile_dump(g, ms);
+    fclose(ms);
+    clef_cuda_profile_dump(g, NULL);
+    clef_cuda_set_profile(g, 0);
+    clef_cuda_describe(g, desc, cap);
+    return prof;
+}
+
 /* One format: CPU moe vs CUDA moe (fast and precise), tokens alone / a
  * slice / a batch large enough for two expert passes bitwise equal. */
 static void moe_case(fx *f, enum qkind kind) {
@@ -1088,15 +1104,8 @@ static void moe_case(fx *f, enum qkind kind) {
         clef_cuda_profile_dump(g, NULL);
         tu_ok(g->ops->moe(g, dx + 13 * H, 40, di + 13 * k, dw + 13 * k, k, &mg, dy1, &err), &err);
         {
-            char *prof = NULL, desc[256];
-            size_t plen = 0;
-            FILE *ms = open_memstream(&prof, &plen);
-            assert_non_null(ms);
-            clef_cuda_profile_dump(g, ms);
-            fclose(ms);
-            clef_cuda_profile_dump(g, NULL);
-            clef_cuda_set_profile(g, 0);
-            clef_cuda_describe(g, desc, sizeof desc);
+            char desc[256];
+            char *prof = profile_take(g, desc, sizeof desc);
             const int want = (kind == Q_INT4_SYM || kind == Q_INT4_ASYM)   ? strstr(desc, "packed INT4 v4") != NULL
                              : (kind == Q_NVFP4_CT || kind == Q_NVFP4_MO) ? strstr(desc, "packed NVFP4 v4") != NULL
                                                                           : 0,
@@ -1117,15 +1126,8 @@ static void moe_case(fx *f, enum qkind kind) {
         tu_ok(g->ops->moe(g, dx, TB, di, dw, k, &mg, dy1, &err), &err);
         float *yb = tu_dget(g, dy1, (size_t)(TB * H));
         {
-            char *prof = NULL, desc[256];
-            size_t plen = 0;
-            FILE *ms = open_memstream(&prof, &plen);
-            assert_non_null(ms);
-            clef_cuda_profile_dump(g, ms);
-            fclose(ms);
-            clef_cuda_profile_dump(g, NULL);
-            clef_cuda_set_profile(g, 0);
-            clef_cuda_describe(g, desc, sizeof desc);
+            char desc[256];
+            char *prof = profile_take(g, desc, sizeof desc);
             const int want = strstr(desc, "wgmma experts") != NULL, got = strstr(prof, "GEMM (wgmma)") != NULL;
             if (want && !got) fail_msg("%s (%s): the batch of %lld did not run the packed wgmma kernel:\n%s", what,
                                        MODE[gi], (long long)TB, prof);
