@@ -140,44 +140,13 @@ static int run_round(const hu_server *srv, int n_clients, int n_requests, int al
     return atomic_load(&mismatches);
 }
 
-/* Wait (at most 10 s) until the server has closed every connection from
- * 127.0.0.1.  A round's 32 clients open 32 connections from 127.0.0.1, which
- * is exactly the default --max-connections-per-client, and libmicrohttpd
- * closes a connection past that cap at accept, unanswered (docs/API.md).  A
- * connection the client has closed (curl_easy_cleanup at the end of a round,
- * hu_start's readiness probes before the first) still counts until the
- * server's polling thread has read its end and closed it too; on a loaded
- * machine that can come after the next round's first connects, and one of
- * them was reset (curl 56).  So the rounds must not overlap at the cap: the
- * poll asks /metrics from 127.0.0.2 (outside 127.0.0.1's cap) on one
- * keep-alive connection, so clef_connections_open == 1 is that connection
- * alone. */
-static void wait_loopback_closed(const hu_server *srv) {
-    CURL *curl = curl_easy_init();
-    assert_non_null(curl);
-    curl_easy_setopt(curl, CURLOPT_INTERFACE, "host!127.0.0.2");
-    double deadline = hu_now() + 10, open = -1;
-    for (;;) {
-        hu_response r;
-        hu_request_on(curl, srv, "GET", "/metrics", NULL, NULL, 0, 0, 30, &r);
-        if (r.curl_code != CURLE_OK || r.status != 200)
-            fail_msg("/metrics from 127.0.0.2: curl %d status %ld", r.curl_code, r.status);
-        open = hu_metric(r.body.data, "clef_connections_open");
-        hu_free(&r);
-        if (open == 1 || hu_now() > deadline) break;
-        hu_sleep_ms(5);
-    }
-    curl_easy_cleanup(curl);
-    if (open != 1) fail_msg("connections still open 10 s after the clients closed them: %.0f besides /metrics", open - 1);
-}
-
 static void test_32_clients(void **state) {
     const char *args[] = {"--max-batch-tokens", "4096", NULL};
     hu_server srv;
     hu_start(&srv, args, NULL);
     long rss[N_ROUNDS];
     for (int round = 0; round < N_ROUNDS; round++) {
-        wait_loopback_closed(&srv); /* the previous round's (or the readiness probes') connections */
+        hu_wait_loopback_closed(&srv); /* the previous round's (or the readiness probes') connections */
         double t0 = hu_now();
         int bad = run_round(&srv, N_CLIENTS, N_PER_CLIENT, 0, NULL);
         rss[round] = hu_rss_kib(&srv);

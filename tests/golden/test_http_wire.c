@@ -224,6 +224,7 @@ static void test_per_client_cap(void **state) {
     /* 64 slots: without the per-client cap the 100 stalled connections below take them all */
     const char *args[] = {"--max-connections", "64", "--max-connections-per-client", "16", NULL};
     hu_start(&srv, args, NULL);
+    hu_wait_loopback_closed(&srv); /* hu_start's readiness probes would take one of the 16 slots */
     enum { N = 100 };
     int fds[N];
     for (int i = 0; i < N; i++) {
