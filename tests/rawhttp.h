@@ -1,6 +1,6 @@
 /* rawhttp.h — raw HTTP/1.1 over loopback sockets for the HTTP tests that
  * must control every byte and every pause (tests/golden/test_http_wire.c,
- * test_http_slowloris.c): connect from a chosen source address, write with
+ * test_http_slowloris.c, test_http_drain.c): connect from a chosen source address, write with
  * a bounded wait, read one response and parse its head, check a JSON error
  * body.  Header-only (static functions), like httputil.h.  Every wait is
  * bounded. */
@@ -18,6 +18,22 @@
 #include "httputil.h"
 #include "json/json.h"
 #include "testutil.h"
+
+/* The triage decision the HTTP tests send (a choice and a score question over the tiny fixture). */
+static HU_UNUSED const char raw_triage[] =
+    "{\"model\":\"clef-omni\",\"state\":\"Our checkout started returning errors and orders are blocked.\","
+    "\"questions\":{\"department\":{\"type\":\"choice\",\"instructions\":\"Which team should handle the message?\","
+    "\"criteria\":{\"billing\":\"Payments or invoices\",\"technical\":\"Bugs or outages\"}},"
+    "\"urgency\":{\"type\":\"score\",\"criteria\":[\"Can wait\",\"This week\",\"Today\"]}}}";
+
+/* A POST /v1/systemone head (heap string, caller frees) with `extra` header lines ("" or "Name: v\r\n..."). */
+static HU_UNUSED char *raw_post_head(const char *extra, const char *content_type, size_t content_length) {
+    clef_buf b = {0};
+    clef_buf_printf(&b, "POST /v1/systemone HTTP/1.1\r\nHost: 127.0.0.1\r\n%s", extra);
+    if (content_type) clef_buf_printf(&b, "Content-Type: %s\r\n", content_type);
+    clef_buf_printf(&b, "Content-Length: %zu\r\n\r\n", content_length);
+    return b.data;
+}
 
 /* A connection to 127.0.0.1:port from `from` ("127.0.0.1", "127.0.0.2"),
  * non-blocking.  Returns the fd or -1. */

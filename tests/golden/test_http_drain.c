@@ -22,11 +22,6 @@
 #include "rawhttp.h"
 #include "testutil.h"
 
-static const char triage[] =
-    "{\"model\":\"clef-omni\",\"state\":\"Our checkout started returning errors and orders are blocked.\","
-    "\"questions\":{\"department\":{\"type\":\"choice\",\"instructions\":\"Which team should handle the message?\","
-    "\"criteria\":{\"billing\":\"Payments or invoices\",\"technical\":\"Bugs or outages\"}},"
-    "\"urgency\":{\"type\":\"score\",\"criteria\":[\"Can wait\",\"This week\",\"Today\"]}}}";
 
 static int setup(void **state) {
     curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -38,15 +33,12 @@ static int teardown(void **state) {
     return 0;
 }
 
-/* A keep-alive POST of the triage request on an open connection. */
+/* A keep-alive POST of the raw_triage request on an open connection. */
 static void send_decision(int fd) {
-    char head[256];
-    int n = snprintf(head, sizeof head,
-                     "POST /v1/systemone HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                     "Content-Length: %zu\r\n\r\n",
-                     strlen(triage));
-    assert_int_equal(raw_send_all(fd, head, (size_t)n, 5), 0);
-    assert_int_equal(raw_send_all(fd, triage, strlen(triage), 5), 0);
+    char *head = raw_post_head("", "application/json", strlen(raw_triage));
+    assert_int_equal(raw_send_all(fd, head, strlen(head), 5), 0);
+    assert_int_equal(raw_send_all(fd, raw_triage, strlen(raw_triage), 5), 0);
+    free(head);
 }
 
 static void send_healthz(int fd) {

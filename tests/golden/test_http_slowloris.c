@@ -32,21 +32,15 @@
 #define RSS_GROWTH_LIMIT_KIB (32L << 10) /* thread per connection: +76 MiB for 1,000 */
 #define THREAD_GROWTH_LIMIT 4            /* thread per connection: +1,000 */
 
-static const char triage[] =
-    "{\"model\":\"clef-omni\",\"state\":\"Our checkout started returning errors and orders are blocked.\","
-    "\"questions\":{\"department\":{\"type\":\"choice\",\"instructions\":\"Which team should handle the message?\","
-    "\"criteria\":{\"billing\":\"Payments or invoices\",\"technical\":\"Bugs or outages\"}},"
-    "\"urgency\":{\"type\":\"score\",\"criteria\":[\"Can wait\",\"This week\",\"Today\"]}}}";
 
 static const char health[] = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
 
 /* A whole POST /v1/systemone of `body` with `extra` header lines. */
 static char *post_request(const char *extra, const char *body) {
+    char *head = raw_post_head(extra, "application/json", strlen(body));
     clef_buf b = {0};
-    clef_buf_printf(&b,
-                    "POST /v1/systemone HTTP/1.1\r\nHost: 127.0.0.1\r\n%sContent-Type: application/json\r\n"
-                    "Content-Length: %zu\r\n\r\n%s",
-                    extra, strlen(body), body);
+    clef_buf_printf(&b, "%s%s", head, body);
+    free(head);
     return b.data;
 }
 
@@ -153,7 +147,7 @@ static void test_thousand_slow_connections(void **state) {
             if (r.status != 200 || t > 1.0) fail_msg("/healthz from 127.0.0.2: status %d after %.2f s", r.status, t);
             assert_memory_equal(r.body, "{\"status\":\"ok\"}", 15);
             raw_reply_free(&r);
-            char *req = post_request("Connection: close\r\n", triage);
+            char *req = post_request("Connection: close\r\n", raw_triage);
             t = raw_roundtrip("127.0.0.2", srv.port, req, strlen(req), 1.0, &r);
             if (r.status != 200 || t > 1.0) fail_msg("a decision from 127.0.0.2: status %d after %.2f s", r.status, t);
             assert_non_null(strstr(r.body, "\"answers\":{\"department\":{\"type\":\"choice\""));
@@ -342,7 +336,7 @@ static void test_over_limit_503(void **state) {
     close(fd);
     raw_reply_free(&r);
     /* a POST written at once: its body is read, then the same 503 */
-    char *req = post_request("", triage);
+    char *req = post_request("", raw_triage);
     t = raw_roundtrip("127.0.0.2", srv.port, req, strlen(req), 2, &r);
     assert_json_error("POST past the limit", &r, 503, "overloaded", "connection limit (4 connections)");
     if (t > 1.0) fail_msg("the 503 took %.2f s", t);

@@ -21,20 +21,7 @@
 
 /* ---- fixtures ------------------------------------------------------------ */
 
-static const char triage[] =
-    "{\"model\":\"clef-omni\",\"state\":\"Our checkout started returning errors and orders are blocked.\","
-    "\"questions\":{\"department\":{\"type\":\"choice\",\"instructions\":\"Which team should handle the message?\","
-    "\"criteria\":{\"billing\":\"Payments or invoices\",\"technical\":\"Bugs or outages\"}},"
-    "\"urgency\":{\"type\":\"score\",\"criteria\":[\"Can wait\",\"This week\",\"Today\"]}}}";
 
-/* A POST /v1/systemone head with `extra` header lines ("" or "Name: v\r\n..."). */
-static char *post_head(const char *extra, const char *content_type, size_t content_length) {
-    clef_buf b = {0};
-    clef_buf_printf(&b, "POST /v1/systemone HTTP/1.1\r\nHost: 127.0.0.1\r\n%s", extra);
-    if (content_type) clef_buf_printf(&b, "Content-Type: %s\r\n", content_type);
-    clef_buf_printf(&b, "Content-Length: %zu\r\n\r\n", content_length);
-    return b.data;
-}
 
 static int setup(void **state) {
     curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -96,7 +83,7 @@ static void test_request_ids(void **state) {
 /* Write the head and all of a 4 MiB body without reading, then read. */
 static void refused_after_body(unsigned port, const char *extra, const char *content_type, raw_reply *r) {
     memset(r, 0, sizeof *r);
-    char *head = post_head(extra, content_type, BIG_BODY);
+    char *head = raw_post_head(extra, content_type, BIG_BODY);
     char *body = malloc(BIG_BODY);
     assert_non_null(body);
     memset(body, ' ', BIG_BODY);
@@ -129,11 +116,11 @@ static void test_refusals_read_the_body(void **state) {
                       "request body of 4194304 bytes exceeds the limit of 1048576 bytes");
     raw_reply_free(&r);
     /* the connection stays usable for the next client: a decision */
-    char *head = post_head("Authorization: Bearer sekrit\r\nConnection: close\r\n", "application/json",
-                           strlen(triage));
+    char *head = raw_post_head("Authorization: Bearer sekrit\r\nConnection: close\r\n", "application/json",
+                           strlen(raw_triage));
     clef_buf req = {0};
     clef_buf_puts(&req, head);
-    clef_buf_puts(&req, triage);
+    clef_buf_puts(&req, raw_triage);
     raw_roundtrip("127.0.0.1", srv.port, req.data, req.len, 30, &r);
     assert_int_equal(r.status, 200);
     raw_reply_free(&r);
@@ -186,16 +173,16 @@ static void test_stop_cuts_stalled_upload(void **state) {
     /* a: half an upload, then silence */
     int a = raw_connect("127.0.0.1", srv.port);
     assert_true(a >= 0);
-    char *head = post_head("", "application/json", 1000);
+    char *head = raw_post_head("", "application/json", 1000);
     assert_int_equal(raw_send_all(a, head, strlen(head), 5), 0);
     assert_int_equal(raw_send_all(a, "{\"model\":", 9, 5), 0);
     free(head);
     /* b: a whole decision, held in the forward for 1.5 s */
     int b = raw_connect("127.0.0.1", srv.port);
     assert_true(b >= 0);
-    head = post_head("", "application/json", strlen(triage));
+    head = raw_post_head("", "application/json", strlen(raw_triage));
     assert_int_equal(raw_send_all(b, head, strlen(head), 5), 0);
-    assert_int_equal(raw_send_all(b, triage, strlen(triage), 5), 0);
+    assert_int_equal(raw_send_all(b, raw_triage, strlen(raw_triage), 5), 0);
     free(head);
     hu_sleep_ms(400);
     double t0 = hu_now();
@@ -251,10 +238,10 @@ static void test_per_client_cap(void **state) {
     double t = raw_roundtrip("127.0.0.2", srv.port, health, sizeof health - 1, 1.0, &r);
     if (r.status != 200 || t > 1.0) fail_msg("/healthz from 127.0.0.2: status %d after %.2f s", r.status, t);
     raw_reply_free(&r);
-    char *head = post_head("Connection: close\r\n", "application/json", strlen(triage));
+    char *head = raw_post_head("Connection: close\r\n", "application/json", strlen(raw_triage));
     clef_buf req = {0};
     clef_buf_puts(&req, head);
-    clef_buf_puts(&req, triage);
+    clef_buf_puts(&req, raw_triage);
     t = raw_roundtrip("127.0.0.2", srv.port, req.data, req.len, 1.0, &r);
     if (r.status != 200 || t > 1.0) fail_msg("a decision from 127.0.0.2: status %d after %.2f s", r.status, t);
     raw_reply_free(&r);
