@@ -383,16 +383,24 @@ __global__ void __launch_bounds__(QTHREADS, q2_min_blocks<QT, BM, SPLIT>()) qgem
                                                });
 }
 
-template <int QT, int QBM, int SPLIT> cudaError_t launch_q2(const ck_qgemm_args *a, cudaStream_t st) {
-    constexpr int smem = q2_smem<QT, QBM, SPLIT>();
-    static unsigned done = 0; /* devices whose limit is raised */
-    cudaError_t e = allow_smem(qgemm2_kernel<QT, QBM, SPLIT>, smem, &done);
+/* Host: one launch of a packed-weight kernel over BM x QBN block tiles (gemm_grid: DENSE ceil(M / BM)
+ * row tiles, grouped the plan's max_tiles), with `smem` bytes of dynamic shared memory (the limit raised
+ * once per device: *done, the kernel's own mask) and `threads` threads; v2, v3 and v4 all launch here. */
+template <class Kernel>
+static cudaError_t launch_packed(Kernel *kernel, int bm, int threads, int smem, unsigned *done, const ck_qgemm_args *a,
+                                 cudaStream_t st) {
+    cudaError_t e = allow_smem(kernel, smem, done);
     if (e != cudaSuccess) return e;
     unsigned blocks;
-    e = gemm_grid(a->mode, a->mode == CK_GEMM_DENSE ? (a->M + QBM - 1) / QBM : a->max_tiles, a->N, QBN, &blocks);
+    e = gemm_grid(a->mode, a->mode == CK_GEMM_DENSE ? (a->M + bm - 1) / bm : a->max_tiles, a->N, QBN, &blocks);
     if (e != cudaSuccess || !blocks) return e;
-    qgemm2_kernel<QT, QBM, SPLIT><<<blocks, QTHREADS, smem, st>>>(*a);
+    kernel<<<blocks, threads, smem, st>>>(*a);
     return cudaGetLastError();
+}
+
+template <int QT, int QBM, int SPLIT> cudaError_t launch_q2(const ck_qgemm_args *a, cudaStream_t st) {
+    static unsigned done = 0; /* devices whose limit is raised */
+    return launch_packed(qgemm2_kernel<QT, QBM, SPLIT>, QBM, QTHREADS, q2_smem<QT, QBM, SPLIT>(), &done, a, st);
 }
 
 template <int QT, int QBM> cudaError_t launch_v2(const ck_qgemm_args *a, cudaStream_t st) {
@@ -446,7 +454,7 @@ static_assert(q3_smem<CK_QT_NVFP4, 128, 2>() <= 227 * 1024, "v3 BM 128 fits one 
 template <int NI> struct q3_fold {
     const __half *scale;  /* f16 [K / G, R] of the warp's matrix */
     const uint32_t *zrow; /* zero words [K / G, R / 8], NULL: symmetric */
-    int64_t R, N;
+    int64_t R;            /* the output columns N: the scale rows' length */
     int wcol, tig, g, fold_g, ngroups;
     int gpos, grp; /* the current chunk's K offset inside its group, and the group: counted, not divided
                     * (a run-time divisor costs ~20 instructions, and the chunk loop asked three per chunk) */
@@ -459,7 +467,7 @@ template <int NI> struct q3_fold {
 #pragma unroll
             for (int q = 0; q < 2; q++) {
                 const int n = wcol + ni * 8 + tig * 2 + q;
-                scn[ni][q] = __half2float(__ldg(scale + (int64_t)grp * R + (n < N ? n : 0)));
+                scn[ni][q] = __half2float(__ldg(scale + (int64_t)grp * R + (n < R ? n : 0)));
             }
     }
     __device__ __forceinline__ void load_zeros(int grp) {
@@ -473,7 +481,7 @@ template <int NI> struct q3_fold {
     __device__ __forceinline__ void init(const ck_qgemm_args &a, const ck_qmat *cm, int wcol_, int lane, int64_t K) {
         scale = static_cast<const __half *>(cm->scale);
         zrow = a.has_zeros ? static_cast<const uint32_t *>(cm->zeros) : nullptr;
-        R = a.N, N = a.N, wcol = wcol_, tig = lane & 3, g = lane >> 2, fold_g = (int)a.group;
+        R = a.N, wcol = wcol_, tig = lane & 3, g = lane >> 2, fold_g = (int)a.group;
         ngroups = (int)((K + fold_g - 1) / fold_g);
         gpos = 0, grp = 0;
 #pragma unroll
@@ -643,15 +651,8 @@ __global__ void __launch_bounds__(QTHREADS, MINB) qgemm3_kernel(const ck_qgemm_a
 }
 
 template <int QT, int QBM, int SPLIT, int MINB> cudaError_t launch_q3(const ck_qgemm_args *a, cudaStream_t st) {
-    constexpr int smem = q3_smem<QT, QBM, SPLIT>();
     static unsigned done = 0; /* devices whose limit is raised */
-    cudaError_t e = allow_smem(qgemm3_kernel<QT, QBM, SPLIT, MINB>, smem, &done);
-    if (e != cudaSuccess) return e;
-    unsigned blocks;
-    e = gemm_grid(a->mode, a->mode == CK_GEMM_DENSE ? (a->M + QBM - 1) / QBM : a->max_tiles, a->N, QBN, &blocks);
-    if (e != cudaSuccess || !blocks) return e;
-    qgemm3_kernel<QT, QBM, SPLIT, MINB><<<blocks, QTHREADS, smem, st>>>(*a);
-    return cudaGetLastError();
+    return launch_packed(qgemm3_kernel<QT, QBM, SPLIT, MINB>, QBM, QTHREADS, q3_smem<QT, QBM, SPLIT>(), &done, a, st);
 }
 
 template <int QT, int QBM, int MINB> cudaError_t launch_v3(const ck_qgemm_args *a, cudaStream_t st) {
@@ -833,15 +834,8 @@ __global__ void __launch_bounds__(Q4_THREADS, q4_minb<QT, BM, SPLIT>()) qgemm4_k
 }
 
 template <int QT, int BM, int SPLIT> cudaError_t launch_q4(const ck_qgemm_args *a, cudaStream_t st) {
-    constexpr int smem = q4_smem<QT, BM, SPLIT>();
-    static unsigned done = 0;
-    cudaError_t e = allow_smem(qgemm4_kernel<QT, BM, SPLIT>, smem, &done);
-    if (e != cudaSuccess) return e;
-    unsigned blocks;
-    e = gemm_grid(a->mode, a->mode == CK_GEMM_DENSE ? (a->M + BM - 1) / BM : a->max_tiles, a->N, QBN, &blocks);
-    if (e != cudaSuccess || !blocks) return e;
-    qgemm4_kernel<QT, BM, SPLIT><<<blocks, Q4_THREADS, smem, st>>>(*a);
-    return cudaGetLastError();
+    static unsigned done = 0; /* devices whose limit is raised */
+    return launch_packed(qgemm4_kernel<QT, BM, SPLIT>, BM, Q4_THREADS, q4_smem<QT, BM, SPLIT>(), &done, a, st);
 }
 template <int QT, int BM> cudaError_t launch_v4(const ck_qgemm_args *a, cudaStream_t st) {
     return a->split == 2 ? launch_q4<QT, BM, 2>(a, st) : launch_q4<QT, BM, 1>(a, st);
