@@ -63,13 +63,7 @@ class Server:
 
     def request(self, method, path, body=None, headers=None, timeout=60):
         """(status, headers as a dict with lower-case names, body bytes)."""
-        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-        try:
-            c.request(method, path, body=body, headers=headers or {})
-            r = c.getresponse()
-            return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
-        finally:
-            c.close()
+        return request(self.port, method, path, body, headers, timeout)
 
     def post_json(self, obj, key=None, headers=None):
         h = {"Content-Type": "application/json"}
@@ -89,6 +83,18 @@ class Server:
                 self.proc.wait()
         os.unlink(self.log.name)
         return self.proc.returncode
+
+
+def request(port, method, path, body=None, headers=None, timeout=60):
+    """One request to 127.0.0.1:port on a fresh connection: (status, headers as a dict with
+    lower-case names, body bytes)."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        c.request(method, path, body=body, headers=headers or {})
+        r = c.getresponse()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
+    finally:
+        c.close()
 
 
 def arg(name, default=None):

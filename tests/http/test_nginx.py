@@ -40,7 +40,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from clefserve import Server, arg, skip  # noqa: E402
+from clefserve import Server, arg, request, skip  # noqa: E402
 
 KEY = "nginx-test-key"
 CLIENTS = 4
@@ -155,14 +155,7 @@ class Nginx:
         shutil.rmtree(self.prefix, ignore_errors=True)
 
 
-def call(port, method, path, body=None, headers=None, timeout=60):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    try:
-        c.request(method, path, body=body, headers=headers or {})
-        r = c.getresponse()
-        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
-    finally:
-        c.close()
+call = request  # clefserve.request: one request to a port (a replica's or nginx's)
 
 
 def auth_json(extra=None):
