@@ -1,0 +1,92 @@
+/* placement.h — where a model's weights live on a GPU with a memory budget
+ * (`--gpu-memory SIZE`): which layers' experts stay resident in device
+ * memory and which are streamed from pinned host memory into one of two
+ * device slots before each forward's use (issue 17).
+ *
+ * The planner is a pure function of sizes and a budget (no device, no
+ * weights read), so `clef inspect --plan` answers "what fits my card" from
+ * shapes alone and the engine applies the same plan at load.  Sizes are the
+ * CUDA backend's own: clef_place_weight_bytes is the rule
+ * cuda_backend.c's weight upload allocates by (packed arrays 256-byte
+ * aligned with 256 bytes of slack each, INT4 / NVFP4 data reordered for the
+ * v3 kernels), so the plan and the allocations cannot disagree.
+ *
+ * Plan rule (clef_place_plan_make):
+ *   fixed   = dense_bytes + tower_bytes + workspace_bytes + context_bytes
+ *   all resident when fixed + sum(layer expert bytes) <= budget (budget 0 =
+ *     no budget: always all resident);
+ *   else two slots of the largest layer's expert bytes are reserved and the
+ *     largest number r of layers stays resident with
+ *     fixed + 2 * slot + sum(resident layers) <= budget; the other L - r
+ *     layers (always >= 3 then) are streamed, spread evenly over the depth
+ *     (layer l streamed iff floor((l + 1) n / L) > floor(l n / L), n the
+ *     number streamed), so each copy overlaps the resident layers' compute;
+ *   does not fit when fixed + 2 * slot > budget: `message` then says how
+ *     much the smallest plan needs and what takes it.
+ */
+#ifndef CLEF_ENGINE_PLACEMENT_H
+#define CLEF_ENGINE_PLACEMENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "io/config.h"
+#include "quant/qweight.h"
+#include "util/err.h"
+
+struct clef_checkpoint;
+
+/* Fixed allowance for the CUDA context, cuBLASLt and the driver's own
+ * allocations, counted against the budget (measured on the H200: the
+ * driver's view after backend creation, before any weight). */
+#define CLEF_PLACE_CONTEXT_BYTES ((size_t)600 << 20)
+
+/* What a model needs on the device, bytes. */
+typedef struct clef_place_sizes {
+    int64_t n_layers;                         /* decoder layers */
+    size_t expert_bytes[CLEF_MAX_LAYERS];     /* layer l's routed experts (gate, up, down of all E); 0 for a
+                                                 dense-MLP layer (never streamed) */
+    size_t dense_bytes;                       /* every other thinker / head weight the device holds: embeddings,
+                                                 lm_head, attention, routers, norms, the joint head */
+    size_t tower_bytes;                       /* vision + audio towers on the device (0: text only) */
+    size_t workspace_bytes;                   /* activations and scratch of one forward of `batch_tokens` */
+    size_t context_bytes;                     /* CLEF_PLACE_CONTEXT_BYTES */
+    size_t batch_tokens;                      /* the forward size workspace_bytes is for */
+} clef_place_sizes;
+
+typedef struct clef_place_plan {
+    int fits;                          /* 0: message says why and what would */
+    size_t budget;                     /* bytes; 0 = none */
+    int64_t n_layers, n_resident, n_streamed; /* MoE layers only count in n_resident / n_streamed */
+    uint8_t streamed[CLEF_MAX_LAYERS]; /* 1 = layer l's experts streamed */
+    size_t slot_bytes;                 /* one of the two device slots (0 when nothing is streamed) */
+    size_t device_bytes;               /* planned device total: fixed + resident experts + 2 slots */
+    size_t streamed_bytes;             /* host -> device bytes per forward (sum of streamed layers) */
+    size_t pinned_bytes;               /* pinned host memory holding the streamed layers */
+    char message[512];                 /* one line: the plan, or why it does not fit */
+} clef_place_plan;
+
+/* Device bytes of one bound weight as the CUDA backend allocates it (plain:
+ * bf16 stays 2 bytes an element, f16 / f32 become f32; packed: data,
+ * scales and zeros each rounded up to 256 bytes after 256 bytes of slack,
+ * INT4 and NVFP4 in the v3 kernels' reordered sizes). */
+size_t clef_place_weight_bytes(const clef_qweight *q);
+
+/* The plan for `s` under `budget` bytes (0 = no budget).  Pure; always
+ * fills p (fits = 0 with message when it does not fit). */
+void clef_place_plan_make(const clef_place_sizes *s, size_t budget, clef_place_plan *p);
+
+/* Sizes of a checkpoint (its catalog's shapes and dtypes, headers only: no
+ * weight byte is read) with quantization `qc`, towers unless text_only, and a
+ * workspace for forwards of batch_tokens tokens.  -1 + err (the binding's
+ * errors, 500 naming the tensor). */
+int clef_place_sizes_of_checkpoint(const struct clef_checkpoint *ck, const clef_config *cfg,
+                                   const clef_quant_config *qc, int text_only, size_t batch_tokens,
+                                   clef_place_sizes *s, clef_err *err);
+
+/* Print the plan as `clef inspect --plan` and load (verbose) show it: one
+ * line per kind of memory, then the layers streamed. */
+void clef_place_plan_print(const clef_place_sizes *s, const clef_place_plan *p, FILE *f);
+
+#endif
