@@ -5,6 +5,8 @@
 
 #include "cli/args.h"
 #include "cli/cli.h"
+#include "engine/placement.h"
+#include "engine/scheduler.h"
 #include "io/checkpoint.h"
 #include "quant/format.h"
 #include "quant/summary.h"
@@ -91,20 +93,106 @@ static int print_quantization(const clef_checkpoint *ck) {
     return 0;
 }
 
-int cli_inspect(int argc, char **argv) {
-    const char *model = NULL;
-    for (int i = 1; i < argc; i++) {
-        int r = arg_str(argc, argv, &i, "--model", &model);
-        if (r < 0) return 2;
-        if (r == 0) {
-            fprintf(stderr, "usage: clef inspect --model DIR\n");
-            return strcmp(argv[i], "--help") ? 2 : 0;
+static const char USAGE[] =
+    "usage: clef inspect --model DIR\n"
+    "       clef inspect --plan (--model DIR | --synthetic P [--quant F]) [--gpu-memory SIZE]\n"
+    "                    [--max-batch-tokens N] [--text-only]\n"
+    "  --model DIR            the checkpoint to describe (config, tensors by dtype, quantization, head hash)\n"
+    "  --plan                 instead: where the weights would live on a GPU (engine/placement.h), from the\n"
+    "                         tensors' shapes alone (no weight is read or drawn): device memory by kind,\n"
+    "                         which layers' experts stay resident and which are streamed from pinned host\n"
+    "                         memory; exit 0 when it fits, 1 (the reason on stderr) when it does not\n"
+    "  --synthetic P          with --plan, instead of --model: synthetic preset P (tiny, small, full)\n"
+    "  --quant F              with --synthetic: its experts quantized to F (int4, fp8-block, nvfp4,\n"
+    "                         nvfp4-modelopt), as --synthetic P --quant F loads them; default BF16\n"
+    "  --gpu-memory SIZE      with --plan: the device memory budget, bytes with an optional K, M, G or T\n"
+    "                         suffix (powers of 1024: 16G = 16GiB = 16 x 2^30 bytes; a trailing B or iB\n"
+    "                         is optional); 0 or off, or no --gpu-memory: no budget (all resident)\n"
+    "  --max-batch-tokens N   with --plan: the forward size the workspace is sized for (default %d)\n"
+    "  --text-only            with --plan: without the vision and audio towers\n";
+
+/* `clef inspect --plan`: sizes (a checkpoint's headers, or a preset's
+ * shapes) and the plan under the budget. */
+static int inspect_plan(const char *model, const char *synthetic, const char *quant, size_t budget, size_t tokens,
+                        int text_only) {
+    clef_err err;
+    clef_err_clear(&err);
+    clef_place_sizes s;
+    int rc;
+    if (synthetic) {
+        rc = clef_place_sizes_of_preset(synthetic, quant, text_only, tokens, &s, &err);
+    } else {
+        clef_checkpoint ck;
+        if (clef_checkpoint_open(model, &ck, &err) != 0) {
+            fprintf(stderr, "clef inspect: %s\n", err.message);
+            return 1;
         }
+        clef_quant_config qc;
+        rc = clef_quant_detect(&ck, &qc, &err);
+        if (rc == 0) rc = clef_place_sizes_of_checkpoint(&ck, &ck.config, &qc, text_only, tokens, &s, &err);
+        clef_quant_config_free(&qc);
+        clef_checkpoint_close(&ck);
     }
-    if (!model) {
-        fprintf(stderr, "usage: clef inspect --model DIR\n");
+    if (rc != 0) {
+        fprintf(stderr, "clef inspect: %s\n", err.message);
+        return 1;
+    }
+    clef_place_plan p;
+    clef_place_plan_make(&s, budget, &p);
+    clef_place_plan_print(&s, &p, stdout);
+    fflush(stdout);
+    if (!p.fits) {
+        fprintf(stderr, "clef inspect: %s\n", p.message);
+        return 1;
+    }
+    return 0;
+}
+
+int cli_inspect(int argc, char **argv) {
+    const char *model = NULL, *synthetic = NULL, *quant = NULL;
+    size_t budget = 0, tokens = CLEF_SCHED_DEFAULT_MAX_BATCH_TOKENS;
+    int plan = 0, text_only = 0, plan_flags = 0;
+    for (int i = 1; i < argc; i++) {
+        int r;
+        if (!strcmp(argv[i], "--plan")) {
+            plan = 1;
+            continue;
+        }
+        if (!strcmp(argv[i], "--text-only")) {
+            text_only = 1, plan_flags = 1;
+            continue;
+        }
+        if ((r = arg_str(argc, argv, &i, "--model", &model)) != 0) {
+            if (r < 0) return 2;
+            continue;
+        }
+        if ((r = arg_str(argc, argv, &i, "--synthetic", &synthetic)) == 0 &&
+            (r = arg_str(argc, argv, &i, "--quant", &quant)) == 0 &&
+            (r = arg_bytes(argc, argv, &i, "--gpu-memory", &budget)) == 0 &&
+            (r = arg_size(argc, argv, &i, "--max-batch-tokens", &tokens)) == 0) {
+            fprintf(stderr, USAGE, CLEF_SCHED_DEFAULT_MAX_BATCH_TOKENS);
+            if (strcmp(argv[i], "--help")) {
+                fprintf(stderr, "clef inspect: unknown argument '%s'\n", argv[i]);
+                return 2;
+            }
+            return 0;
+        }
+        if (r < 0) return 2;
+        plan_flags = 1;
+    }
+    const char *why = NULL;
+    if (model && synthetic) why = "--model and --synthetic are exclusive";
+    else if (!model && !synthetic) why = plan ? "--plan needs --model DIR or --synthetic P" : "--model DIR is required";
+    else if (quant && !synthetic) why = "--quant goes with --synthetic (a checkpoint's format is its own)";
+    else if (!plan && plan_flags)
+        why = "--synthetic, --quant, --gpu-memory, --max-batch-tokens and --text-only go with --plan";
+    else if (plan && tokens == 0) why = "--max-batch-tokens must be at least 1";
+    if (why) {
+        fprintf(stderr, USAGE, CLEF_SCHED_DEFAULT_MAX_BATCH_TOKENS);
+        fprintf(stderr, "clef inspect: %s\n", why);
         return 2;
     }
+    if (plan) return inspect_plan(model, synthetic, quant, budget, tokens, text_only);
     clef_checkpoint ck;
     clef_err err;
     clef_err_clear(&err);

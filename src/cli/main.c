@@ -12,7 +12,7 @@ static void usage(FILE *f) {
             "commands:\n"
             "  decide   --model DIR [--max-length N] [--debug] FILE|-   answer one SystemOne request\n"
             "  demo     [--model DIR]                                    answer the built-in triage request\n"
-            "  inspect  --model DIR                                      describe a checkpoint\n"
+            "  inspect  --model DIR [--plan [--gpu-memory SIZE]]         describe a checkpoint; --plan: what fits a GPU\n"
             "  bench    --model DIR|--synthetic P [--tokens N] [--batch N] time forwards (p50/p95, tokens/s)\n"
             "  serve    --model DIR [--host H] [--port N] ...            SystemOne HTTP server (docs/API.md)\n"
             "  quantize --model DIR --format F --out DIR [--layout L]    write a quantized checkpoint\n"

@@ -85,6 +85,29 @@ int clef_place_sizes_of_checkpoint(const struct clef_checkpoint *ck, const clef_
                                    const clef_quant_config *qc, int text_only, size_t batch_tokens,
                                    clef_place_sizes *s, clef_err *err);
 
+/* Sizes of synthetic preset `preset` ("tiny", "small", "full"; io/synth.h)
+ * quantized to `quant` as `--synthetic P --quant F` builds it (NULL, "" or
+ * "bf16": the BF16 weights; else a clef_quant_format_parse name), without
+ * drawing a weight: the generator's tensor plan, headers only, with the
+ * experts' companions `clef quantize` writes (INT4 group min(in, 128)
+ * symmetric, FP8 blocks 128x128, per-expert layout).  Equal to
+ * clef_place_sizes_of_checkpoint on the drawn checkpoint.  -1 + err (400
+ * for an unknown format, 500 for an unknown preset). */
+int clef_place_sizes_of_preset(const char *preset, const char *quant, int text_only, size_t batch_tokens,
+                               clef_place_sizes *s, clef_err *err);
+
+/* Device bytes of the activations and scratch of one forward of
+ * batch_tokens tokens (an estimate, to be calibrated on the GPU): a sum of
+ * named terms in placement.c — thinker.c's workspace (residual stream,
+ * hidden output, q|k|v, attention output, routing, dense MLP, ids and
+ * positions), the head's per-token rows, and the CUDA backend's scratch
+ * slots (bf16 product inputs and q/k/v, precise split outputs, the MoE
+ * pass's plan, SwiGLU output and permuted outputs over at most 8192 tokens),
+ * each slot with cu_slot's quarter of headroom; activations counted as
+ * precise numerics' two halves (the worst case).  sizes_of_checkpoint adds
+ * the INT4 / NVFP4 upload stage slot, which depends on the weights. */
+size_t clef_place_workspace_bytes(const clef_config *cfg, size_t batch_tokens);
+
 /* Print the plan as `clef inspect --plan` and load (verbose) show it: one
  * line per kind of memory, then the layers streamed. */
 void clef_place_plan_print(const clef_place_sizes *s, const clef_place_plan *p, FILE *f);

@@ -1,0 +1,648 @@
+/* placement.c — the weight-placement planner (placement.h): device sizes of
+ * a checkpoint or a synthetic preset from shapes alone, and the plan of
+ * which layers' experts stay resident under a GPU memory budget. */
+#include "engine/placement.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "backend/cuda/cuda_qbits.h"
+#include "io/checkpoint.h"
+#include "io/synth.h"
+#include "quant/convert.h"
+#include "quant/format.h"
+#include "util/buf.h"
+
+#define ALIGN_UP(x, a) (((x) + (a) - 1) & ~(size_t)((a) - 1))
+#define GIB (1024.0 * 1024.0 * 1024.0)
+
+/* ---- device bytes of one weight (cuda_backend.c's allocation rule) ---- */
+
+/* arena_take: every weight block is rounded up to 256 bytes (an empty one
+ * takes 256). */
+static size_t arena_bytes(size_t bytes) { return ALIGN_UP(bytes ? bytes : 1, 256); }
+
+size_t clef_place_weight_bytes(const clef_qweight *q) {
+    const size_t R = (size_t)q->rows, C = (size_t)q->cols;
+    if (q->quant.type == CLEF_QT_NONE) { /* cu_weight_init: bf16 stays bf16, f16 / f32 become f32 */
+        const size_t es = q->dtype == CLEF_DT_BF16 ? 2 : 4;
+        return arena_bytes(R * C * es);
+    }
+    /* packed_sizes, then the v3 kernels' reordered INT4 / NVFP4 sizes (the default) */
+    size_t nd, ns, nz = 0;
+    switch (q->quant.type) {
+    case CLEF_QT_NVFP4:
+        nd = (size_t)CK_NVF4R_BYTES(R, C);
+        ns = (size_t)CK_NVF4R_SC_BYTES(R, C);
+        break;
+    case CLEF_QT_FP8_BLOCK: {
+        const size_t br = (size_t)q->quant.block_r, bc = (size_t)q->quant.block_c;
+        nd = R * C;
+        ns = 4 * ((R + br - 1) / br) * ((C + bc - 1) / bc);
+        break;
+    }
+    default: { /* INT4 GPTQ */
+        const size_t G = (size_t)q->quant.group;
+        nd = (size_t)CK_INT4R_BYTES(R, C);
+        ns = 2 * (C / G) * R;
+        nz = q->quant.zeros ? 4 * (C / G) * (R / 8) : 0;
+        break;
+    }
+    }
+    /* cu_weight_init_packed: data, scales, zeros each 256-aligned after 256 bytes of slack */
+    const size_t os = ALIGN_UP(nd + 256, 256), oz = os + ALIGN_UP(ns + 256, 256);
+    return arena_bytes(oz + (nz ? ALIGN_UP(nz + 256, 256) : 0));
+}
+
+/* A vector uploaded as f32 into its own backend allocation (model.c
+ * upload_f32, towers.c upload_owned: cudaMallocAsync, counted at the 256
+ * bytes the allocator aligns to). */
+static size_t vec_bytes(int64_t n) { return ALIGN_UP((size_t)(n > 0 ? n : 1) * 4, 256); }
+
+/* SLOT_STAGE: what cu_weight_init_packed stages a reordered weight through
+ * (checkpoint-layout data; NVFP4: and scales), grown to the largest and kept
+ * (cu_slot adds a quarter and 256 bytes). */
+static size_t stage_bytes(const clef_qweight *q) {
+    const size_t R = (size_t)q->rows, C = (size_t)q->cols;
+    size_t b;
+    if (q->quant.type == CLEF_QT_INT4_GPTQ) b = R * C / 2;
+    else if (q->quant.type == CLEF_QT_NVFP4) b = ALIGN_UP(R * C / 2, 256) + R * (C / 16);
+    else return 0;
+    return ALIGN_UP(b + b / 4 + 256, 256);
+}
+
+/* ---- the workspace estimate ---- */
+
+/* MoE passes run over at most this many tokens (cuda_backend.c MOE_CHUNK_TOKENS). */
+#define PLACE_MOE_CHUNK_TOKENS 8192
+/* Activation halves per tensor-core input: 2 = precise numerics (the worst case). */
+#define PLACE_WS_SPLIT 2
+
+static size_t ws64(size_t bytes) { return ALIGN_UP(bytes, 64); }                    /* model_ws ws_take */
+static size_t cu_slot_bytes(size_t b) { return b ? ALIGN_UP(b + b / 4 + 256, 256) : 0; } /* cu_slot's headroom */
+
+static size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
+
+size_t clef_place_workspace_bytes(const clef_config *cfg, size_t T) {
+    const clef_text_config *c = &cfg->text;
+    const size_t H = (size_t)c->hidden_size, D = (size_t)c->head_dim, nh = (size_t)c->num_attention_heads,
+                 nkv = (size_t)c->num_key_value_heads, qd = nh * D, kd = nkv * D, E = (size_t)c->num_experts,
+                 k = (size_t)c->num_experts_per_tok, NI = (size_t)c->moe_intermediate_size,
+                 W = (size_t)cfg->head.width, sp = PLACE_WS_SPLIT, f = sizeof(float);
+    const size_t Tm = T < PLACE_MOE_CHUNK_TOKENS ? T : PLACE_MOE_CHUNK_TOKENS, TK = Tm * k;
+    int any_dense = 0;
+    for (int64_t l = 0; l < c->num_hidden_layers; l++) any_dense |= !clef_layer_is_moe(c, l);
+    const size_t ND = any_dense ? (size_t)c->intermediate_size : 0;
+    const size_t qw = qd + 2 * kd > H ? qd + 2 * kd : H;
+
+    /* thinker.c ws_layout (fused and split q/k/v both counted: an upper bound of either) */
+    const size_t hidden = ws64(T * H * f);           /* h: the residual stream */
+    const size_t hidden_out = ws64(T * H * f);       /* a: the engine's thinker-output buffer on the backend */
+    const size_t qkv = ws64(T * qw * f) + 2 * ws64(T * kd * f); /* q (| k | v fused), k, v split */
+    const size_t att = ws64(T * qd * f);             /* attention output */
+    const size_t route = ws64(T * E * f) + 2 * ws64(T * k * 4); /* router logits, top-k weights and ids */
+    const size_t dense_mlp = 2 * ws64(T * ND * f);   /* g, u of dense-MLP layers */
+    const size_t ids_pos = ws64(T * 4) + ws64(3 * T * 4);
+    /* head.c ws_layout, dominated by its per-token rows: hn [L, H], M, Mn [L, W], KV [L, 2W] */
+    const size_t head = T * (H + 4 * W) * f;
+    /* cuda_backend.c scratch slots */
+    const size_t a16 = cu_slot_bytes(T * max3(H, qd, ND) * sp * 2);            /* SLOT_A16: product inputs, bf16 */
+    const size_t att16 = cu_slot_bytes((T * qd + 2 * T * kd) * sp * 2 + 64);     /* SLOT_ATT16: q, k, v bf16 */
+    const size_t split_y = cu_slot_bytes(2 * T * max3(qw, H, E) * f);           /* SLOT_SPLIT_Y (precise) */
+    const size_t moe_ix = cu_slot_bytes((2 * E + 2 * TK + 2 * (TK / 16 + 1 + E) + 1) * 4); /* SLOT_MOE_IX */
+    const size_t moe_h = cu_slot_bytes(TK * NI * sp * 2);                     /* SLOT_MOE_H: SwiGLU out, bf16 */
+    const size_t moe_y = cu_slot_bytes(TK * H * f);                           /* SLOT_MOE_Y: permuted outputs */
+    return hidden + hidden_out + qkv + att + route + dense_mlp + ids_pos + head + a16 + att16 + split_y + moe_ix +
+           moe_h + moe_y;
+}
+
+/* ---- sizes of a checkpoint, from its catalog's headers ---- */
+
+static int pl_fail(clef_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int pl_fail(clef_err *err, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "%s", msg);
+}
+
+static const st_tensor *find2(const clef_checkpoint *ck, const char *module, const char *suffix) {
+    char name[512];
+    snprintf(name, sizeof name, "%s.%s", module, suffix);
+    return clef_checkpoint_find(ck, name);
+}
+
+/* Any non-NULL address: marks asymmetric INT4 zeros in a header-only qweight. */
+static const char zeros_mark;
+
+static int plain_dtype(clef_dtype d) { return d == CLEF_DT_BF16 || d == CLEF_DT_F16 || d == CLEF_DT_F32; }
+
+/* What clef_qweight_bind resolves `module` [rows, cols] to, from headers
+ * alone (data pointers NULL; the format's companions, the layer's stacked
+ * NVFP4 experts, else the plain `module.weight`).  The INT4 group is read
+ * from the scales' shape ([in/G, out]), which is the config's group for a
+ * checkpoint that binds. */
+static int weight_of(const clef_checkpoint *ck, const clef_quant_config *qc, const char *module, int64_t rows,
+                     int64_t cols, clef_qweight *q, clef_err *err) {
+    memset(q, 0, sizeof *q);
+    q->rows = rows, q->cols = cols;
+    const st_tensor *t;
+    switch (qc->format) {
+    case CLEF_QF_NVFP4_CT:
+    case CLEF_QF_NVFP4_MODELOPT: {
+        const int ct = qc->format == CLEF_QF_NVFP4_CT;
+        t = find2(ck, module, ct ? "weight_packed" : "weight");
+        int packed = t && t->dtype == CLEF_DT_U8;
+        if (!packed && clef_expert_module(module, NULL, NULL)) { /* stacked per layer */
+            char layer[320];
+            snprintf(layer, sizeof layer, "%.*s", (int)(strstr(module, ".mlp.experts.") - module + 12), module);
+            packed = find2(ck, layer, ct ? "gate_up_proj.weight_packed" : "gate_up_proj.weight") != NULL;
+        }
+        if (packed) {
+            q->dtype = CLEF_DT_U8;
+            q->quant = (clef_wquant){.type = CLEF_QT_NVFP4, .group = 16};
+            return 0;
+        }
+        break;
+    }
+    case CLEF_QF_FP8_BLOCK:
+        t = find2(ck, module, "weight");
+        if (t && t->dtype == CLEF_DT_F8_E4M3) {
+            q->dtype = CLEF_DT_F8_E4M3;
+            q->quant = (clef_wquant){.type = CLEF_QT_FP8_BLOCK, .block_r = qc->block[0], .block_c = qc->block[1]};
+            return 0;
+        }
+        break;
+    case CLEF_QF_INT4_AUTOROUND:
+        if (find2(ck, module, "qweight")) {
+            const st_tensor *s = find2(ck, module, "scales");
+            if (!s || s->ndim != 2 || s->shape[0] < 1 || cols % s->shape[0])
+                return pl_fail(err, "module '%s': INT4 scales [in/G, out] missing or of an unexpected shape", module);
+            q->dtype = CLEF_DT_I32;
+            q->quant = (clef_wquant){.type = CLEF_QT_INT4_GPTQ, .group = cols / s->shape[0],
+                                     .zeros = clef_quant_module_sym(qc, module) ? NULL : &zeros_mark};
+            return 0;
+        }
+        break;
+    default: break;
+    }
+    t = find2(ck, module, "weight");
+    if (!t) return pl_fail(err, "tensor '%s.weight' not found", module);
+    if (!plain_dtype(t->dtype) || t->ndim != 2 || t->shape[0] != rows || t->shape[1] != cols)
+        return pl_fail(err, "tensor '%s': expected a BF16/F16/F32 [%lld,%lld] weight, found %s with %d dims", t->name,
+                       (long long)rows, (long long)cols, clef_dtype_name(t->dtype), t->ndim);
+    q->dtype = t->dtype;
+    return 0;
+}
+
+/* Accumulates device bytes while walking the model's bindings. */
+typedef struct walk {
+    const clef_checkpoint *ck;
+    const clef_quant_config *qc;
+    size_t stage; /* SLOT_STAGE: the largest staged weight */
+    clef_err *err;
+} walk;
+
+/* A matrix bound by bind_mat: `*into` += its device bytes. */
+static int mat(walk *w, size_t *into, const char *module, int64_t rows, int64_t cols) {
+    clef_qweight q;
+    if (weight_of(w->ck, w->qc, module, rows, cols, &q, w->err)) return -1;
+    *into += clef_place_weight_bytes(&q);
+    const size_t sb = stage_bytes(&q);
+    if (sb > w->stage) w->stage = sb;
+    return 0;
+}
+
+/* A vector bound by bind_vec (must exist, of length n). */
+static int vec(walk *w, size_t *into, const char *name, int64_t n) {
+    const st_tensor *t = clef_checkpoint_find(w->ck, name);
+    if (!t) return pl_fail(w->err, "tensor '%s' not found", name);
+    if (t->ndim != 1 || t->shape[0] != n)
+        return pl_fail(w->err, "tensor '%s': expected shape [%lld]", name, (long long)n);
+    *into += vec_bytes(n);
+    return 0;
+}
+
+static int experts(walk *w, int64_t l, size_t *into) {
+    const clef_text_config *c = &w->ck->config.text;
+    const int64_t E = c->num_experts, H = c->hidden_size, NI = c->moe_intermediate_size;
+    char nb[320];
+    snprintf(nb, sizeof nb, "thinker.model.layers.%lld.mlp.experts.gate_up_proj", (long long)l);
+    const st_tensor *gu = clef_checkpoint_find(w->ck, nb);
+    if (gu) { /* fused transformers-5 tensors, bound per expert (plain only) */
+        snprintf(nb, sizeof nb, "thinker.model.layers.%lld.mlp.experts.down_proj", (long long)l);
+        const st_tensor *dn = clef_checkpoint_find(w->ck, nb);
+        if (!dn || !plain_dtype(gu->dtype) || !plain_dtype(dn->dtype))
+            return pl_fail(w->err, "tensor '%s' (or its down_proj) missing or not BF16/F16/F32", gu->name);
+        const clef_qweight g = {.dtype = gu->dtype, .rows = NI, .cols = H}, d = {.dtype = dn->dtype, .rows = H, .cols = NI};
+        *into += (size_t)E * (2 * clef_place_weight_bytes(&g) + clef_place_weight_bytes(&d));
+        return 0;
+    }
+    static const char *const proj[3] = {"gate_proj", "up_proj", "down_proj"};
+    for (int64_t e = 0; e < E; e++)
+        for (int p = 0; p < 3; p++) {
+            snprintf(nb, sizeof nb, "thinker.model.layers.%lld.mlp.experts.%lld.%s", (long long)l, (long long)e, proj[p]);
+            if (mat(w, into, nb, p == 2 ? H : NI, p == 2 ? NI : H)) return -1;
+        }
+    return 0;
+}
+
+/* bind_qkv on a backend that copies weights: plain q, k, v of one dtype
+ * become one weight, otherwise three. */
+static int qkv(walk *w, int64_t l, size_t *into) {
+    const clef_text_config *c = &w->ck->config.text;
+    const int64_t H = c->hidden_size, D = c->head_dim,
+                  rows[3] = {c->num_attention_heads * D, c->num_key_value_heads * D, c->num_key_value_heads * D};
+    static const char *const names[3] = {"q_proj", "k_proj", "v_proj"};
+    clef_qweight q[3];
+    int fuse = 1;
+    for (int i = 0; i < 3; i++) {
+        char nb[320];
+        snprintf(nb, sizeof nb, "thinker.model.layers.%lld.self_attn.%s", (long long)l, names[i]);
+        if (weight_of(w->ck, w->qc, nb, rows[i], H, &q[i], w->err)) return -1;
+        fuse &= q[i].quant.type == CLEF_QT_NONE && q[i].dtype == q[0].dtype;
+    }
+    if (fuse) {
+        const clef_qweight f = {.dtype = q[0].dtype, .rows = rows[0] + rows[1] + rows[2], .cols = H};
+        *into += clef_place_weight_bytes(&f);
+        return 0;
+    }
+    for (int i = 0; i < 3; i++) {
+        *into += clef_place_weight_bytes(&q[i]);
+        const size_t sb = stage_bytes(&q[i]);
+        if (sb > w->stage) w->stage = sb;
+    }
+    return 0;
+}
+
+static int thinker(walk *w, clef_place_sizes *s) {
+    const clef_text_config *c = &w->ck->config.text;
+    const int64_t V = c->vocab_size, H = c->hidden_size, D = c->head_dim, nh = c->num_attention_heads;
+    size_t *dense = &s->dense_bytes;
+    if (mat(w, dense, "thinker.model.embed_tokens", V, H) || mat(w, dense, "thinker.lm_head", V, H) ||
+        vec(w, dense, "thinker.model.norm.weight", H))
+        return -1;
+    *dense += vec_bytes(D / 2); /* rope inv_freq */
+    for (int64_t l = 0; l < c->num_hidden_layers; l++) {
+        char nb[320];
+#define LAYER(sfx) (snprintf(nb, sizeof nb, "thinker.model.layers.%lld." sfx, (long long)l), nb)
+        if (vec(w, dense, LAYER("input_layernorm.weight"), H) ||
+            vec(w, dense, LAYER("post_attention_layernorm.weight"), H) ||
+            vec(w, dense, LAYER("self_attn.q_norm.weight"), D) || vec(w, dense, LAYER("self_attn.k_norm.weight"), D) ||
+            qkv(w, l, dense) || mat(w, dense, LAYER("self_attn.o_proj"), H, nh * D))
+            return -1;
+        if (clef_layer_is_moe(c, l)) {
+            if (mat(w, dense, LAYER("mlp.gate"), c->num_experts, H) || experts(w, l, &s->expert_bytes[l])) return -1;
+        } else {
+            const int64_t NI = c->intermediate_size;
+            if (mat(w, dense, LAYER("mlp.gate_proj"), NI, H) || mat(w, dense, LAYER("mlp.up_proj"), NI, H) ||
+                mat(w, dense, LAYER("mlp.down_proj"), H, NI))
+                return -1;
+        }
+#undef LAYER
+    }
+    return 0;
+}
+
+/* bind_mha: in_proj_weight [3W, W] is uploaded three times (whole, q rows,
+ * k|v rows), plus in_proj_bias, out_proj, out_proj.bias. */
+static int mha(walk *w, size_t *into, const char *prefix) {
+    const int64_t W = w->ck->config.head.width;
+    char nb[320];
+    snprintf(nb, sizeof nb, "%s.in_proj_weight", prefix);
+    const st_tensor *t = clef_checkpoint_find(w->ck, nb);
+    if (!t || !plain_dtype(t->dtype)) return pl_fail(w->err, "tensor '%s' missing or not BF16/F16/F32", nb);
+    const clef_qweight a = {.dtype = t->dtype, .rows = 3 * W, .cols = W}, q = {.dtype = t->dtype, .rows = W, .cols = W},
+                       kv = {.dtype = t->dtype, .rows = 2 * W, .cols = W};
+    *into += clef_place_weight_bytes(&a) + clef_place_weight_bytes(&q) + clef_place_weight_bytes(&kv);
+    char mb[320];
+    snprintf(nb, sizeof nb, "%s.in_proj_bias", prefix);
+    snprintf(mb, sizeof mb, "%s.out_proj", prefix);
+    if (vec(w, into, nb, 3 * W) || mat(w, into, mb, W, W)) return -1;
+    snprintf(nb, sizeof nb, "%s.out_proj.bias", prefix);
+    return vec(w, into, nb, W);
+}
+
+static int ln(walk *w, size_t *into, const char *prefix, int64_t n) {
+    char nb[320];
+    snprintf(nb, sizeof nb, "%s.weight", prefix);
+    if (vec(w, into, nb, n)) return -1;
+    snprintf(nb, sizeof nb, "%s.bias", prefix);
+    return vec(w, into, nb, n);
+}
+
+static int linear(walk *w, size_t *into, const char *prefix, int64_t rows, int64_t cols) {
+    char nb[320];
+    snprintf(nb, sizeof nb, "%s.bias", prefix);
+    return mat(w, into, prefix, rows, cols) || vec(w, into, nb, rows) ? -1 : 0;
+}
+
+static int head(walk *w, size_t *into) {
+    const clef_head_config *hc = &w->ck->config.head;
+    const int64_t H = hc->hidden_size, W = hc->width, F = hc->feedforward;
+    static const char *const proj[6] = {"memory_projection", "question_projection", "option_question_projection",
+                                        "global_projection", "option_context_projection", "option_lexical_projection"};
+    if (ln(w, into, "hidden_norm", H)) return -1;
+    for (int i = 0; i < 6; i++)
+        if (mat(w, into, proj[i], W, H)) return -1;
+    if (mat(w, into, "type_embedding", 3, W) || ln(w, into, "option_summary_norm", W) ||
+        ln(w, into, "field_norm", W) || ln(w, into, "option_norm", W) ||
+        linear(w, into, "residual_scorer.0", W, 4 * W) || linear(w, into, "residual_scorer.3", 1, W))
+        return -1;
+    char nb[320];
+    for (int64_t i = 0; i < hc->routing_layers; i++) {
+        const long long li = (long long)i;
+#define EV(sfx) (snprintf(nb, sizeof nb, "evidence_layers.%lld." sfx, li), nb)
+        if (ln(w, into, EV("query_norm"), W) || ln(w, into, EV("memory_norm"), W) ||
+            ln(w, into, EV("feedforward_norm"), W) || mha(w, into, EV("attention")) ||
+            linear(w, into, EV("feedforward.0"), F, W) || linear(w, into, EV("feedforward.3"), W, F))
+            return -1;
+#undef EV
+    }
+    for (int64_t i = 0; i < hc->layers; i++) {
+        const long long li = (long long)i;
+#define DL(sfx) (snprintf(nb, sizeof nb, "layers.%lld." sfx, li), nb)
+        if (mha(w, into, DL("self_attn")) || mha(w, into, DL("multihead_attn")) ||
+            linear(w, into, DL("linear1"), F, W) || linear(w, into, DL("linear2"), W, F) ||
+            ln(w, into, DL("norm1"), W) || ln(w, into, DL("norm2"), W) || ln(w, into, DL("norm3"), W))
+            return -1;
+#undef DL
+    }
+    return 0;
+}
+
+/* The towers as towers.c binds them, approximated from the catalog: every
+ * thinker.visual.* / thinker.audio_tower.* tensor as stored, widened as the
+ * backend holds it — 1-d tensors and the position table as f32 vectors,
+ * matrices (conv kernels flattened to [out, prod(rest)]) bf16 or f32, f32
+ * when a row is not a multiple of 8 values. */
+static size_t towers(const clef_checkpoint *ck) {
+    size_t b = 0;
+    for (size_t i = 0; i < ck->n_tensors; i++) {
+        const st_tensor *t = ck->catalog[i];
+        if (strncmp(t->name, "thinker.visual.", 15) && strncmp(t->name, "thinker.audio_tower.", 20)) continue;
+        if (t->ndim <= 1 || !strcmp(t->name, "thinker.visual.pos_embed.weight")) {
+            b += vec_bytes((int64_t)t->numel);
+            continue;
+        }
+        int64_t cols = 1;
+        for (int d = 1; d < t->ndim; d++) cols *= t->shape[d];
+        const clef_qweight q = {.dtype = cols % 8 ? CLEF_DT_F32 : t->dtype, .rows = t->shape[0], .cols = cols};
+        b += clef_place_weight_bytes(&q);
+    }
+    return b;
+}
+
+int clef_place_sizes_of_checkpoint(const struct clef_checkpoint *ck, const clef_config *cfg,
+                                   const clef_quant_config *qc, int text_only, size_t batch_tokens,
+                                   clef_place_sizes *s, clef_err *err) {
+    memset(s, 0, sizeof *s);
+    if (cfg->text.num_hidden_layers < 1 || cfg->text.num_hidden_layers > CLEF_MAX_LAYERS)
+        return pl_fail(err, "config: %lld decoder layers (1 to %d)", (long long)cfg->text.num_hidden_layers,
+                       CLEF_MAX_LAYERS);
+    /* the walk reads the shapes from ck->config; a caller's cfg must be that one */
+    clef_checkpoint view = *ck;
+    view.config = *cfg;
+    walk w = {.ck = &view, .qc = qc, .err = err};
+    s->n_layers = cfg->text.num_hidden_layers;
+    if (thinker(&w, s) || head(&w, &s->dense_bytes)) {
+        memset(s, 0, sizeof *s);
+        return -1;
+    }
+    s->tower_bytes = text_only ? 0 : towers(ck);
+    s->batch_tokens = batch_tokens;
+    s->workspace_bytes = clef_place_workspace_bytes(cfg, batch_tokens) + w.stage;
+    s->context_bytes = CLEF_PLACE_CONTEXT_BYTES;
+    return 0;
+}
+
+/* ---- sizes of a synthetic preset, without drawing it ---- */
+
+static int by_name(const void *a, const void *b) {
+    return strcmp((*(const st_tensor *const *)a)->name, (*(const st_tensor *const *)b)->name);
+}
+
+/* Header of a companion `module.sfx`. */
+static void companion(st_tensor *t, char **names, size_t *nn, const char *module, const char *sfx, clef_dtype dt,
+                      int ndim, int64_t d0, int64_t d1) {
+    clef_buf b = {0};
+    clef_buf_printf(&b, "%s.%s", module, sfx);
+    names[(*nn)++] = b.data;
+    *t = (st_tensor){.name = b.data, .dtype = dt, .ndim = ndim, .shape = {d0, d1}};
+    t->numel = ndim == 0 ? 1 : (size_t)d0 * (size_t)(ndim == 2 ? d1 : 1);
+    t->nbytes = t->numel * clef_dtype_size(dt);
+}
+
+int clef_place_sizes_of_preset(const char *preset, const char *quant, int text_only, size_t batch_tokens,
+                               clef_place_sizes *s, clef_err *err) {
+    memset(s, 0, sizeof *s);
+    const clef_synth_preset *pr = clef_synth_preset_find(preset, err);
+    if (!pr) return -1;
+    clef_quant_format f = CLEF_QF_NONE;
+    if (quant && *quant && strcasecmp(quant, "bf16") && clef_quant_format_parse(quant, &f) != 0)
+        return clef_fail(err, 400, CLEF_E_REQUEST, "quant",
+                         "unknown quantized format '%s' (int4, fp8-block, nvfp4 or nvfp4-modelopt)", quant);
+    /* the config as clef_checkpoint_synthetic / clef_qsynth_checkpoint parse it */
+    clef_checkpoint ck;
+    memset(&ck, 0, sizeof ck);
+    clef_buf cj = {0}, hj = {0};
+    clef_synth_config_json(pr, 0, &cj);
+    clef_synth_head_config_json(pr, &hj);
+    int rc = clef_config_parse(cj.data, cj.len, hj.data, hj.len, &ck.config, err);
+    clef_buf_free(&cj);
+    clef_buf_free(&hj);
+    if (rc) return -1;
+    /* the tensors the generator would draw (headers only), experts replaced
+     * by the companions clef quantize writes (quant/convert.c companions_of:
+     * INT4 group min(in, 128), symmetric; FP8 blocks 128x128; per-expert) */
+    clef_synth_plan plan, tw;
+    clef_synth_plan_make(pr, 0, 0, &plan);
+    clef_synth_towers_plan_make(pr, 0, &tw);
+    const size_t cap = 3 * (plan.n + tw.n) + 1;
+    st_tensor *hdr = clef_xcalloc(cap, sizeof *hdr);
+    char **names = clef_xcalloc(cap, sizeof *names);
+    size_t n = 0, nn = 0;
+    for (size_t pass = 0; pass < 2; pass++) {
+        const clef_synth_plan *p = pass ? &tw : &plan;
+        for (size_t i = 0; i < p->n; i++) {
+            const clef_synth_tensor *g = &p->t[i];
+            const size_t len = strlen(g->name);
+            if (f != CLEF_QF_NONE && len > 7 && !strcmp(g->name + len - 7, ".weight") && g->ndim == 2) {
+                char module[320];
+                snprintf(module, sizeof module, "%.*s", (int)(len - 7), g->name);
+                if (clef_expert_module(module, NULL, NULL)) {
+                    const int64_t R = g->shape[0], C = g->shape[1], G = C < 128 ? C : 128;
+                    switch (f) {
+                    case CLEF_QF_NVFP4_CT:
+                    case CLEF_QF_NVFP4_MODELOPT: {
+                        const int ct = f == CLEF_QF_NVFP4_CT;
+                        companion(&hdr[n++], names, &nn, module, ct ? "weight_packed" : "weight", CLEF_DT_U8, 2, R, C / 2);
+                        companion(&hdr[n++], names, &nn, module, "weight_scale", CLEF_DT_F8_E4M3, 2, R, C / 16);
+                        companion(&hdr[n++], names, &nn, module, ct ? "weight_global_scale" : "weight_scale_2",
+                                  CLEF_DT_F32, ct ? 1 : 0, 1, 0);
+                        break;
+                    }
+                    case CLEF_QF_FP8_BLOCK:
+                        companion(&hdr[n++], names, &nn, module, "weight", CLEF_DT_F8_E4M3, 2, R, C);
+                        companion(&hdr[n++], names, &nn, module, "weight_scale_inv", CLEF_DT_F32, 2, (R + 127) / 128,
+                                  (C + 127) / 128);
+                        break;
+                    default:
+                        companion(&hdr[n++], names, &nn, module, "qweight", CLEF_DT_I32, 2, C / 8, R);
+                        companion(&hdr[n++], names, &nn, module, "qzeros", CLEF_DT_I32, 2, C / G, R / 8);
+                        companion(&hdr[n++], names, &nn, module, "scales", CLEF_DT_F16, 2, C / G, R);
+                        break;
+                    }
+                    continue;
+                }
+            }
+            st_tensor *t = &hdr[n++];
+            *t = (st_tensor){.name = g->name, .dtype = CLEF_DT_BF16, .ndim = g->ndim, .numel = g->numel,
+                             .nbytes = g->numel * 2};
+            memcpy(t->shape, g->shape, sizeof g->shape);
+        }
+    }
+    ck.catalog = clef_xcalloc(n + 1, sizeof *ck.catalog);
+    for (size_t i = 0; i < n; i++) ck.catalog[i] = &hdr[i];
+    ck.n_tensors = n;
+    qsort(ck.catalog, n, sizeof *ck.catalog, by_name);
+    clef_quant_config qc;
+    memset(&qc, 0, sizeof qc);
+    qc.format = f;
+    qc.group_size = f == CLEF_QF_INT4_AUTOROUND ? 128 : f == CLEF_QF_NONE || f == CLEF_QF_FP8_BLOCK ? 0 : 16;
+    qc.block[0] = qc.block[1] = 128;
+    qc.bits = 4;
+    qc.sym = 1;
+    rc = clef_place_sizes_of_checkpoint(&ck, &ck.config, &qc, text_only, batch_tokens, s, err);
+    free(ck.catalog);
+    for (size_t i = 0; i < nn; i++) free(names[i]);
+    free(names);
+    free(hdr);
+    clef_synth_plan_free(&plan);
+    clef_synth_plan_free(&tw);
+    return rc;
+}
+
+/* ---- the plan ---- */
+
+static double gib(size_t b) { return (double)b / GIB; }
+/* GiB rounded up to a tenth: a "needs" figure that is enough. */
+static double gib_up(size_t b) { return ceil((double)b / GIB * 10.0 - 1e-9) / 10.0; }
+
+/* The even spread: of m MoE layers, MoE layer j is streamed iff
+ * floor((j + 1) n / m) > floor(j n / m). */
+static int spread(int64_t j, int64_t n, int64_t m) { return (j + 1) * n / m > j * n / m; }
+
+void clef_place_plan_make(const clef_place_sizes *s, size_t budget, clef_place_plan *p) {
+    memset(p, 0, sizeof *p);
+    p->budget = budget;
+    const int64_t L = s->n_layers < 0 ? 0 : s->n_layers > CLEF_MAX_LAYERS ? CLEF_MAX_LAYERS : s->n_layers;
+    p->n_layers = L;
+    const size_t fixed = s->dense_bytes + s->tower_bytes + s->workspace_bytes + s->context_bytes;
+    size_t total = 0, slot = 0;
+    int64_t m = 0; /* MoE layers */
+    for (int64_t l = 0; l < L; l++) {
+        total += s->expert_bytes[l];
+        if (s->expert_bytes[l] > slot) slot = s->expert_bytes[l];
+        m += s->expert_bytes[l] > 0;
+    }
+    if (budget == 0 || fixed + total <= budget) {
+        p->fits = 1;
+        p->n_resident = m;
+        p->device_bytes = fixed + total;
+        if (budget)
+            snprintf(p->message, sizeof p->message, "plan: all %lld layers resident, %.1f of %.1f GiB", (long long)L,
+                     gib(p->device_bytes), gib(budget));
+        else
+            snprintf(p->message, sizeof p->message,
+                     "plan: no GPU memory budget (--gpu-memory): all %lld layers resident, %.1f GiB", (long long)L,
+                     gib(p->device_bytes));
+        return;
+    }
+    const size_t need = fixed + 2 * slot;
+    if (need > budget) {
+        char towers_part[64] = "", slots_part[64] = "";
+        if (s->tower_bytes) snprintf(towers_part, sizeof towers_part, ", towers %.1f GiB", gib(s->tower_bytes));
+        if (slot) snprintf(slots_part, sizeof slots_part, ", two expert slots %.1f GiB", gib(2 * slot));
+        snprintf(p->message, sizeof p->message,
+                 "does not fit in %.1f GiB: the smallest plan needs %.1f GiB (non-expert weights %.1f GiB%s, "
+                 "workspace for %zu tokens %.1f GiB, context %.1f GiB%s); use --max-batch-tokens lower, %sa smaller "
+                 "format, or a budget of at least %.1f GiB",
+                 gib(budget), gib_up(need), gib(s->dense_bytes), towers_part, s->batch_tokens,
+                 gib(s->workspace_bytes), gib(s->context_bytes), slots_part, s->tower_bytes ? "--text-only, " : "",
+                 gib_up(need));
+        return;
+    }
+    /* the fewest streamed layers n (the most resident) that fit; n = m always does */
+    for (int64_t n = 1; n <= m; n++) {
+        size_t streamed = 0;
+        for (int64_t l = 0, j = 0; l < L; l++) {
+            if (!s->expert_bytes[l]) continue;
+            if (spread(j, n, m)) streamed += s->expert_bytes[l];
+            j++;
+        }
+        if (need + (total - streamed) > budget && n < m) continue;
+        for (int64_t l = 0, j = 0; l < L; l++) {
+            if (!s->expert_bytes[l]) continue;
+            p->streamed[l] = (uint8_t)spread(j, n, m);
+            j++;
+        }
+        p->fits = 1;
+        p->n_streamed = n;
+        p->n_resident = m - n;
+        p->slot_bytes = slot;
+        p->streamed_bytes = p->pinned_bytes = streamed;
+        p->device_bytes = need + (total - streamed);
+        snprintf(p->message, sizeof p->message,
+                 "plan: %lld of %lld layers' experts resident, %lld streamed (%.2f GiB a forward from pinned host "
+                 "memory), %.1f of %.1f GiB",
+                 (long long)p->n_resident, (long long)m, (long long)n, gib(streamed), gib(p->device_bytes),
+                 gib(budget));
+        return;
+    }
+}
+
+static void line(FILE *f, const char *what, size_t b, const char *note) {
+    fprintf(f, "  %-20s %8.2f GiB %14zu bytes%s%s\n", what, gib(b), b, note && *note ? "  " : "", note ? note : "");
+}
+
+void clef_place_plan_print(const clef_place_sizes *s, const clef_place_plan *p, FILE *f) {
+    char note[96];
+    fprintf(f, "%s\n", p->message);
+    if (p->budget) line(f, "budget", p->budget, "--gpu-memory");
+    else fprintf(f, "  %-20s %8s\n", "budget", "none");
+    line(f, "non-expert weights", s->dense_bytes, "embeddings, lm_head, attention, routers, norms, joint head");
+    line(f, "towers", s->tower_bytes, s->tower_bytes ? "vision + audio" : "text only");
+    snprintf(note, sizeof note, "a forward of %zu tokens", s->batch_tokens);
+    line(f, "workspace", s->workspace_bytes, note);
+    line(f, "context", s->context_bytes, "CUDA context, cuBLASLt, driver");
+    size_t resident = 0, all = 0;
+    int64_t m = 0;
+    for (int64_t l = 0; l < p->n_layers; l++) {
+        all += s->expert_bytes[l];
+        m += s->expert_bytes[l] > 0;
+        if (!p->streamed[l]) resident += s->expert_bytes[l];
+    }
+    if (p->fits) {
+        snprintf(note, sizeof note, "%lld of %lld MoE layers", (long long)p->n_resident, (long long)m);
+        line(f, "resident experts", resident, note);
+        snprintf(note, sizeof note, "2 x %zu bytes", p->slot_bytes);
+        line(f, "expert slots", 2 * p->slot_bytes, note);
+        line(f, "device total", p->device_bytes, NULL);
+        snprintf(note, sizeof note, "%lld layers, pinned host memory, copied every forward", (long long)p->n_streamed);
+        line(f, "streamed experts", p->streamed_bytes, note);
+    } else {
+        snprintf(note, sizeof note, "%lld MoE layers", (long long)m);
+        line(f, "all experts", all, note);
+    }
+    fprintf(f, "streamed:");
+    if (!p->n_streamed) fprintf(f, " none");
+    for (int64_t l = 0; l < p->n_layers; l++)
+        if (p->streamed[l]) fprintf(f, " %lld", (long long)l);
+    fprintf(f, "\n");
+}
