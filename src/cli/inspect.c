@@ -2,12 +2,15 @@
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include "cli/args.h"
 #include "cli/cli.h"
 #include "engine/placement.h"
 #include "engine/scheduler.h"
 #include "io/checkpoint.h"
+#include "io/synth.h"
+#include "quant/convert.h"
 #include "quant/format.h"
 #include "quant/summary.h"
 
@@ -104,7 +107,7 @@ static const char USAGE[] =
     "                         memory; exit 0 when it fits, 1 (the reason on stderr) when it does not\n"
     "  --synthetic P          with --plan, instead of --model: synthetic preset P (tiny, small, full)\n"
     "  --quant F              with --synthetic: its experts quantized to F (int4, fp8-block, nvfp4,\n"
-    "                         nvfp4-modelopt), as --synthetic P --quant F loads them; default BF16\n"
+    "                         nvfp4-modelopt; bf16 = none), as --synthetic P --quant F loads them\n"
     "  --gpu-memory SIZE      with --plan: the device memory budget, bytes with an optional K, M, G or T\n"
     "                         suffix (powers of 1024: 16G = 16GiB = 16 x 2^30 bytes; a trailing B or iB\n"
     "                         is optional); 0 or off, or no --gpu-memory: no budget (all resident)\n"
@@ -187,6 +190,16 @@ int cli_inspect(int argc, char **argv) {
     else if (!plan && plan_flags)
         why = "--synthetic, --quant, --gpu-memory, --max-batch-tokens and --text-only go with --plan";
     else if (plan && tokens == 0) why = "--max-batch-tokens must be at least 1";
+    clef_err verr;
+    clef_err_clear(&verr);
+    clef_quant_format qf;
+    static char why_buf[256];
+    if (!why && synthetic && !clef_synth_preset_find(synthetic, &verr)) why = verr.message;
+    if (!why && quant && *quant && strcasecmp(quant, "bf16") && clef_quant_format_parse(quant, &qf) != 0) {
+        snprintf(why_buf, sizeof why_buf,
+                 "--quant: unknown quantized format '%s' (int4, fp8-block, nvfp4, nvfp4-modelopt; bf16 = none)", quant);
+        why = why_buf;
+    }
     if (why) {
         fprintf(stderr, USAGE, CLEF_SCHED_DEFAULT_MAX_BATCH_TOKENS);
         fprintf(stderr, "clef inspect: %s\n", why);
