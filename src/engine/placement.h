@@ -20,7 +20,9 @@
  *     fixed + 2 * slot + sum(resident layers) <= budget; the other L - r
  *     layers (always >= 3 then) are streamed, spread evenly over the depth
  *     (layer l streamed iff floor((l + 1) n / L) > floor(l n / L), n the
- *     number streamed), so each copy overlaps the resident layers' compute;
+ *     number streamed; with dense-MLP layers, which are never streamed, l
+ *     counts the MoE layers only and L is their number), so each copy
+ *     overlaps the resident layers' compute;
  *   does not fit when fixed + 2 * slot > budget: `message` then says how
  *     much the smallest plan needs and what takes it.
  */
