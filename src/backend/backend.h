@@ -151,6 +151,24 @@ typedef struct clef_backend_ops {
      * replayed; see cuda.h).  Returns body's status, or -1 with err. */
     int (*graph_run)(clef_backend *be, const void *key, size_t key_bytes, int (*body)(void *ctx, clef_err *err),
                      void *ctx, clef_err *err);
+    /* Optional (NULL: every weight stays resident; engine/placement.h).  A
+     * layer's experts streamed from host memory: the weights bound between
+     * experts_stream_begin (slot_bytes: the plan's slot size) and
+     * experts_stream_end(ex) are placed in one of two device slots
+     * (alternating over the streamed layers in binding order) instead of
+     * resident memory; _end keeps the slot's bytes in pinned host memory and
+     * registers `ex` (the layer's experts, by its gate array's address): every
+     * moe over them first waits for their copy into the slot.  Streamed
+     * layers must then run in the order they were bound (the thinker's layer
+     * order), which lets each copy start while earlier layers compute; any
+     * other order stays correct, only slower.  Values are bitwise those of
+     * resident weights. */
+    int (*experts_stream_begin)(clef_backend *be, size_t slot_bytes, clef_err *err);
+    int (*experts_stream_end)(clef_backend *be, const clef_moe_weights *ex, clef_err *err);
+    /* Optional.  Device memory budget in bytes (0 = none), as the driver
+     * counts it (context included): allocations past it fail with 422
+     * capacity_exceeded (a forward) or 500 (loading weights), naming it. */
+    int (*set_memory_budget)(clef_backend *be, size_t bytes, clef_err *err);
 
     /* ---- thinker ops ---- */
     /* y[T, w.rows] = x[T, w.cols] . W^T (+ bias[w.rows] if non-NULL), f32

@@ -27,7 +27,7 @@ static void bench_usage(FILE *f) {
             "usage: clef bench (--model DIR | --synthetic tiny|small|full [--seed N] [--tokenizer PATH])\n"
             "                  [--tokens N] [--batch N] [--runs BxT,...] [--iters N] [--threads N]\n"
             "                  [--device D] [--numerics M] [--profile] [--image-mp X] [--audio-s S]\n"
-            "                  [--towers-only]\n"
+            "                  [--gpu-memory SIZE] [--towers-only]\n"
             "  Builds --batch triage-style requests whose states are cut so each record is --tokens\n"
             "  tokens (default 300), packs them into one forward (the engine's batch path), runs it\n"
             "  twice to warm up (CUDA: the second records the batch's CUDA graph) and --iters times\n"
@@ -41,6 +41,9 @@ static void bench_usage(FILE *f) {
             "  --device D      cpu, cuda, cuda:N (default: automatic)\n"
             "  --numerics M    GPU numerics: fast (default), balanced or precise (see `clef decide --help`);\n"
             "                  printed as \"numerics M\"; the CPU is always f32\n"
+            "  --gpu-memory SIZE  GPU memory budget (e.g. 16GiB): the plan for the largest run's tokens,\n"
+            "                  experts that do not fit streamed each forward; prints streamed_layers,\n"
+            "                  streamed_mb_per_forward and the copy bandwidth reached\n"
             "  --profile       CUDA: after each run's timing, 3 more forwards with per-op GPU timing and\n"
             "                  a table of where the time goes (\"profile BxT\" block)\n"
             "  --synthetic P   random weights of preset P drawn in memory (no files; full needs ~61 GB)\n"
@@ -125,7 +128,7 @@ typedef struct bench_args {
     clef_numerics numerics;
     int profile, towers_only, text_only;
     const char *workload;      /* --state-workload questions|transcript, or NULL */
-    size_t state_tokens, sets, steps, state_cache;
+    size_t state_tokens, sets, steps, state_cache, gpu_memory;
     size_t n_runs;
     bench_run runs[MAX_RUNS];
 } bench_args;
@@ -185,7 +188,8 @@ static int parse_args(int argc, char **argv, bench_args *a) {
             (r = arg_size(argc, argv, &i, "--state-tokens", &a->state_tokens)) ||
             (r = arg_size(argc, argv, &i, "--sets", &a->sets)) ||
             (r = arg_size(argc, argv, &i, "--steps", &a->steps)) ||
-            (r = arg_bytes(argc, argv, &i, "--state-cache", &a->state_cache))) {
+            (r = arg_bytes(argc, argv, &i, "--state-cache", &a->state_cache)) ||
+            (r = arg_bytes(argc, argv, &i, "--gpu-memory", &a->gpu_memory))) {
             if (r < 0) return 2;
         } else if (!strcmp(argv[i], "--profile")) {
             a->profile = 1;
@@ -490,8 +494,19 @@ static int bench_one(clef_engine *e, const bench_run *r, size_t iters, int profi
     double *ms = calloc(iters < 2 ? 2 : iters, sizeof *ms), *cpu_ms = calloc(iters, sizeof *cpu_ms);
     double encode_ms = make_jobs(e, r, jobs);
     /* two warm-ups: the first fixes kernels and scratch, the second records the CUDA graph */
+    clef_backend *be = clef_model_backend(clef_engine_model(e));
+    uint64_t n_streamed = 0, copies0 = 0, bytes0 = 0, copies1 = 0, bytes1 = 0;
+    clef_cuda_stream_stats(be, &n_streamed, &copies0, &bytes0);
     int rc = encode_ms < 0 ? 1 : run_forwards(e, r, 2, iters, jobs, ms, cpu_ms);
+    clef_cuda_stream_stats(be, NULL, &copies1, &bytes1);
     if (rc == 0) print_run(r, iters, jobs, encode_ms, ms, cpu_ms);
+    if (rc == 0 && n_streamed) { /* --gpu-memory streamed experts: bytes per forward against the link */
+        const double per = (double)(bytes1 - bytes0) / (double)(2 + iters);
+        const double gbps = clef_cuda_pinned_copy_gbps(be);
+        printf("streamed_layers %llu\nstreamed_copies_per_forward %.2f\nstreamed_mb_per_forward %.1f\n",
+               (unsigned long long)n_streamed, (double)(copies1 - copies0) / (double)(2 + iters), per / 1048576.0);
+        if (gbps > 0) printf("pinned_copy_gb_per_s %.1f\nstream_floor_ms %.2f\n", gbps, per / (gbps * 1e9) * 1e3);
+    }
     if (rc == 0) rc = gpu_report(e, r, jobs, ms, profile);
     for (size_t i = 0; i < r->batch; i++) clef_job_free(&jobs[i]);
     free(jobs);
@@ -619,13 +634,18 @@ int cli_bench(int argc, char **argv) {
     int prc = parse_args(argc, argv, &a);
     if (prc) return prc < 0 ? 0 : prc;
     if (a.towers_only) return bench_towers_only(&a);
-    size_t max_tokens = 0;
-    for (size_t i = 0; i < a.n_runs; i++) max_tokens = a.runs[i].tokens > max_tokens ? a.runs[i].tokens : max_tokens;
+    size_t max_tokens = 0, max_forward = 0; /* the longest record; the largest forward (the plan's workspace) */
+    for (size_t i = 0; i < a.n_runs; i++) {
+        max_tokens = a.runs[i].tokens > max_tokens ? a.runs[i].tokens : max_tokens;
+        const size_t f = a.runs[i].tokens * a.runs[i].batch;
+        max_forward = f > max_forward ? f : max_forward;
+    }
     clef_engine_options opt = {.model_dir = a.model, .synthetic = a.synthetic, .seed = a.seed,
                                .synthetic_quant = a.quant, .tokenizer = a.tokenizer, .device = a.device,
                                .numerics = a.numerics, .max_length = max_tokens,
                                .truncate_state = 1, .n_threads = (int)a.threads, .verbose = 1,
-                               .text_only = a.text_only, .state_cache = a.workload ? a.state_cache : 0};
+                               .text_only = a.text_only, .state_cache = a.workload ? a.state_cache : 0,
+                               .gpu_memory = a.gpu_memory, .batch_tokens = max_forward};
     if (a.workload) opt.max_length = 0; /* the engine's default budget: the whole state */
     clef_err err;
     clef_err_clear(&err);

@@ -72,7 +72,7 @@ static int inline_media_paths(char **body, size_t *len, size_t max_file_bytes) {
 /* Where the weights come from: a directory, or a synthetic preset (io/synth.h). */
 typedef struct model_source {
     const char *model, *synthetic, *tokenizer, *device, *quant;
-    size_t seed;
+    size_t seed, gpu_memory;
     clef_numerics numerics;
 } model_source;
 
@@ -81,7 +81,8 @@ static clef_engine *open_engine(const model_source *src, size_t max_length, int 
                                .synthetic_quant = src->quant,
                                .tokenizer = src->tokenizer,
                                .max_length = max_length, .truncate_state = 1, .n_threads = threads,
-                               .device = src->device, .numerics = src->numerics};
+                               .device = src->device, .numerics = src->numerics,
+                               .gpu_memory = src->gpu_memory};
     clef_err err;
     clef_err_clear(&err);
     clef_engine *e = clef_engine_open(&opt, &err);
@@ -94,7 +95,7 @@ static clef_engine *open_engine(const model_source *src, size_t max_length, int 
 static void decide_usage(FILE *f) {
     fprintf(f,
             "usage: clef decide --model DIR|--synthetic P [--device D] [--numerics M] [--max-length N] [--threads N]\n"
-            "                   [--max-body-mb N] [--debug] FILE|-\n"
+            "                   [--gpu-memory SIZE] [--max-body-mb N] [--debug] FILE|-\n"
             "  Answers one SystemOne request (JSON body in FILE, or stdin for -) and prints the\n"
             "  response JSON.  A rejected request prints {\"error\":{...}} and exits with status 2.\n"
             "  Entries of \"images\", \"audio\" and \"videos\" may be file paths (relative to the current\n"
@@ -112,6 +113,8 @@ static void decide_usage(FILE *f) {
             "  --numerics M     GPU numerics: fast (default; bf16 activations, closer to f32 than the\n"
             "                   reference's own bf16), balanced, or precise (f32-level agreement, slower);\n"
             "                   wins over CLEF_CUDA_NUMERICS / CLEF_CUDA_PRECISE; the CPU is always f32\n"
+            "  --gpu-memory SIZE GPU memory budget (e.g. 16GiB, 24G): experts that do not fit are streamed\n"
+            "                   from pinned host memory each forward (`clef inspect --plan` shows the plan)\n"
             "  --max-body-mb N  refuse a request file (or a media file it names) larger than N MiB\n"
             "                   (default %d)\n"
             "  --debug          add a \"debug\" object: input_ids and per question spans, option ids, raw logits\n",
@@ -131,6 +134,7 @@ int cli_decide(int argc, char **argv) {
             (r = arg_str(argc, argv, &i, "--tokenizer", &src.tokenizer)) ||
             (r = arg_str(argc, argv, &i, "--device", &src.device)) ||
             (r = arg_numerics(argc, argv, &i, "--numerics", &src.numerics)) ||
+            (r = arg_bytes(argc, argv, &i, "--gpu-memory", &src.gpu_memory)) ||
             (r = arg_size(argc, argv, &i, "--seed", &src.seed)) || (r = arg_size(argc, argv, &i, "--threads", &threads)) ||
             (r = arg_size(argc, argv, &i, "--max-body-mb", &body_mb))) {
             if (r < 0) return 2;

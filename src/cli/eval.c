@@ -58,6 +58,8 @@ static void eval_usage(FILE *f) {
             "  --device D            cpu, cuda, cuda:N (default: CUDA when a GPU is present, else cpu)\n"
             "  --numerics M          GPU numerics: fast (default), balanced or precise (see `clef decide\n"
             "                        --help`); the CPU is always f32\n"
+            "  --gpu-memory SIZE     GPU memory budget (e.g. 16GiB): experts that do not fit are streamed\n"
+            "                        from pinned host memory (`clef inspect --plan`)\n"
             "  --threads N           compute threads, 1..%d (default: all cores, or OMP_NUM_THREADS)\n"
             "  --max-batch-tokens N  tokens packed into one forward pass (default %d); a longer record\n"
             "                        runs alone\n"
@@ -81,7 +83,8 @@ static void eval_usage(FILE *f) {
 
 typedef struct eval_args {
     const char *model, *synthetic, *quant, *tokenizer, *device, *rows, *out, *model_name;
-    size_t seed, threads, max_batch_tokens, in_flight, max_length, max_row_mb, progress_every, state_cache;
+    size_t seed, threads, max_batch_tokens, in_flight, max_length, max_row_mb, progress_every, state_cache,
+        gpu_memory;
     clef_numerics numerics;
     int truncate_state, text_only, quiet, force;
 } eval_args;
@@ -107,6 +110,7 @@ static int parse_args(int argc, char **argv, eval_args *a) {
             (r = arg_size(argc, argv, &i, "--max-batch-tokens", &a->max_batch_tokens)) ||
             (r = arg_size(argc, argv, &i, "--in-flight", &a->in_flight)) ||
             (r = arg_bytes(argc, argv, &i, "--state-cache", &a->state_cache)) ||
+            (r = arg_bytes(argc, argv, &i, "--gpu-memory", &a->gpu_memory)) ||
             (r = arg_size(argc, argv, &i, "--max-row-mb", &a->max_row_mb)) ||
             (r = arg_size(argc, argv, &i, "--progress-every", &a->progress_every))) {
             if (r < 0) return 2;
@@ -365,7 +369,8 @@ int cli_eval(int argc, char **argv) {
                                .synthetic_quant = a.quant, .tokenizer = a.tokenizer, .device = a.device,
                                .numerics = a.numerics, .max_length = a.max_length, .truncate_state = a.truncate_state,
                                .n_threads = (int)a.threads, .text_only = a.text_only, .verbose = !a.quiet,
-                               .state_cache = a.state_cache};
+                               .state_cache = a.state_cache, .gpu_memory = a.gpu_memory,
+                               .batch_tokens = a.max_batch_tokens};
     clef_engine *e = clef_engine_open(&opt, &err);
     if (!e) {
         fprintf(stderr, "clef eval: cannot load model from %s: %s\n", label, err.message);

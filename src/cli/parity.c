@@ -16,7 +16,7 @@ static void parity_usage(FILE *f) {
     fprintf(f,
             "usage: clef parity (--model A --model B | --synthetic P [--seed N] [--quant-a F] [--quant-b F]\n"
             "                   [--tokenizer F]) --requests FILE.jsonl [--device D] [--max-length N] [--threads N]\n"
-            "                   [--numerics M] [--numerics-a M] [--numerics-b M] [--json]\n"
+            "                   [--numerics M] [--numerics-a M] [--numerics-b M] [--gpu-memory SIZE] [--json]\n"
             "  Answers every request of FILE (one SystemOne request per line, or an object with \"request\",\n"
             "  optional \"name\" and \"max_length\", as in goldens.jsonl) with both models and reports, over all\n"
             "  questions: top-1 agreement, mean and max total-variation distance between the per-option\n"
@@ -37,6 +37,8 @@ static void parity_usage(FILE *f) {
             "  --numerics M    GPU numerics of both sides: fast (default), balanced or precise (see `clef\n"
             "                  decide --help`); --numerics-a / --numerics-b M set one side's (they win over\n"
             "                  --numerics): e.g. BF16 precise vs BF16 fast\n"
+            "  --gpu-memory SIZE  GPU memory budget of each model (e.g. 16GiB): experts that do not fit\n"
+            "                  are streamed from pinned host memory (`clef inspect --plan`)\n"
             "  --json prints the report as one JSON object.  Exit status 1 if a model cannot be loaded.\n");
 }
 
@@ -50,13 +52,13 @@ typedef struct parity_side {
 
 typedef struct parity_common {
     const char *synthetic, *tokenizer, *device;
-    size_t seed, max_length, threads;
+    size_t seed, max_length, threads, gpu_memory;
 } parity_common;
 
 static clef_engine *open_model(const parity_side *side, const parity_common *c) {
     clef_engine_options opt = {.model_dir = side->dir, .max_length = c->max_length, .truncate_state = 1,
                                .n_threads = (int)c->threads, .device = c->device, .numerics = side->numerics,
-                               .verbose = c->synthetic != NULL};
+                               .gpu_memory = c->gpu_memory, .verbose = c->synthetic != NULL};
     if (!side->dir) {
         opt.synthetic = c->synthetic;
         opt.seed = c->seed;
@@ -132,7 +134,8 @@ int cli_parity(int argc, char **argv) {
                    (r = arg_str(argc, argv, &i, "--device", &c.device)) ||
                    (r = arg_size(argc, argv, &i, "--seed", &c.seed)) ||
                    (r = arg_size(argc, argv, &i, "--max-length", &c.max_length)) ||
-                   (r = arg_size(argc, argv, &i, "--threads", &c.threads))) {
+                   (r = arg_size(argc, argv, &i, "--threads", &c.threads)) ||
+                   (r = arg_bytes(argc, argv, &i, "--gpu-memory", &c.gpu_memory))) {
             if (r < 0) return 2;
         } else if (!strcmp(argv[i], "--json")) {
             as_json = 1;

@@ -88,6 +88,10 @@ static void serve_usage(FILE *f) {
             "  --numerics M              GPU numerics: fast (default; bf16 activations, closer to f32 than\n"
             "                            the reference's own bf16), balanced, or precise (f32-level\n"
             "                            agreement, slower); the CPU is always f32\n"
+            "  --gpu-memory SIZE         GPU memory budget, e.g. 16GiB (default: none, every weight\n"
+            "                            resident): the experts of the layers that do not fit are streamed\n"
+            "                            from pinned host memory each forward; workspace is planned for\n"
+            "                            --max-batch-tokens; `clef inspect --plan` shows the plan\n"
             "  --max-questions N         questions per request (default %zu)\n"
             "  --max-options N           options per choice question (default %zu)\n"
             "  --min-score-levels N      levels per score question, minimum (default %zu)\n"
@@ -219,6 +223,7 @@ int cli_serve(int argc, char **argv) {
             (r = arg_size(argc, argv, &i, "--max-batch-tokens", &o.max_batch_tokens)) ||
             (r = arg_size(argc, argv, &i, "--max-queue", &o.max_queue)) ||
             (r = arg_bytes(argc, argv, &i, "--state-cache", &o.state_cache)) ||
+            (r = arg_bytes(argc, argv, &i, "--gpu-memory", &o.gpu_memory)) ||
             (r = arg_size(argc, argv, &i, "--max-connections", &o.max_connections)) ||
             (r = arg_size(argc, argv, &i, "--max-connections-per-client", &per_client)) ||
             (r = arg_size(argc, argv, &i, "--header-timeout-s", &header_s)) ||

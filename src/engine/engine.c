@@ -9,6 +9,8 @@
 #include <openssl/evp.h>
 
 #include "backend/device.h"
+#include "engine/placement.h"
+#include "engine/scheduler.h"
 #include "engine/state_cache.h"
 #include "decision/answer.h"
 #include "io/synth.h"
@@ -21,6 +23,7 @@
 
 struct clef_engine {
     clef_checkpoint ck;
+    clef_place_plan *plan; /* --gpu-memory: the placement loaded with; NULL = all resident */
     clef_tokenizer *tok;
     clef_model *model;
     size_t max_length;
@@ -45,6 +48,29 @@ struct clef_engine {
 
 static void progress(const clef_engine_options *opt, const char *what, double t0) {
     if (opt->verbose) fprintf(stderr, "clef: %s (%.2f s)\n", what, clef_now() - t0);
+}
+
+/* --gpu-memory: the placement of e->ck under opt->gpu_memory on `be` (engine/placement.h) into e->plan,
+ * printed when verbose, and the budget set on the backend.  -1 + err: a backend without streaming or a
+ * budget (the CPU), or a budget the model does not fit (the planner's message). */
+static int place(clef_engine *e, const clef_engine_options *opt, clef_backend *be, double t0, clef_err *err) {
+    if (!be->ops->set_memory_budget || !be->ops->experts_stream_begin)
+        return clef_fail(err, 500, CLEF_E_INTERNAL, "gpu_memory",
+                         "--gpu-memory applies to a CUDA device; this run is on the %s (--device)", be->ops->name);
+    clef_quant_config qc;
+    clef_place_sizes sz;
+    if (clef_quant_detect(&e->ck, &qc, err) ||
+        clef_place_sizes_of_checkpoint(&e->ck, &e->ck.config, &qc, opt->text_only,
+                                       opt->batch_tokens ? opt->batch_tokens : CLEF_SCHED_DEFAULT_MAX_BATCH_TOKENS,
+                                       &sz, err))
+        return -1;
+    e->plan = clef_xcalloc(1, sizeof *e->plan);
+    clef_place_plan_make(&sz, opt->gpu_memory, e->plan);
+    if (!e->plan->fits) return clef_fail(err, 500, CLEF_E_INTERNAL, "gpu_memory", "%s", e->plan->message);
+    if (opt->verbose) clef_place_plan_print(&sz, e->plan, stderr);
+    if (be->ops->set_memory_budget(be, opt->gpu_memory, err)) return -1;
+    progress(opt, "placement planned", t0);
+    return 0;
 }
 
 clef_engine *clef_engine_open(const clef_engine_options *opt, clef_err *err) {
@@ -103,7 +129,11 @@ clef_engine *clef_engine_open(const clef_engine_options *opt, clef_err *err) {
     }
     progress(opt, "tokenizer loaded", t0);
     clef_backend *be = clef_backend_open(opt->device, opt->n_threads, opt->numerics, err); /* cpu, cuda[:N] or automatic */
-    e->model = be ? clef_model_create_on(&e->ck, be, 1, err) : NULL;
+    if (be && opt->gpu_memory && place(e, opt, be, t0, err)) {
+        be->ops->destroy(be);
+        goto fail;
+    }
+    e->model = be ? clef_model_create_placed(&e->ck, be, 1, e->plan, err) : NULL;
     if (!e->model) goto fail;
     progress(opt, "model bound", t0);
     /* Media towers on the model's backend.  A checkpoint without them still
@@ -131,14 +161,18 @@ clef_engine *clef_engine_open(const clef_engine_options *opt, clef_err *err) {
 fail:
     clef_checkpoint_close(&e->ck);
 fail_ck:
+    free(e->plan);
     clef_tokenizer_free(e->tok);
     pthread_mutex_destroy(&e->forward_lock);
     free(e);
     return NULL;
 }
 
+const clef_place_plan *clef_engine_plan(const clef_engine *e) { return e->plan; }
+
 void clef_engine_close(clef_engine *e) {
     if (!e) return;
+    free(e->plan);
     clef_state_cache_free(e->cache);
     clef_towers_free(e->towers);
     if (e->hidden) clef_model_backend(e->model)->ops->free(clef_model_backend(e->model), e->hidden);

@@ -45,6 +45,13 @@ typedef struct clef_engine_options {
                                 hidden rows in the model backend's memory); 0 = off.  Off, with
                                 clef_engine_state_cache_off_reason saying why, on a backend whose
                                 attention cannot read a cached prefix (CUDA today) */
+    size_t gpu_memory;       /* device memory budget in bytes (--gpu-memory; 0 = none: every weight resident).
+                                With a budget the engine plans the placement (engine/placement.h) from the
+                                checkpoint's shapes: layers whose experts do not fit are streamed from
+                                pinned host memory each forward; a budget nothing fits in is a load error
+                                saying what would.  Needs a backend that streams (CUDA); else 500 */
+    size_t batch_tokens;     /* the largest forward the plan keeps workspace for; 0 =
+                                CLEF_SCHED_DEFAULT_MAX_BATCH_TOKENS (pass the scheduler's max_batch_tokens) */
 } clef_engine_options;
 
 typedef struct clef_engine clef_engine;
@@ -53,6 +60,11 @@ typedef struct clef_engine clef_engine;
  * err (500, message naming the file/tensor) on failure. */
 clef_engine *clef_engine_open(const clef_engine_options *opt, clef_err *err);
 void clef_engine_close(clef_engine *e);
+
+/* The weight placement the engine loaded with (engine/placement.h), or NULL
+ * when no --gpu-memory budget was given (everything resident). */
+struct clef_place_plan;
+const struct clef_place_plan *clef_engine_plan(const clef_engine *e);
 
 /* Per-call settings of clef_engine_decide; NULL = the engine's defaults. */
 typedef struct clef_decide_params {

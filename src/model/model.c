@@ -9,6 +9,7 @@
 
 #include "backend/cpu/cpu.h"
 #include "model/model_internal.h"
+#include "engine/placement.h"
 #include "quant/qweight.h"
 #include "util/buf.h"
 
@@ -212,7 +213,11 @@ static int bind_layer(clef_model *m, int64_t l, thinker_layer *L, clef_err *err)
     L->is_moe = clef_layer_is_moe(c, l);
     if (L->is_moe) {
         if (bind_mat(m, LAYER("mlp.gate.weight"), c->num_experts, H, &L->router, err)) return -1;
-        return bind_experts(m, l, L, err);
+        if (!m->plan || !m->plan->streamed[l]) return bind_experts(m, l, L, err);
+        /* streamed: the experts' weights go to the backend's slot, their bytes to pinned host memory */
+        if (m->be->ops->experts_stream_begin(m->be, m->plan->slot_bytes, err)) return -1;
+        if (bind_experts(m, l, L, err)) return -1;
+        return m->be->ops->experts_stream_end(m->be, &L->moe, err);
     }
     const int64_t NI = c->intermediate_size;
     if (bind_mat(m, LAYER("mlp.gate_proj.weight"), NI, H, &L->mlp_gate, err) ||
@@ -369,7 +374,19 @@ static int bind_head(clef_model *m, clef_err *err) {
 }
 
 clef_model *clef_model_create_on(const clef_checkpoint *ck, clef_backend *be, int own_backend, clef_err *err) {
+    return clef_model_create_placed(ck, be, own_backend, NULL, err);
+}
+
+clef_model *clef_model_create_placed(const clef_checkpoint *ck, clef_backend *be, int own_backend,
+                                     const clef_place_plan *plan, clef_err *err) {
+    if (plan && plan->n_streamed && (!be->ops->experts_stream_begin || !be->ops->experts_stream_end)) {
+        clef_fail(err, 500, CLEF_E_INTERNAL, "gpu_memory", "the %s backend cannot stream experts (--gpu-memory)",
+                  be->ops->name);
+        if (own_backend) be->ops->destroy(be);
+        return NULL;
+    }
     clef_model *m = clef_xcalloc(1, sizeof *m);
+    m->plan = plan && plan->n_streamed ? plan : NULL;
     m->ck = ck;
     m->cfg = &ck->config;
     m->be = be;
@@ -380,6 +397,7 @@ clef_model *clef_model_create_on(const clef_checkpoint *ck, clef_backend *be, in
         clef_model_free(m);
         return NULL;
     }
+    m->plan = NULL; /* the caller's; binding is done */
     return m;
 }
 

@@ -37,6 +37,13 @@ clef_model *clef_model_create(const clef_checkpoint *ck, int n_threads, clef_err
  * `own_backend` the model destroys it in clef_model_free.  On failure the
  * backend is destroyed too when owned.  Returns NULL + err. */
 clef_model *clef_model_create_on(const clef_checkpoint *ck, clef_backend *be, int own_backend, clef_err *err);
+/* Same, placing the experts of the layers `plan` streams (engine/placement.h)
+ * in the backend's streamed slots (backend.h experts_stream_begin): 500 when
+ * the plan streams layers and the backend cannot stream.  plan NULL or
+ * streaming nothing: clef_model_create_on. */
+struct clef_place_plan;
+clef_model *clef_model_create_placed(const clef_checkpoint *ck, clef_backend *be, int own_backend,
+                                     const struct clef_place_plan *plan, clef_err *err);
 void clef_model_free(clef_model *m);
 
 /* The backend the model runs on (borrowed). */

@@ -83,6 +83,7 @@ struct clef_model {
     clef_quant_config quant; /* detected quantization (format NONE for BF16), see quant/format.h */
     clef_backend *be;
     int own_backend;
+    const struct clef_place_plan *plan; /* while binding: the layers whose experts are streamed (NULL: none) */
     /* thinker */
     clef_weight embed;   /* [V, H] */
     clef_weight lm_head; /* [V, H], lexical rows of the head only */

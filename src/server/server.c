@@ -110,6 +110,8 @@ static void *load_model(void *arg) {
                               .max_length = s->opt.max_length,
                               .truncate_state = s->opt.truncate_state, .text_only = s->opt.text_only,
                               .state_cache = s->opt.state_cache,
+                              .gpu_memory = s->opt.gpu_memory,
+                              .batch_tokens = s->opt.max_batch_tokens,
                               .limits = s->opt.limits,
                               .verbose = 1};
     clef_err_clear(&s->load_err);

@@ -210,6 +210,15 @@ const char *clef_numerics_of(clef_backend *be);
 /* Peak device memory taken through this backend (weights, workspaces,
  * scratch), and the driver's view of used memory on the device, in bytes. */
 size_t clef_cuda_peak_bytes(clef_backend *be);
+/* Streamed experts (backend.h experts_stream_begin; cuda_place.c): layers
+ * streamed, copies made and bytes copied host -> device since creation
+ * (zeros without CUDA). */
+void clef_cuda_stream_stats(clef_backend *be, uint64_t *layers, uint64_t *copies, uint64_t *bytes);
+/* The pinned host -> device copy rate, GB/s (1e9 bytes), timed on the first
+ * streamed layer's image into its slot (best of 5); 0 when nothing is
+ * streamed or without CUDA.  Leaves the slot to be refilled by the next
+ * forward. */
+double clef_cuda_pinned_copy_gbps(clef_backend *be);
 size_t clef_cuda_used_bytes(clef_backend *be);
 /* Bytes of weight memory taken in the arenas (every weight uploaded, 256-byte
  * aligned; packed quantized weights count their packed bytes, scales and

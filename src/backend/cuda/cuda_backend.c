@@ -25,211 +25,10 @@
 #include "backend/cuda/cuda_select.h"
 #include "backend/cuda/cuda_qbits.h"
 
-/* Scratch slots (device memory kept by the backend, grown on demand). */
-enum cu_slot {
-    SLOT_A16,   /* activation rows as bf16 (matmul, expert input) */
-    SLOT_META,  /* small host arrays staged to the device (offsets, spans, rows) */
-    SLOT_MOE_IX, /* expert counts, offsets, permutation, tiles */
-    SLOT_MOE_H, /* SwiGLU output of the experts, bf16 */
-    SLOT_MOE_Y, /* expert outputs in permuted order, f32 */
-    SLOT_ATT16, /* Q, K, V as bf16 */
-    SLOT_SPLIT_Y, /* precise dense products through cuBLASLt: the hi and lo halves' outputs, f32 */
-    SLOT_STAGE, /* INT4 / NVFP4 upload: the checkpoint-layout bytes before ck_int4_reorder / ck_nvfp4_reorder */
-    SLOT_FP8,   /* W8A8 experts (CLEF_CUDA_FP8_MMA=1): E4M3 input and intermediate rows + their scales */
-    SLOT_COUNT
-};
-
-/* A cuBLASLt algorithm fixed for one weight shape, and the layouts used with
- * it.  The algorithm may split K (a split count and reduction scheme fixed
- * here, the same for every call: see lt_candidates). */
-typedef struct lt_plan {
-    int64_t N, K;
-    int split; /* 2: planned for split products (precise dense): 2M stacked rows, then ck_split_sum */
-    int ok; /* 0 = no batch-invariant algorithm or the custom kernel was faster: the custom kernel */
-    int64_t max_rows; /* stacked rows per cuBLASLt call: the algorithm's workspace fits up to this many */
-    cublasLtMatmulAlgo_t algo;
-    cublasLtMatrixLayout_t a, b, d;
-} lt_plan;
-
-/* Device copies of one MoE layer's expert pointer arrays [gate E | up E | down E]. */
-typedef struct moe_ptrs {
-    const clef_weight *gate, *up, *down; /* the layer's host arrays (key) */
-    int64_t E;
-    const void **host; /* [3E] the device pointers as last uploaded (checked on every use) */
-    void *dev;
-    /* ck_gemm_tma's (and ck_gemm_wgmma_ws's) tensor maps of the same weights [gate E | up E | down E]
-     * (expert_maps(c)), encoded and uploaded with the pointers; maps_ok = 0: some weight has no map (its
-     * layout does not allow one): the layer keeps the mma.sync / wgmma kernels */
-    ck_tmap *maps_host;
-    ck_tmap *maps_dev;
-    int maps_ok;
-} moe_ptrs;
-
-/* Device table of one MoE layer's packed expert weights (ck_qmat [gate E |
- * up E | down E]), keyed like moe_ptrs; the host copy is compared on every use. */
-typedef struct qmoe_tab {
-    const clef_weight *gate, *up, *down;
-    int64_t E;
-    ck_qmat *host; /* [3E] */
-    void *dev;
-} qmoe_tab;
-
-/* A weight arena: one cudaMalloc holding many weights. */
-typedef struct arena {
-    char *base;
-    size_t size, used;
-    size_t live; /* weights still bound in it */
-} arena;
-
-#define ARENA_BYTES ((size_t)1 << 30)
-#define ALIGN_UP(x, a) (((x) + (a) - 1) & ~(size_t)((a) - 1))
-
-/* Profiling: per-op totals from CUDA events. */
-typedef struct prof_key {
-    char name[64];
-    double ms;
-    long calls;
-} prof_key;
-typedef struct prof_ev {
-    int key;
-    cudaEvent_t a, b;
-} prof_ev;
-
-/* Most graph_run keys remembered (least recently used ones are dropped). */
-#define GRAPH_KEEP 16
-
-/* One graph_run key: seen once (state 1, ran as plain launches) or recorded
- * (state 2: exec replays it).  `meta` are device copies of the host argument
- * arrays its ops staged while it was captured (the graph's kernels read them;
- * freed with it). */
-typedef struct cu_graph {
-    void *key;
-    size_t key_bytes;
-    uint64_t hash;
-    int state;
-    cudaGraphExec_t exec;
-    unsigned slot_gen; /* c->slot_gen when captured: the slots it uses must not have moved since */
-    uint64_t last_use;
-    void **meta;
-    size_t n_meta;
-    size_t last_meta_bytes; /* the last staged array (reused when the next one repeats it) */
-    char *last_meta_host;
-} cu_graph;
+#include "backend/cuda/cuda_ctx.h"
 
 static void graph_clear(cu_graph *g);
-
-/* Which q / k rows are staged as attention's bf16 rows: qk_norm_rope records them, attention converts
- * only v when its own rows are the same (att_stage_eq). */
-typedef struct att_stage {
-    const float *q, *k;
-    int64_t T, q_stride, k_stride, nq, nk, D;
-    int split;
-} att_stage;
-
-typedef struct cuda_ctx {
-    int device;
-    int precise, gemm_custom, profile;
-    int gemm_lt_only; /* options gemm = 2: never pick the custom kernel for a shape that has a cuBLASLt algorithm */
-    /* what the device and the binary can run, and the kernel switches (clef_cuda_options.knobs, else the
-     * defaults): every kernel choice is ck_pick_* of these (cuda_select.h) */
-    ck_caps caps;
-    clef_cuda_knobs k;
-    /* the layers' tensor maps are built (expert_maps): for the TMA kernel below the wgmma threshold or the
-     * persistent wgmma kernel above (k.tma or k.wgmma_ws) on a Hopper device (ck_caps_hopper) */
-    int expert_maps_on;
-    /* FP8-block experts as W8A8 on the FP8 tensor cores (cuda_fp8mma.cu): CLEF_CUDA_FP8_MMA, default 0;
-     * cleared where the build lacks sm_90a or the device is not compute capability 9.0 */
-    int fp8_mma; /* CLEF_CUDA_FP8_MMA (a user setting: it changes numerics), where ck_caps_hopper */
-    /* the q and k rows qk_norm_rope also left as attention's bf16 rows in SLOT_ATT16 (the q16 / k16 layout
-     * of cu_attention), valid until the next op other than attention: att_valid */
-    att_stage att;
-    int att_valid;
-    /* which parts run precise (split-bf16 products, f32 attention): PRECISE_* bits */
-    unsigned precise_parts;
-    cudaStream_t st;
-    cublasLtHandle_t lt;
-    cublasLtMatmulDesc_t lt_desc;
-    void *lt_ws;
-    size_t lt_ws_bytes;
-    lt_plan *plans;
-    size_t n_plans, cap_plans;
-    void *slot[SLOT_COUNT];
-    size_t slot_bytes[SLOT_COUNT];
-    char *host; /* host staging for small argument arrays */
-    /* what SLOT_META holds (the bytes last staged into it; meta_cached = 0: unknown), so ops whose
-     * arguments repeat (every layer's attention over one batch) skip the upload */
-    char *meta_cache;
-    size_t meta_cache_cap, meta_cached;
-    size_t host_bytes;
-    arena *arenas;
-    size_t n_arenas, cap_arenas;
-    moe_ptrs *moe;
-    size_t n_moe, cap_moe;
-    qmoe_tab *qmoe; /* packed-expert tables (quantized checkpoints) */
-    int int4_v2;    /* knob QGEMM_INT4=v2: INT4 kept in the GPTQ layout, kernel v2; else reordered, v3 */
-    int int4_2blk;  /* knob QGEMM_INT4=v3-2blk: v3 with 32-row tiles bounded for 2 blocks/SM (tuning) */
-    int nvfp4_v2;   /* knob QGEMM_NVFP4=v2: NVFP4 kept in the checkpoint layout, kernel v2; else reordered, v3 */
-    size_t n_qmoe, cap_qmoe;
-    /* the last activation rows converted to bf16 (reused by consecutive
-     * matmuls of the same input, e.g. q/k/v); any other op clears it */
-    const float *cvt_x;
-    int64_t cvt_rows, cvt_K, cvt_ld;
-    int cvt_split, cvt_valid;
-    size_t peak_used; /* device memory in use at the fullest point seen (driver's view) */
-    size_t total_mem;
-    /* CUDA graphs (graph_run): the kept forwards, the one being captured, counters */
-    int graphs_on;      /* CLEF_CUDA_GRAPHS */
-    int capturing;      /* a graph_run body is being captured on st: ops must not sync, alloc or grow slots */
-    struct cu_graph *graphs, *cap;
-    size_t n_graphs;
-    unsigned slot_gen;  /* bumped whenever a scratch slot moves (kept graphs hold slot addresses) */
-    uint64_t graph_clock;
-    long graph_captures, graph_replays, graph_failed;
-    cudaStream_t side;  /* non-blocking stream for staging a captured graph's argument arrays */
-    /* profiling */
-    prof_key *keys;
-    size_t n_keys, cap_keys;
-    prof_ev *ev;
-    size_t n_ev, cap_ev, used_ev;
-    int cur_key;
-    char desc[256];
-} cuda_ctx;
-
 static const clef_backend_ops cuda_ops;
-
-/* Parts of the precise mode (cuda_env.h). */
-enum {
-    PRECISE_DENSE = CLEF_PRECISE_DENSE,
-    PRECISE_EXPERTS = CLEF_PRECISE_EXPERTS,
-    PRECISE_ATTN = CLEF_PRECISE_ATTN,
-    PRECISE_ALL = CLEF_PRECISE_ALL
-};
-
-static inline cuda_ctx *cu_of(clef_backend *be) { return (cuda_ctx *)be->ctx; }
-
-/* bf16 halves per activation value in the products of precise part `part`: 2 ([hi | lo] rows) or 1.
- * An op that leaves converted rows for another op's product uses the consumer's part. */
-static inline int split_of(const cuda_ctx *c, unsigned part) { return c->precise_parts & part ? 2 : 1; }
-
-/* Head sizes of the tensor-core attention (cuda_attn.cu); others run ck_attn_f32. */
-static inline int attn_tc_head(int64_t D) { return D == 64 || D == 72 || D == 128; }
-
-/* 0, or -1 with err 500 naming the CUDA error. */
-static int cu_check(cudaError_t e, const char *what, clef_err *err) {
-    if (e == cudaSuccess) return 0;
-    return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CUDA %s: %s (%s)", what, cudaGetErrorString(e),
-                     cudaGetErrorName(e));
-}
-
-static int lt_check(cublasStatus_t s, const char *what, clef_err *err) {
-    if (s == CUBLAS_STATUS_SUCCESS) return 0;
-    return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "cuBLASLt %s: %s (%d)", what, cublasLtGetStatusString(s), (int)s);
-}
-
-/* The host-memory failure of the backend's tables: a 500 internal error; returns -1. */
-static int host_oom(clef_err *err) {
-    return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CUDA backend: out of host memory");
-}
 
 /* Room for element n of a growable host array (`items`, *cap elements of `size` bytes): when n == *cap
  * the array is reallocated to twice the capacity (`first` elements the first time) and *cap updated.
@@ -379,6 +178,8 @@ static void *cu_slot(cuda_ctx *c, int s, size_t bytes, clef_err *err) {
     c->slot[s] = NULL;
     c->slot_bytes[s] = 0;
     size_t want = ALIGN_UP(bytes + bytes / 4 + 256, 256); /* a little headroom: fewer regrowths */
+    if (c->budget && cu_budget_admit(c, want, 1, "scratch", NULL)) want = ALIGN_UP(bytes + 256, 256);
+    if (cu_budget_admit(c, want, 1, "CUDA scratch", err)) return NULL;
     void *p = NULL;
     cudaError_t e = cudaMallocAsync(&p, want, c->st);
     if (e != cudaSuccess) {
@@ -470,6 +271,7 @@ static void *cu_alloc(clef_backend *be, size_t bytes) {
     cuda_ctx *c = cu_of(be);
     if (c->capturing) return NULL; /* graph_run bodies do not allocate (backend.h) */
     cudaSetDevice(c->device);
+    if (cu_budget_admit(c, bytes ? bytes : 256, 1, "a workspace", NULL)) return NULL;
     void *p = NULL;
     if (cudaMallocAsync(&p, bytes ? bytes : 256, c->st) != cudaSuccess) {
         cudaGetLastError();
@@ -516,6 +318,7 @@ static int cu_copy(clef_backend *be, void *dst, const void *src, size_t bytes, c
 
 /* `bytes` of weight memory (256-byte aligned) from the arenas. */
 static void *arena_take(cuda_ctx *c, size_t bytes, clef_err *err) {
+    if (c->sx.binding) return cu_sx_take(c, bytes, err); /* a streamed layer's experts: its slot */
     bytes = ALIGN_UP(bytes ? bytes : 1, 256);
     if (c->n_arenas) {
         arena *a = &c->arenas[c->n_arenas - 1];
@@ -530,6 +333,9 @@ static void *arena_take(cuda_ctx *c, size_t bytes, clef_err *err) {
     if (!grown) return host_oom(err), NULL;
     c->arenas = grown;
     size_t size = bytes > ARENA_BYTES / 4 ? bytes : ARENA_BYTES; /* big tensors get their own */
+    if (c->budget && size > bytes && cu_budget_admit(c, size, 0, "weights", NULL)) size = bytes; /* no room for a
+                                                                                                   whole arena */
+    if (cu_budget_admit(c, size, 0, "weights", err)) return NULL;
     void *base = NULL;
     cudaError_t e = cudaMalloc(&base, size);
     if (e != cudaSuccess && size > bytes) { /* near the end of memory: just this tensor */
@@ -1844,6 +1650,9 @@ static int cu_moe_packed(cuda_ctx *c, const float *x, int64_t T, const int32_t *
     return 0;
 }
 
+static int moe_resident(cuda_ctx *c, const float *x, int64_t T, const int32_t *idx, const float *w, int64_t k,
+                        const clef_moe_weights *ex, float *y, clef_err *err);
+
 /* Grouped expert block (backend.h moe), in passes of MOE_CHUNK_TOKENS tokens. */
 static int cu_moe(clef_backend *be, const float *x, int64_t T, const int32_t *idx, const float *w, int64_t k,
                   const clef_moe_weights *ex, float *y, clef_err *err) {
@@ -1853,6 +1662,20 @@ static int cu_moe(clef_backend *be, const float *x, int64_t T, const int32_t *id
     if (k <= 0 || k > 64 || k > E || E > 65535 || H % 8 || NI % 8 || T * k > INT32_MAX / 2)
         return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CUDA moe: %lld of %lld experts, hidden %lld, inter %lld",
                          (long long)k, (long long)E, (long long)H, (long long)NI);
+    const int si = cu_sx_find(c, ex); /* a streamed layer: its bytes into its slot first */
+    if (si >= 0) {
+        op_begin(c, "moe: streamed-expert wait", 1);
+        if (op_end(c, cu_sx_before(c, si, err))) return -1;
+        const int rc = moe_resident(c, x, T, idx, w, k, ex, y, err);
+        return rc ? rc : cu_sx_after(c, si, err);
+    }
+    return moe_resident(c, x, T, idx, w, k, ex, y, err);
+}
+
+/* cu_moe over weights in device memory (resident, or a streamed layer's slot once filled). */
+static int moe_resident(cuda_ctx *c, const float *x, int64_t T, const int32_t *idx, const float *w, int64_t k,
+                        const clef_moe_weights *ex, float *y, clef_err *err) {
+    const int64_t H = ex->hidden;
     if (ex->gate[0].quant.type != CLEF_QT_NONE) return cu_moe_packed(c, x, T, idx, w, k, ex, y, err);
     op_begin(c, "moe: expert table", 1);
     const moe_ptrs *tab = moe_pointers(c, ex, err);
@@ -1985,6 +1808,7 @@ static void cu_destroy(clef_backend *be) {
     if (c) {
         cudaSetDevice(c->device);
         if (c->st) cudaStreamSynchronize(c->st);
+        cu_sx_destroy(c);
         for (int s = 0; s < SLOT_COUNT; s++)
             if (c->slot[s]) cudaFreeAsync(c->slot[s], c->st);
         if (c->st) cudaStreamSynchronize(c->st);
@@ -2094,7 +1918,12 @@ static int cu_graph_run(clef_backend *be, const void *key, size_t kb, int (*body
     if (g->state == 2 && g->slot_gen != c->slot_gen) graph_clear(g); /* a slot moved: capture again */
     if (g->state == 2) {
         c->cvt_valid = c->att_valid = 0; /* the graph rewrote the activations the host believes converted */
+        if (c->sx.n && cu_sx_restore(c, g->sx_in, err)) return -1; /* the slots as the capture found them */
         if (cu_check(cudaGraphLaunch(g->exec, c->st), "CUDA graph launch", err)) return -1;
+        if (c->sx.n) {
+            c->sx.holds[0] = g->sx_out[0], c->sx.holds[1] = g->sx_out[1];
+            c->sx.copies += g->sx_copies, c->sx.copied_bytes += g->sx_bytes;
+        }
         c->graph_replays++;
         return 0;
     }
@@ -2106,6 +1935,9 @@ static int cu_graph_run(clef_backend *be, const void *key, size_t kb, int (*body
     /* second call: capture */
     c->cvt_valid = c->att_valid = 0; /* no conversion from before the graph may be reused inside it */
     const unsigned gen = c->slot_gen;
+    if (c->sx.n && cu_sx_settle(c, err)) return -1; /* no copy queued outside the capture is waited for in it */
+    g->sx_in[0] = c->sx.holds[0], g->sx_in[1] = c->sx.holds[1];
+    const uint64_t sx_c0 = c->sx.copies, sx_b0 = c->sx.copied_bytes;
     if (cudaStreamBeginCapture(c->st, cudaStreamCaptureModeRelaxed) != cudaSuccess) {
         cudaGetLastError();
         g->state = 3;
@@ -2117,8 +1949,11 @@ static int cu_graph_run(clef_backend *be, const void *key, size_t kb, int (*body
     clef_err cerr;
     clef_err_clear(&cerr);
     int rc = body(ctx, &cerr);
+    if (rc == 0 && c->sx.n) rc = cu_sx_join(c, &cerr); /* the copy stream rejoins st inside the capture */
     c->capturing = 0;
     c->cap = NULL;
+    g->sx_out[0] = c->sx.holds[0], g->sx_out[1] = c->sx.holds[1];
+    g->sx_copies = c->sx.copies - sx_c0, g->sx_bytes = c->sx.copied_bytes - sx_b0;
     cudaGraph_t graph = NULL;
     cudaError_t e = cudaStreamEndCapture(c->st, &graph);
     cudaGraphExec_t exec = NULL;
@@ -2131,6 +1966,10 @@ static int cu_graph_run(clef_backend *be, const void *key, size_t kb, int (*body
         graph_clear(g);
         g->state = 3;
         c->graph_failed++;
+        /* the captured copies never ran: the slots hold what they held before, or (a copy queued
+         * before the failure) something unknown */
+        c->sx.holds[0] = c->sx.holds[1] = -1;
+        c->sx.pending[0] = c->sx.pending[1] = 0;
         return body(ctx, err);
     }
     g->exec = exec;
@@ -2157,6 +1996,9 @@ static const clef_backend_ops cuda_ops = {
     .copies_weights = 1,
     .destroy = cu_destroy,
     .graph_run = cu_graph_run,
+    .experts_stream_begin = cu_experts_stream_begin,
+    .experts_stream_end = cu_experts_stream_end,
+    .set_memory_budget = cu_set_budget,
     .alloc = cu_alloc,
     .free = cu_free,
     .upload = cu_upload,
