@@ -29,7 +29,7 @@
 #   quant_parity  the full preset's experts quantized in memory (QUANT_FORMATS, default int4,
 #                 fp8-block, nvfp4): `clef parity` BF16 vs each over the 200 generated requests
 #   stream        issue 17: test_cuda_stream, then `clef bench` on the full preset resident and under
-#                 --gpu-memory budgets (STREAM_FORMATS, STREAM_BUDGETS): streamed bytes, copy rate, peak
+#                 --gpu-memory budgets (STREAM_PLAN): streamed bytes, copy rate, peak
 #   quant_bench   `clef bench` per format (QUANT_BENCH_FORMATS): 300 / 1k tokens, 32x1k, GPU memory
 #   qgemm_bench   per-layer expert GEMM times (test_cuda_quant, CLEF_QGEMM_BENCH=1) for each CLEF_CUDA_WGMMA
 #                 value in WGMMA_MODES (default "1 0")
@@ -258,18 +258,22 @@ EOF
             --quant-b ${QUANT_FORMATS:-int4,fp8-block,nvfp4} --device cuda --requests bench/parity/requests_200.jsonl
         grep -E "^(A |B |requests|top-1|total variation|flipped questions|clef parity)" "$OUT/quant_parity.log" >> "$SUM"
         ;;
-    stream) # issue 17: streamed experts bitwise the resident ones (test_cuda_stream), then the full preset in
-        # STREAM_FORMATS (default int4) resident and under each STREAM_BUDGETS budget (default "24GiB 16GiB"),
-        # with the peak the driver saw (gpu_peak_mib) against the budget
+    stream) # issue 17: streamed experts bitwise the resident ones (test_cuda_stream), then the full preset per
+        # STREAM_PLAN entry FORMAT:BUDGET,BUDGET,... (bf16 = no --quant; none = resident, no budget), e.g.
+        # "int4:none,24GiB,16GiB nvfp4:16GiB bf16:32GiB", with the driver's peak (gpu_peak_mib) against the budget
         [ -x "$BIN/test_cuda_stream" ] && run_stage test_cuda_stream 240 "$BIN/test_cuda_stream"
         grep -E "streamed|budget|PASSED|FAILED|skipped" "$OUT/test_cuda_stream.log" >> "$SUM"
-        for f in $(echo "${STREAM_FORMATS:-int4}" | tr , ' '); do
-            for b in ${STREAM_BUDGETS_RESIDENT:-none} ${STREAM_BUDGETS:-24GiB 16GiB}; do
+        for e in ${STREAM_PLAN:-int4:none,16GiB}; do
+            f=${e%%:*}
+            for b in $(echo "${e#*:}" | tr , ' '); do
+                q=; [ "$f" != bf16 ] && q="--quant $f"
                 g=; [ "$b" != none ] && g="--gpu-memory $b"
-                run_stage "stream_${f}_$b" ${STREAM_TIMEOUT:-170} "$BIN/clef" bench --synthetic full --seed 1 \
-                    --quant "$f" --device cuda --text-only --runs ${STREAM_RUNS:-1x300,1x1000,8x1000} --iters 5 $g
-                grep -E "^(plan|streamed|run |latency_ms_p50|tokens_per_s|gpu_peak_mib|pinned_copy|stream_floor|load_s)" \
-                    "$OUT/stream_${f}_$b.log" >> "$SUM"
+                run_stage "stream_${f}_$b" ${STREAM_TIMEOUT:-170} "$BIN/clef" bench --synthetic full --seed 1 $q \
+                    --device cuda --text-only --runs ${STREAM_RUNS:-1x300,1x1000,8x1000} --iters ${STREAM_ITERS:-5} $g
+                local_rc=$?
+                { echo "== $f $b"; grep -E "^(plan|streamed|run |latency_ms_p50|tokens_per_s|gpu_peak_mib|pinned_copy|stream_floor|load_s)" \
+                    "$OUT/stream_${f}_$b.log"; } >> "$SUM"
+                [ $local_rc = 0 ] && rm -f "$OUT/stream_${f}_$b.log" # the summary keeps the figures (8 files come back)
             done
         done
         ;;
