@@ -17,6 +17,7 @@
 #include "engine/state_cache.h"
 #include "cli/cli.h"
 #include "clef_version.h"
+#include "engine/placement.h"
 #include "engine/scheduler.h"
 #include "eval/eval.h"
 #include "json/json.h"
@@ -264,6 +265,18 @@ static int write_environment(const eval_args *a, clef_engine *e, const char *lab
                     a->text_only ? "true" : "false");
     put_key_str(&b, "model_name", a->model_name ? a->model_name : CLEF_EVAL_DEFAULT_MODEL_NAME);
     put_key_str(&b, "device_requested", a->device);
+    /* the state cache's bound (0: off, or off on this backend: state_cache_off says why) and the GPU
+     * memory budget with the placement it gave (null: none, every weight resident) */
+    clef_buf_printf(&b, ",\"state_cache_bytes\":%zu", a->state_cache);
+    put_key_str(&b, "state_cache_off", clef_engine_state_cache_off_reason(e));
+    const clef_place_plan *pl = clef_engine_plan(e);
+    if (pl)
+        clef_buf_printf(&b, ",\"gpu_memory_bytes\":%zu,\"placement\":{\"resident_layers\":%lld,"
+                            "\"streamed_layers\":%lld,\"streamed_bytes_per_forward\":%zu,\"device_bytes_planned\":%zu}",
+                        pl->budget, (long long)pl->n_resident, (long long)pl->n_streamed, pl->streamed_bytes,
+                        pl->device_bytes);
+    else
+        clef_buf_puts(&b, ",\"gpu_memory_bytes\":null,\"placement\":null");
     clef_buf_puts(&b, "}");
 #ifdef __clang__
     static const char COMPILER[] = "clang " __clang_version__;

@@ -305,6 +305,14 @@ static void test_statuses(void **state) {
     assert_string_equal(str_of(e, "device"), "cpu");
     assert_string_equal(str_of(e, "numerics"), "f32");
     assert_non_null(json_get(json_get(e, "build"), "compiler"));
+    /* the state cache's bound (the default, 2 GiB, on; the CPU reads a cached prefix) and no GPU budget */
+    const json_value *eo = json_get(e, "engine_options");
+    double cache_bytes;
+    assert_int_equal(json_as_double(json_get(eo, "state_cache_bytes"), &cache_bytes), 0);
+    assert_true(cache_bytes == 2147483648.0);
+    assert_int_equal(json_get(eo, "state_cache_off")->type, JSON_NULL);
+    assert_int_equal(json_get(eo, "gpu_memory_bytes")->type, JSON_NULL);
+    assert_int_equal(json_get(eo, "placement")->type, JSON_NULL);
     double load;
     assert_int_equal(json_as_double(json_get(e, "loaded_seconds"), &load), 0);
     assert_true(load > 0);
