@@ -8,6 +8,7 @@
 
 #include "backend/cuda/cuda.h"
 #include "clef_version.h"
+#include "engine/placement.h"
 #include "engine/state_cache.h"
 #include "util/buf.h"
 
@@ -215,6 +216,20 @@ void clef_metrics_render_connections(size_t open, size_t max, uint64_t over_limi
     header(out, "clef_worker_queue_depth", "gauge",
            "Requests with a complete body waiting for a worker thread (parse, validate, encode).");
     clef_buf_printf(out, "clef_worker_queue_depth %zu\n", worker_queue);
+}
+
+void clef_metrics_render_placement(const clef_place_plan *p, clef_buf *out) {
+    header(out, "clef_gpu_memory_budget_bytes", "gauge", "The GPU memory budget (--gpu-memory); 0 = none.");
+    clef_buf_printf(out, "clef_gpu_memory_budget_bytes %zu\n", p ? p->budget : 0);
+    header(out, "clef_placement_resident_layers", "gauge",
+           "MoE layers whose experts stay in GPU memory under the budget (0 without one: all resident).");
+    clef_buf_printf(out, "clef_placement_resident_layers %lld\n", p ? (long long)p->n_resident : 0LL);
+    header(out, "clef_placement_streamed_layers", "gauge",
+           "MoE layers whose experts are streamed from pinned host memory every forward.");
+    clef_buf_printf(out, "clef_placement_streamed_layers %lld\n", p ? (long long)p->n_streamed : 0LL);
+    header(out, "clef_placement_streamed_bytes_per_forward", "gauge",
+           "Host to GPU bytes every forward copies (the streamed layers' experts).");
+    clef_buf_printf(out, "clef_placement_streamed_bytes_per_forward %zu\n", p ? p->streamed_bytes : 0);
 }
 
 void clef_metrics_render_state_cache(const clef_state_cache_stats *st, int enabled, clef_buf *out) {

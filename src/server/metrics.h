@@ -95,6 +95,11 @@ void clef_metrics_render_budgets(clef_budget *media, clef_budget *body, clef_buf
 struct clef_state_cache_stats;
 void clef_metrics_render_state_cache(const struct clef_state_cache_stats *st, int enabled, clef_buf *out);
 
+/* The weight placement's series (engine/placement.h; plan NULL = no GPU
+ * memory budget: every gauge 0). */
+struct clef_place_plan;
+void clef_metrics_render_placement(const struct clef_place_plan *plan, clef_buf *out);
+
 void clef_metrics_render_connections(size_t open, size_t max, uint64_t over_limit, uint64_t timed_out_headers,
                                      uint64_t timed_out_body, size_t worker_queue, clef_buf *out);
 

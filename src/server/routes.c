@@ -278,6 +278,7 @@ static enum MHD_Result get_metrics(clef_server *s, struct MHD_Connection *c, req
     clef_state_cache_stats sc = {0};
     if (ready) clef_engine_state_cache_stats(s->engine, &sc);
     clef_metrics_render_state_cache(&sc, ready && sc.capacity > 0, &b);
+    clef_metrics_render_placement(ready ? clef_engine_plan(s->engine) : NULL, &b);
     clef_conn_stats cs;
     clef_conns_stats(s, &cs);
     clef_metrics_render_connections(cs.open, s->opt.max_connections, cs.over_limit_total, cs.cut_headers_total,

@@ -62,6 +62,10 @@ static void test_metrics_and_answers(void **state) {
     assert_true(hu_metric(t, "clef_state_cache_bytes") > 0);
     assert_true(hu_metric(t, "clef_state_cache_bytes") <= hu_metric(t, "clef_state_cache_capacity_bytes"));
     assert_true(hu_metric(t, "clef_state_cache_capacity_bytes") == (double)((size_t)2 << 30)); /* the default */
+    /* no GPU memory budget on the CPU: the placement gauges say so */
+    assert_true(hu_metric(t, "clef_gpu_memory_budget_bytes") == 0);
+    assert_true(hu_metric(t, "clef_placement_streamed_layers") == 0);
+    assert_true(hu_metric(t, "clef_placement_streamed_bytes_per_forward") == 0);
     assert_true(hu_metric(t, "clef_state_cache_blocks") >= 8);
     assert_non_null(strstr(t, "# TYPE clef_state_cache_hits_total counter\n"));
     assert_non_null(strstr(t, "# TYPE clef_state_cache_bytes gauge\n"));
