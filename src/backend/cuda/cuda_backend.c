@@ -1949,7 +1949,7 @@ static int cu_graph_run(clef_backend *be, const void *key, size_t kb, int (*body
     clef_err cerr;
     clef_err_clear(&cerr);
     int rc = body(ctx, &cerr);
-    if (rc == 0 && c->sx.n) rc = cu_sx_join(c, &cerr); /* the copy stream rejoins st inside the capture */
+    if (rc == 0 && c->sx.n) rc = cu_sx_settle(c, &cerr); /* the copy stream rejoins st inside the capture */
     c->capturing = 0;
     c->cap = NULL;
     g->sx_out[0] = c->sx.holds[0], g->sx_out[1] = c->sx.holds[1];

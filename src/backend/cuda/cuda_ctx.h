@@ -269,11 +269,10 @@ int cu_sx_find(const cuda_ctx *c, const clef_moe_weights *ex);
  * parity) queued on the copy stream behind this layer's use. */
 int cu_sx_before(cuda_ctx *c, int i, clef_err *err);
 int cu_sx_after(cuda_ctx *c, int i, clef_err *err);
-/* Graph capture: st waits for copies queued outside it before BeginCapture (cu_sx_settle) and for the
- * captured ones before EndCapture (cu_sx_join, so the copy stream rejoins the capture); a replay of a
- * graph captured with slots holding `want` first brings them to that (cu_sx_restore). */
+/* st waits for every copy queued and not yet waited for: before a graph capture begins (no wait on a
+ * copy from outside it) and before it ends (the copy stream rejoins the capture).  A replay of a graph
+ * captured with slots holding `want` first brings them to that (cu_sx_restore). */
 int cu_sx_settle(cuda_ctx *c, clef_err *err);
-int cu_sx_join(cuda_ctx *c, clef_err *err);
 int cu_sx_restore(cuda_ctx *c, const int want[2], clef_err *err);
 int cu_experts_stream_begin(clef_backend *be, size_t slot_bytes, clef_err *err);
 int cu_experts_stream_end(clef_backend *be, const clef_moe_weights *ex, clef_err *err);

@@ -209,8 +209,6 @@ int cu_sx_settle(cuda_ctx *c, clef_err *err) {
     return sx_wait(c, 0, err) || sx_wait(c, 1, err) ? -1 : 0;
 }
 
-int cu_sx_join(cuda_ctx *c, clef_err *err) { return cu_sx_settle(c, err); }
-
 int cu_sx_restore(cuda_ctx *c, const int want[2], clef_err *err) {
     for (int slot = 0; slot < 2; slot++) {
         if (want[slot] < 0 || c->sx.holds[slot] == want[slot]) continue;
