@@ -126,6 +126,9 @@ EOF
         ;;
     tests)
         cuda_suite "$BIN" "" 150 tests
+        # the state cache's bitwise suite on the GPU (engine device automatic: CUDA here)
+        [ -x "$BIN/test_state_cache" ] && CLEF_DEVICE=cuda run_stage test_state_cache 300 "$BIN/test_state_cache" &&
+            cat "$OUT/test_state_cache.log" >> "$OUT/tests.log" && rm -f "$OUT/test_state_cache.log"
         grep -E "rel L2|bitwise|PASSED|FAILED|mode:|Error|error" "$OUT/tests.log" | tail -60 >> "$SUM"
         ;;
     cpuref)
@@ -275,6 +278,19 @@ EOF
                     "$OUT/stream_${f}_$b.log"; } >> "$SUM"
                 [ $local_rc = 0 ] && rm -f "$OUT/stream_${f}_$b.log" # the summary keeps the figures (8 files come back)
             done
+        done
+        ;;
+    state_cache) # issue 19: the state cache's two workloads on the full preset (answers_identical and the
+        # speed-up) and the precise mode's variant choice on `small` (the bitwise suite runs in `tests`);
+        # STATE_PLAN entries PRESET:WORKLOAD:NUMERICS (NUMERICS cpu = the CPU path)
+        for w in ${STATE_PLAN:-full:questions:fast full:transcript:fast small:questions:precise}; do
+            p=${w%%:*}; r=${w#*:}; k=${r%%:*}; nm=${r#*:}
+            # NUMERICS cpu: the CPU path on this machine's cores (STATE_CPU_ARGS: fewer sets / steps)
+            d="--device cuda --numerics $nm"; [ "$nm" = cpu ] && d="--device cpu ${STATE_CPU_ARGS:---sets 4 --steps 6}"
+            run_stage "state_${p}_${k}_$nm" 300 "$BIN/clef" bench --synthetic "$p" --seed 1 --text-only $d \
+                --state-workload "$k" --state-cache 8G
+            { echo "== $p $k $nm"; grep -E "^(workload|requests|tokens_|cache_|speedup|state_cache|answers_identical|load_s|device)" \
+                "$OUT/state_${p}_${k}_$nm.log"; } >> "$SUM"
         done
         ;;
     quant_bench)

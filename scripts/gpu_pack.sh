@@ -16,7 +16,7 @@ B=${GPU_BUILD:-build-gpu}
 P=${PACK:-.gpu}
 cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DCLEF_MEDIA=OFF -DCLEF_CUDA=ON \
     "-DCLEF_CUDA_ARCHS=${CLEF_CUDA_ARCHS:-90a}" "-DCMAKE_EXE_LINKER_FLAGS=-Wl,--as-needed" >/dev/null
-TARGETS="clef test_cuda_ops test_cuda_golden ${EXTRA_TARGETS:-}" # EXTRA_TARGETS: more test programs
+TARGETS="clef test_cuda_ops test_cuda_golden test_state_cache ${EXTRA_TARGETS:-}" # EXTRA_TARGETS: more test programs
 cmake --build "$B" -j"${JOBS:-2}" --target $TARGETS
 rm -rf "$P/stage" && mkdir -p "$P/stage/bin" "$P/stage/lib"
 for t in $TARGETS; do cp "$B/$t" "$P/stage/bin/"; done

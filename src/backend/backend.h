@@ -100,6 +100,13 @@ typedef struct clef_rope_desc {
     const float *inv_freq;   /* backend memory [D/2]: 1/theta^(2j/D) in f32 */
 } clef_rope_desc;
 
+/* One backend -> backend copy of copy_many. */
+typedef struct clef_copy {
+    void *dst;
+    const void *src;
+    size_t bytes;
+} clef_copy;
+
 /* Half-open row range [start, end) used by span_mean. */
 typedef struct clef_row_span {
     int64_t start;
@@ -118,7 +125,9 @@ typedef struct clef_backend_ops {
      * (a cached prefix, clef_attn_desc) and a query row's value does not
      * depend on how many prefix keys came from the cache, provided the
      * prefix is a multiple of CLEF_KV_BLOCK tokens (CPU: its query blocks are
-     * cut at absolute positions).  0: the engine's state cache stays off. */
+     * cut at absolute positions; CUDA: its key tiles start at fixed positions
+     * and a tile past a row adds exactly nothing, cuda_attn.cu).  0: the
+     * engine's state cache stays off. */
     int causal_prefix;
     void (*destroy)(clef_backend *be);
 
@@ -130,6 +139,16 @@ typedef struct clef_backend_ops {
     int (*upload)(clef_backend *be, void *dst, const void *src, size_t bytes, clef_err *err);
     int (*download)(clef_backend *be, void *dst, const void *src, size_t bytes, clef_err *err);
     int (*copy)(clef_backend *be, void *dst, const void *src, size_t bytes, clef_err *err);
+    /* backend -> backend copy of `rows` rows of `cols` floats: row r from
+     * src + r * src_stride to dst + r * dst_stride (strides in floats, >=
+     * cols); the regions must not overlap.  One call for a strided block (the
+     * k or v columns of fused q | k | v rows). */
+    int (*copy_2d)(clef_backend *be, float *dst, int64_t dst_stride, const float *src, int64_t src_stride,
+                   int64_t rows, int64_t cols, clef_err *err);
+    /* backend -> backend copies list[0..n) (host array), none overlapping
+     * another's destination: one launch for many small copies (the cached
+     * blocks' K/V rows, engine/state_cache.h). */
+    int (*copy_many)(clef_backend *be, const clef_copy *list, size_t n, clef_err *err);
     /* Make a weight whose bytes are at host address `host` usable by the
      * backend: fills `w` (CPU: borrows the host pointer; a device backend
      * uploads and owns a copy, released by weight_release). */

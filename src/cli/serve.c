@@ -57,7 +57,7 @@ static void serve_usage(FILE *f) {
             "  --state-cache SIZE        memory for cached state prefixes (per-layer K/V and final hidden\n"
             "                            rows of 64-token blocks, reused by requests that share a state or\n"
             "                            its start; least recently used blocks go first): e.g. 512M, 4G;\n"
-            "                            0 or off = none (default 2G; CPU only for now, off on CUDA)\n"
+            "                            0 or off = none (default 2G; on a GPU within --gpu-memory)\n"
             "  --max-connections N       concurrent HTTP connections served (default: as many as the\n"
             "                            open-file limit allows, at most %d; the soft limit is raised to the\n"
             "                            hard one); past it, while descriptors last, each request gets 503\n"

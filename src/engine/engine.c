@@ -148,12 +148,20 @@ clef_engine *clef_engine_open(const clef_engine_options *opt, clef_err *err) {
     else
         snprintf(e->towers_why, sizeof e->towers_why, "%s", terr.message);
     if (opt->state_cache) {
-        if (clef_model_can_reuse(e->model))
-            e->cache = clef_state_cache_new(clef_model_backend(e->model), opt->state_cache,
-                                            clef_kv_block_floats(e->model));
+        /* under --gpu-memory the cache's blocks (backend memory) get what the plan leaves of the budget */
+        size_t bound = opt->state_cache;
+        const size_t block = clef_kv_block_floats(e->model) * sizeof(float);
+        if (e->plan && e->plan->budget) {
+            const size_t left = e->plan->budget > e->plan->device_bytes ? e->plan->budget - e->plan->device_bytes : 0;
+            if (left < bound) bound = left;
+        }
+        if (!clef_model_can_reuse(e->model))
+            e->cache_off = "the state cache is off: this backend's attention cannot read a cached prefix";
+        else if (bound < block)
+            e->cache_off = "the state cache is off: the --gpu-memory budget leaves no room for one block of cached "
+                           "state";
         else
-            e->cache_off = "the state cache is off: this backend's attention cannot read a cached prefix (CPU only "
-                           "for now)";
+            e->cache = clef_state_cache_new(clef_model_backend(e->model), bound, clef_kv_block_floats(e->model));
         if (e->cache_off && opt->verbose) fprintf(stderr, "clef: %s\n", e->cache_off);
     }
     e->load_seconds = clef_now() - t0;

@@ -369,12 +369,7 @@ size_t clef_kv_block_floats(const clef_model *m) {
     return (2 * (size_t)c->num_hidden_layers * kd + (size_t)c->hidden_size) * CLEF_KV_BLOCK;
 }
 
-int clef_model_can_reuse(const clef_model *m) {
-    if (!m->be->ops->causal_prefix) return 0;
-    for (int64_t l = 0; l < m->cfg->text.num_hidden_layers; l++)
-        if (m->layers[l].fused_qkv) return 0;
-    return 1;
-}
+int clef_model_can_reuse(const clef_model *m) { return m->be->ops->causal_prefix && m->be->ops->copy_2d; }
 
 /* The rows of one reuse forward: full-pass segments `seg` (the K/V layout,
  * as in the full pass), the computed rows' segments `sseg` (record s's rows
@@ -386,38 +381,40 @@ typedef struct reuse_plan {
     size_t *read_at, *write_at; /* [n_seg] first block of record s in read / write */
     float *kk, *vv;             /* [n_total, kd] K and V of every row, full-pass layout */
     size_t kd, B, L;
+    clef_copy *cp;              /* scratch: 2 x (blocks read + blocks filled) + n_seg copies */
 } reuse_plan;
 
-/* Backend copy of `rows` rows of `cols` floats. */
-static int copy_rows(clef_backend *be, float *dst, const float *src, size_t rows, size_t cols, clef_err *err) {
-    return rows ? be->ops->copy(be, dst, src, rows * cols * sizeof(float), err) : 0;
-}
-
 /* Layer l's K/V of every record into the full-pass layout (cached prefix
- * rows from the read blocks, the computed rows from k / v), then the filled
- * blocks' K/V from it. */
-static int reuse_kv_in(clef_backend *be, const reuse_plan *p, size_t l, const float *k, const float *v, clef_err *err) {
-    const size_t B = p->B, kd = p->kd;
+ * rows from the read blocks, the computed rows from k / v: rows kv_stride
+ * floats apart, kd or the fused q | k | v width), then the filled blocks'
+ * K/V from it: one copy_many for the reads, one copy_2d per record and
+ * computed matrix, one copy_many for the fills (p->cp: room for the most). */
+static int reuse_kv_in(clef_backend *be, const reuse_plan *p, size_t l, const float *k, const float *v,
+                       int64_t kv_stride, clef_err *err) {
+    const size_t B = p->B, kd = p->kd, blk = B * kd * sizeof(float);
+    size_t n = 0;
+    for (size_t s = 0; s < p->n_seg; s++)
+        for (size_t b = 0, base = p->seg[s]; b < p->reuse[s] / B; b++) {
+            const float *x = p->read[p->read_at[s] + b];
+            p->cp[n++] = (clef_copy){p->kk + (base + b * B) * kd, x + 2 * l * B * kd, blk};
+            p->cp[n++] = (clef_copy){p->vv + (base + b * B) * kd, x + (2 * l + 1) * B * kd, blk};
+        }
+    if (be->ops->copy_many(be, p->cp, n, err)) return -1;
     for (size_t s = 0; s < p->n_seg; s++) {
-        const size_t nb = p->reuse[s] / B, base = p->seg[s];
-        for (size_t b = 0; b < nb; b++) {
-            const float *blk = p->read[p->read_at[s] + b];
-            if (copy_rows(be, p->kk + (base + b * B) * kd, blk + 2 * l * B * kd, B, kd, err) ||
-                copy_rows(be, p->vv + (base + b * B) * kd, blk + (2 * l + 1) * B * kd, B, kd, err))
-                return -1;
-        }
-        const size_t n = p->sseg[s + 1] - p->sseg[s], at = base + p->reuse[s];
-        if (copy_rows(be, p->kk + at * kd, k + p->sseg[s] * kd, n, kd, err) ||
-            copy_rows(be, p->vv + at * kd, v + p->sseg[s] * kd, n, kd, err))
+        const size_t at = p->seg[s] + p->reuse[s];
+        const int64_t ikd = (int64_t)kd, rows = (int64_t)(p->sseg[s + 1] - p->sseg[s]), ks = kv_stride;
+        if (rows && (be->ops->copy_2d(be, p->kk + at * kd, ikd, k + (int64_t)p->sseg[s] * ks, ks, rows, ikd, err) ||
+                     be->ops->copy_2d(be, p->vv + at * kd, ikd, v + (int64_t)p->sseg[s] * ks, ks, rows, ikd, err)))
             return -1;
-        for (size_t b = 0; b < p->fill[s]; b++) {
-            float *blk = p->write[p->write_at[s] + b];
-            if (copy_rows(be, blk + 2 * l * B * kd, p->kk + (at + b * B) * kd, B, kd, err) ||
-                copy_rows(be, blk + (2 * l + 1) * B * kd, p->vv + (at + b * B) * kd, B, kd, err))
-                return -1;
-        }
     }
-    return 0;
+    n = 0;
+    for (size_t s = 0; s < p->n_seg; s++)
+        for (size_t b = 0, at = p->seg[s] + p->reuse[s]; b < p->fill[s]; b++) {
+            float *x = p->write[p->write_at[s] + b];
+            p->cp[n++] = (clef_copy){x + 2 * l * B * kd, p->kk + (at + b * B) * kd, blk};
+            p->cp[n++] = (clef_copy){x + (2 * l + 1) * B * kd, p->vv + (at + b * B) * kd, blk};
+        }
+    return be->ops->copy_many(be, p->cp, n, err);
 }
 
 /* attention_block for a reuse forward: the same ops on the computed rows,
@@ -429,13 +426,24 @@ static int attention_block_reuse(clef_model *m, const thinker_layer *L, thinker_
     const clef_text_config *c = &m->cfg->text;
     const int64_t T = (int64_t)n, H = c->hidden_size, nh = c->num_attention_heads, nkv = c->num_key_value_heads;
     const float eps = (float)c->rms_norm_eps;
-    if (be->ops->add_rmsnorm(be, t->h, NULL, L->input_norm, t->a, T, H, eps, err) ||
-        be->ops->matmul(be, t->a, T, &L->q_proj, NULL, t->q, err) ||
-        be->ops->matmul(be, t->a, T, &L->k_proj, NULL, t->k, err) ||
-        be->ops->matmul(be, t->a, T, &L->v_proj, NULL, t->v, err) ||
-        be->ops->qk_norm_rope(be, t->q, ad->q_stride, t->k, ad->k_stride, T, nh, nkv, L->q_norm, L->k_norm, eps, t->pos,
-                              rd, err) ||
-        reuse_kv_in(be, p, l, t->k, t->v, err) || be->ops->attention(be, t->q, p->kk, p->vv, t->att, ad, err) ||
+    const int64_t qd = nh * c->head_dim, kd = nkv * c->head_dim;
+    /* as attention_block: one q | k | v product on a fused_qkv layer (k and v then column blocks of q's
+     * rows), else three; attention reads q in that layout, K / V from the full-pass buffers */
+    clef_attn_desc a = *ad;
+    float *q = t->q, *k = t->k, *v = t->v;
+    int64_t ks = kd;
+    if (be->ops->add_rmsnorm(be, t->h, NULL, L->input_norm, t->a, T, H, eps, err)) return -1;
+    if (L->fused_qkv) {
+        k = q + qd, v = k + kd;
+        a.q_stride = ks = qd + 2 * kd;
+        if (be->ops->matmul(be, t->a, T, &L->qkv_proj, NULL, q, err)) return -1;
+    } else if (be->ops->matmul(be, t->a, T, &L->q_proj, NULL, q, err) ||
+               be->ops->matmul(be, t->a, T, &L->k_proj, NULL, k, err) ||
+               be->ops->matmul(be, t->a, T, &L->v_proj, NULL, v, err)) {
+        return -1;
+    }
+    if (be->ops->qk_norm_rope(be, q, a.q_stride, k, ks, T, nh, nkv, L->q_norm, L->k_norm, eps, t->pos, rd, err) ||
+        reuse_kv_in(be, p, l, k, v, ks, err) || be->ops->attention(be, q, p->kk, p->vv, t->att, &a, err) ||
         be->ops->matmul(be, t->att, T, &L->o_proj, NULL, t->o, err) ||
         be->ops->add_rmsnorm(be, t->h, t->o, L->post_norm, t->a, T, H, eps, err))
         return -1;
@@ -480,13 +488,64 @@ static void media_view(const clef_thinker_media *md, const reuse_plan *p, size_t
     *rows_out = rows, *ds_out = ds, *emb_out = emb, *dsv_out = dsv;
 }
 
+/* One reuse forward's launches (run_layers_reuse; a graph_run body when there are no media). */
+typedef struct reuse_job {
+    clef_model *m;
+    thinker_ws *t;
+    size_t n;
+    const reuse_plan *p;
+    const clef_thinker_media *md;
+    float *hidden_be;
+    const clef_attn_desc *ad;
+    const clef_rope_desc *rd;
+} reuse_job;
+
+static int reuse_body(void *ctx, clef_err *err) {
+    const reuse_job *j = ctx;
+    clef_model *m = j->m;
+    clef_backend *be = m->be;
+    const clef_text_config *c = &m->cfg->text;
+    thinker_ws *t = j->t;
+    const reuse_plan *p = j->p;
+    const clef_thinker_media *md = j->md;
+    const size_t n = j->n, H = (size_t)c->hidden_size, B = p->B, L = p->L;
+    float *hidden_be = j->hidden_be;
+    int rc = be->ops->gather(be, &m->embed, t->ids, (int64_t)n, t->h, err);
+    if (rc == 0 && md && md->n_rows) rc = media_rows(m, t->h, md->rows, md->n_rows, md->embeds, 0, err);
+    for (size_t l = 0; rc == 0 && l < L; l++) {
+        /* h complete after every layer (as the media path): the MLP output is added at once */
+        rc = attention_block_reuse(m, &m->layers[l], t, n, p, l, j->ad, j->rd, err);
+        if (rc == 0) rc = mlp_block(m, &m->layers[l], t, n, err);
+        if (rc == 0) rc = be->ops->add(be, t->h, t->o, t->h, (int64_t)n, (int64_t)H, (int64_t)H, err);
+        if (rc == 0 && md && l < md->n_deepstack && md->n_ds_rows)
+            rc = media_rows(m, t->h, md->ds_rows, md->n_ds_rows, md->deepstack + l * md->n_ds_rows * H, 1, err);
+    }
+    if (rc == 0) rc = be->ops->rmsnorm(be, t->h, m->final_norm, t->a, (int64_t)n, (int64_t)H, (float)c->rms_norm_eps, err);
+    /* the hidden rows: reused ones from the read blocks, computed ones from t->a, then the filled blocks'
+     * from t->a */
+    const size_t hoff = 2 * L * B * p->kd, hb = B * H * sizeof(float); /* a block's hidden rows */
+    size_t nc = 0;
+    for (size_t s = 0; s < p->n_seg; s++) {
+        float *dst = hidden_be + p->seg[s] * H;
+        for (size_t b = 0; b < p->reuse[s] / B; b++)
+            p->cp[nc++] = (clef_copy){dst + b * B * H, p->read[p->read_at[s] + b] + hoff, hb};
+        const size_t rows = p->sseg[s + 1] - p->sseg[s];
+        if (rows) p->cp[nc++] = (clef_copy){dst + p->reuse[s] * H, t->a + p->sseg[s] * H, rows * H * sizeof(float)};
+    }
+    for (size_t s = 0; s < p->n_seg; s++)
+        for (size_t b = 0; b < p->fill[s]; b++)
+            p->cp[nc++] = (clef_copy){p->write[p->write_at[s] + b] + hoff, t->a + (p->sseg[s] + b * B) * H, hb};
+    if (rc == 0) rc = be->ops->copy_many(be, p->cp, nc, err);
+    return rc;
+}
+
 /* The layers of a reuse forward over the n computed rows (ids / positions
  * uploaded), then every record's hidden rows into hidden_be. */
 static int run_layers_reuse(clef_model *m, thinker_ws *t, size_t n, const reuse_plan *p, const clef_thinker_media *md,
                             float *hidden_be, clef_err *err) {
     clef_backend *be = m->be;
     const clef_text_config *c = &m->cfg->text;
-    const size_t H = (size_t)c->hidden_size, B = p->B, L = p->L;
+    const size_t B = p->B;
     int64_t *qo = clef_xmalloc((p->n_seg + 1) * sizeof *qo), *ko = clef_xmalloc((p->n_seg + 1) * sizeof *ko);
     for (size_t s = 0; s <= p->n_seg; s++) qo[s] = (int64_t)p->sseg[s], ko[s] = (int64_t)p->seg[s];
     const int64_t qd = c->num_attention_heads * c->head_dim, kd = (int64_t)p->kd;
@@ -497,26 +556,29 @@ static int run_layers_reuse(clef_model *m, thinker_ws *t, size_t n, const reuse_
     clef_rope_desc rd = {.head_dim = c->head_dim,
                          .section = {c->mrope_section[0], c->mrope_section[1], c->mrope_section[2]},
                          .inv_freq = m->inv_freq};
-    int rc = be->ops->gather(be, &m->embed, t->ids, (int64_t)n, t->h, err);
-    if (rc == 0 && md && md->n_rows) rc = media_rows(m, t->h, md->rows, md->n_rows, md->embeds, 0, err);
-    for (size_t l = 0; rc == 0 && l < L; l++) {
-        /* h complete after every layer (as the media path): the MLP output is added at once */
-        rc = attention_block_reuse(m, &m->layers[l], t, n, p, l, &ad, &rd, err);
-        if (rc == 0) rc = mlp_block(m, &m->layers[l], t, n, err);
-        if (rc == 0) rc = be->ops->add(be, t->h, t->o, t->h, (int64_t)n, (int64_t)H, (int64_t)H, err);
-        if (rc == 0 && md && l < md->n_deepstack && md->n_ds_rows)
-            rc = media_rows(m, t->h, md->ds_rows, md->n_ds_rows, md->deepstack + l * md->n_ds_rows * H, 1, err);
-    }
-    if (rc == 0) rc = be->ops->rmsnorm(be, t->h, m->final_norm, t->a, (int64_t)n, (int64_t)H, (float)c->rms_norm_eps, err);
-    const size_t hoff = 2 * L * B * p->kd; /* the hidden rows of a block */
-    for (size_t s = 0; rc == 0 && s < p->n_seg; s++) {
-        float *dst = hidden_be + p->seg[s] * H;
-        for (size_t b = 0; rc == 0 && b < p->reuse[s] / B; b++)
-            rc = copy_rows(be, dst + b * B * H, p->read[p->read_at[s] + b] + hoff, B, H, err);
-        const float *src = t->a + p->sseg[s] * H;
-        if (rc == 0) rc = copy_rows(be, dst + p->reuse[s] * H, src, p->sseg[s + 1] - p->sseg[s], H, err);
-        for (size_t b = 0; rc == 0 && b < p->fill[s]; b++)
-            rc = copy_rows(be, p->write[p->write_at[s] + b] + hoff, src + b * B * H, B, H, err);
+    reuse_job j = {.m = m, .t = t, .n = n, .p = p, .md = md, .hidden_be = hidden_be, .ad = &ad, .rd = &rd};
+    int rc;
+    if (md || !be->ops->graph_run) {
+        rc = reuse_body(&j, err);
+    } else {
+        /* the key: everything the launches depend on besides backend memory (as run_layers_graph's, plus
+         * the kept-block pointers and counts: a repeated state under a same-length question set replays) */
+        const void *head[6] = {t->h, t->a, t->ids, p->kk, p->vv, hidden_be};
+        const uint64_t serial = m->serial;
+        size_t nr = 0, nw = 0;
+        for (size_t s = 0; s < p->n_seg; s++) nr += p->reuse[s] / B, nw += p->fill[s];
+        const size_t kb = sizeof serial + sizeof head + (3 * p->n_seg + 3) * sizeof(size_t) + (nr + nw) * sizeof(float *);
+        char *key = clef_xmalloc(kb), *k = key;
+        memcpy(k, &serial, sizeof serial), k += sizeof serial;
+        memcpy(k, head, sizeof head), k += sizeof head;
+        memcpy(k, &p->n_seg, sizeof p->n_seg), k += sizeof p->n_seg;
+        memcpy(k, p->seg, (p->n_seg + 1) * sizeof *p->seg), k += (p->n_seg + 1) * sizeof *p->seg;
+        memcpy(k, p->sseg, (p->n_seg + 1) * sizeof *p->sseg), k += (p->n_seg + 1) * sizeof *p->sseg;
+        memcpy(k, p->fill, p->n_seg * sizeof *p->fill), k += p->n_seg * sizeof *p->fill;
+        memcpy(k, p->read, nr * sizeof *p->read), k += nr * sizeof *p->read;
+        memcpy(k, p->write, nw * sizeof *p->write);
+        rc = be->ops->graph_run(be, key, kb, reuse_body, &j, err);
+        free(key);
     }
     free(qo);
     free(ko);
@@ -555,6 +617,7 @@ int clef_thinker_forward_reuse(clef_model *m, const int32_t *ids, size_t n_total
         sseg[s + 1] = sseg[s] + len - p.reuse[s];
     }
     p.sseg = sseg;
+    p.cp = clef_xmalloc((2 * (ra + wa) + n_seg + 1) * sizeof *p.cp);
     const size_t n = sseg[n_seg];
     /* the computed rows' ids and positions */
     int32_t *sids = clef_xmalloc(n * sizeof *sids), *spos = clef_xmalloc(3 * n * sizeof *spos);
@@ -592,6 +655,6 @@ int clef_thinker_forward_reuse(clef_model *m, const int32_t *ids, size_t n_total
         ws_release(m, base, need);
     }
     free(sids), free(spos), free(mrows), free(mds), free(memb), free(mdsv);
-    free(sseg), free(p.read_at), free(p.write_at);
+    free(sseg), free(p.read_at), free(p.write_at), free(p.cp);
     return rc;
 }

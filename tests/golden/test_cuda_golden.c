@@ -228,39 +228,58 @@ static void test_graph_replay(void **state) {
     clef_model_free(mg), clef_model_free(mp);
 }
 
-/* The state cache asked for on CUDA stays off, saying why (the CUDA attention
- * has no cached-prefix path yet: backend.h causal_prefix), and answers are
- * the plain forward's: nothing is looked up or held. */
-static void test_state_cache_off(void **state) {
+/* The state cache on CUDA (backend.h causal_prefix): a request over a long
+ * state answered by an engine without the cache and twice by one with it
+ * (a fill, then a reuse of every whole block of the state) gives the same
+ * bytes each time, and the cache counts exactly what it reused.
+ * tests/golden/test_state_cache.c runs on CUDA too (CLEF_DEVICE=cuda, the
+ * GPU check's `tests` stage): logits bitwise over question sets, a
+ * transcript, packed mixes and evictions. */
+static void test_state_cache_cuda(void **state) {
     TU_NEED_GPU(state);
-    fixture *f = *state;
+    (void)state;
     char *dir = tu_fixture("tiny-clef-omni");
-    clef_engine_options opt = {.model_dir = dir, .device = "cuda", .truncate_state = 1, .state_cache = (size_t)64 << 20};
+    clef_engine *e[2];
+    for (int k = 0; k < 2; k++) {
+        clef_engine_options opt = {.model_dir = dir, .device = "cuda", .truncate_state = 1,
+                                   .state_cache = k ? (size_t)64 << 20 : 0};
+        clef_err err;
+        clef_err_clear(&err);
+        e[k] = clef_engine_open(&opt, &err);
+        if (!e[k]) fail_msg("engine: %s", err.message);
+    }
+    assert_int_equal(clef_model_can_reuse(clef_engine_model(e[1])), 1);
+    assert_null(clef_engine_state_cache_off_reason(e[1]));
+    clef_buf body = {0}, want = {0}, got = {0};
+    clef_buf_puts(&body, "{\"model\":\"clef-omni\",\"state\":\"");
+    for (int w = 0; w < 120; w++) clef_buf_printf(&body, "ticket %d failed at step %d; ", 1000 + w, w % 7);
+    clef_buf_puts(&body, "\",\"questions\":{\"team\":{\"type\":\"choice\",\"instructions\":\"Which team?\","
+                         "\"criteria\":{\"billing\":\"Payments\",\"technical\":\"Bugs\"}},"
+                         "\"urgent\":{\"type\":\"noul\",\"instructions\":\"Is it urgent?\"}}}");
     clef_err err;
     clef_err_clear(&err);
-    clef_engine *e = clef_engine_open(&opt, &err);
-    if (!e) fail_msg("engine: %s", err.message);
-    assert_int_equal(clef_model_can_reuse(clef_engine_model(e)), 0);
-    const char *why = clef_engine_state_cache_off_reason(e);
-    assert_non_null(why);
-    assert_non_null(strstr(why, "state cache is off"));
-    clef_buf body = {0}, out = {0};
-    json_render_opts(json_get(f->cases[0], "request"), 0, &body);
+    if (clef_engine_decide(e[0], body.data, body.len, NULL, &want, &err)) fail_msg("decide: %s", err.message);
     for (int i = 0; i < 2; i++) {
-        out.len = 0;
-        if (clef_engine_decide(e, body.data, body.len, NULL, &out, &err)) fail_msg("decide: %s", err.message);
+        got.len = 0;
+        if (clef_engine_decide(e[1], body.data, body.len, NULL, &got, &err)) fail_msg("decide: %s", err.message);
+        assert_int_equal(got.len, want.len);
+        assert_memory_equal(got.data, want.data, want.len);
     }
     clef_state_cache_stats st;
-    clef_engine_state_cache_stats(e, &st);
-    assert_int_equal(st.lookups + st.hits + st.bytes + st.capacity, 0);
-    clef_buf_free(&body), clef_buf_free(&out);
-    clef_engine_close(e);
+    clef_engine_state_cache_stats(e[1], &st);
+    assert_int_equal(st.lookups, 2);
+    assert_int_equal(st.hits, 1);
+    assert_true(st.blocks_filled >= 8); /* ~1,200 state tokens: >= 8 whole blocks */
+    assert_int_equal(st.tokens_reused, st.blocks_filled * 64);
+    assert_int_equal(st.blocks, st.blocks_filled);
+    clef_buf_free(&body), clef_buf_free(&want), clef_buf_free(&got);
+    clef_engine_close(e[0]), clef_engine_close(e[1]);
     free(dir);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_state_cache_off),
+        cmocka_unit_test(test_state_cache_cuda),
         cmocka_unit_test(test_golden_fast),
         cmocka_unit_test(test_golden_precise),
         cmocka_unit_test(test_packed_equals_alone),

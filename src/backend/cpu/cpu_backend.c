@@ -68,6 +68,23 @@ static int cpu_memcpy(clef_backend *be, void *dst, const void *src, size_t bytes
     return 0;
 }
 
+static int cpu_copy_2d(clef_backend *be, float *dst, int64_t dst_stride, const float *src, int64_t src_stride,
+                       int64_t rows, int64_t cols, clef_err *err) {
+    (void)be;
+    if (rows < 0 || cols < 0 || dst_stride < cols || src_stride < cols)
+        return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "copy_2d: %lld rows of %lld floats, strides %lld / %lld",
+                         (long long)rows, (long long)cols, (long long)dst_stride, (long long)src_stride);
+    for (int64_t r = 0; r < rows; r++) memcpy(dst + r * dst_stride, src + r * src_stride, (size_t)cols * sizeof *dst);
+    return 0;
+}
+
+static int cpu_copy_many(clef_backend *be, const clef_copy *list, size_t n, clef_err *err) {
+    (void)be, (void)err;
+    for (size_t i = 0; i < n; i++)
+        if (list[i].bytes) memcpy(list[i].dst, list[i].src, list[i].bytes);
+    return 0;
+}
+
 static int cpu_weight_init(clef_backend *be, clef_weight *w, clef_dtype dtype, int64_t rows, int64_t cols,
                            const void *host, clef_err *err) {
     if (!cpu_weight_dtype_ok(dtype))
@@ -104,6 +121,8 @@ static const clef_backend_ops cpu_ops = {
     .upload = cpu_memcpy,
     .download = cpu_memcpy,
     .copy = cpu_memcpy,
+    .copy_2d = cpu_copy_2d,
+    .copy_many = cpu_copy_many,
     .weight_init = cpu_weight_init,
     .weight_release = cpu_weight_release,
     .weight_init_packed = cpu_weight_init_packed,

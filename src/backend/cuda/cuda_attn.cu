@@ -8,6 +8,13 @@
  * f32, so no T x T matrix ever exists.  Tiles start at multiples of 64 from
  * the segment's first row, so a record's result does not depend on where it
  * sits in the packed batch.
+ * Causal segments may have more keys than queries (kl > ql: the first
+ * kl - ql keys are a cached prefix, engine/state_cache.h): query i is then
+ * key position i + kl - ql.  A row's value depends only on that position and
+ * on the key tiles (multiples of 64, or 32, from the segment's first key): a
+ * tile past a row's position adds p = 0 exactly and rescales by exactly 1,
+ * so where the query tiles start (another multiple of 64 with a prefix)
+ * changes no bit.
  *
  * With split = 2 (the precise mode) the same kernel takes Q, K, V as
  * hi + lo bf16 pairs and runs three MMAs per product (see attn_tc_kernel).
@@ -179,6 +186,8 @@ __global__ void __launch_bounds__(FA_THREADS) attn_tc_kernel(const bf16 *__restr
     const int s = tiles[2 * blockIdx.x], i0 = tiles[2 * blockIdx.x + 1], h = blockIdx.y;
     const int64_t q0 = q_off[s], ql = q_off[s + 1] - q0, kv0 = kv_off[s], kl = kv_off[s + 1] - kv0;
     const int hk = h / (nh / nkv);
+    /* causal with a cached prefix (kl > ql): query i is key position i + pre */
+    const int64_t pre = CAUSAL ? kl - ql : 0;
     const int64_t qrs = (int64_t)SPLIT * nh * D, krs = (int64_t)SPLIT * nkv * D; /* row strides */
     fa_zero_pad<D, DP, P, FA_THREADS>(smem_raw, SPLIT * (1 + 2 * NBUF) * FA_BM, tid);
     fa_load_q<SPLIT, CH, P, FA_THREADS, FA_BM>(Qs, TP, Q, q0, (int64_t)i0, ql, qrs, nh, h, D, tid);
@@ -190,7 +199,7 @@ __global__ void __launch_bounds__(FA_THREADS) attn_tc_kernel(const bf16 *__restr
         cp_async_commit();
     };
 
-    const int64_t n_keys = CAUSAL ? (kl < i0 + FA_BM ? kl : i0 + FA_BM) : kl;
+    const int64_t n_keys = CAUSAL ? (kl < pre + i0 + FA_BM ? kl : pre + i0 + FA_BM) : kl;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     float o[DP / 8][4];
 #pragma unroll
@@ -251,7 +260,7 @@ __global__ void __launch_bounds__(FA_THREADS) attn_tc_kernel(const bf16 *__restr
         for (int nt = 0; nt < 8; nt++)
 #pragma unroll
             for (int q = 0; q < 4; q++) {
-                const int64_t key = j0 + nt * 8 + tig * 2 + (q & 1), qi = i0 + r0 + (q >> 1) * 8;
+                const int64_t key = j0 + nt * 8 + tig * 2 + (q & 1), qi = pre + i0 + r0 + (q >> 1) * 8;
                 float v = sa[nt][q] * scale_log2;
                 if (key >= kl || (CAUSAL && key > qi)) v = -INFINITY;
                 sa[nt][q] = v;
@@ -375,6 +384,7 @@ __global__ void __launch_bounds__(FA2_THREADS) attn2_kernel(const bf16 *__restri
     /* positions within a segment fit in int (the host checks kl <= INT32_MAX) */
     const int64_t q0 = q_off[s], kv0 = kv_off[s];
     const int ql = (int)(q_off[s + 1] - q0), kl = (int)(kv_off[s + 1] - kv0);
+    const int pre = CAUSAL ? kl - ql : 0; /* causal with a cached prefix (kl > ql): query i is key i + pre */
     const int hk = h / (nh / nkv);
     const int64_t qrs = (int64_t)SPLIT * nh * D, krs = (int64_t)SPLIT * nkv * D; /* row strides */
     fa_zero_pad<D, DP, P, FA2_THREADS>(smem_raw, SPLIT * (BM + 2 * NBUF * BN), tid);
@@ -409,9 +419,9 @@ __global__ void __launch_bounds__(FA2_THREADS) attn2_kernel(const bf16 *__restri
         cp_async_commit();
     };
 
-    const int n_keys = CAUSAL ? (kl - i0 < BM ? kl : i0 + BM) : kl;
-    const int wr0 = warp * WR; /* this warp's first row in the block */
-    const int wq0 = i0 + wr0;  /* ... within the segment */
+    const int n_keys = CAUSAL ? (kl - pre - i0 < BM ? kl : pre + i0 + BM) : kl;
+    const int wr0 = warp * WR;      /* this warp's first row in the block */
+    const int wq0 = pre + i0 + wr0; /* ... as a key position within the segment */
     float m[MT][2], l[MT][2];           /* running max (raw scores) and sum, rows g and g + 8 of each m tile */
     float o[MT][DP / 8][4];
 #pragma unroll
@@ -622,7 +632,7 @@ __global__ void __launch_bounds__(F32_WARPS * 32) attn_f32_kernel(
             hi = mid - 1;
     }
     const int64_t i = row - q_off[lo], kv0 = kv_off[lo], kl = kv_off[lo + 1] - kv0;
-    const int64_t nk = causal ? i + 1 : kl;
+    const int64_t nk = causal ? kl - (q_off[lo + 1] - q_off[lo]) + i + 1 : kl; /* causal: after a cached prefix */
     float *qs = fsm + (size_t)warp * 2 * D, *acc = qs + D;
     for (int d = lane; d < D; d += 32) {
         qs[d] = q[row * q_stride + (int64_t)h * D + d];

@@ -314,6 +314,39 @@ static int cu_copy(clef_backend *be, void *dst, const void *src, size_t bytes, c
     return op_end(c, cu_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->st), "copy", err));
 }
 
+static int cu_copy_2d(clef_backend *be, float *dst, int64_t dst_stride, const float *src, int64_t src_stride,
+                      int64_t rows, int64_t cols, clef_err *err) {
+    cuda_ctx *c = cu_of(be);
+    if (rows < 0 || cols < 0 || dst_stride < cols || src_stride < cols)
+        return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CUDA copy_2d: %lld rows of %lld floats, strides %lld / %lld",
+                         (long long)rows, (long long)cols, (long long)dst_stride, (long long)src_stride);
+    if (!rows || !cols) return 0;
+    op_begin(c, "copy", 0);
+    const size_t f = sizeof(float);
+    return op_end(c, cu_check(cudaMemcpy2DAsync(dst, (size_t)dst_stride * f, src, (size_t)src_stride * f,
+                                                (size_t)cols * f, (size_t)rows, cudaMemcpyDeviceToDevice, c->st),
+                              "copy_2d", err));
+}
+
+/* The list staged as ck_copy records (META slot), one kernel; a single copy as a memcpy. */
+static int cu_copy_many(clef_backend *be, const clef_copy *list, size_t n, clef_err *err) {
+    cuda_ctx *c = cu_of(be);
+    if (n == 0) return 0;
+    if (n == 1) return cu_copy(be, list[0].dst, list[0].src, list[0].bytes, err);
+    if (n > 0x7fffffff / 2) return clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "CUDA copy_many: %zu copies", n);
+    op_begin(c, "copy", 0);
+    ck_copy *h = cu_host(c, n * sizeof *h, err);
+    if (!h) return op_end(c, -1);
+    size_t most = 0;
+    for (size_t i = 0; i < n; i++) {
+        h[i] = (ck_copy){list[i].dst, list[i].src, list[i].bytes};
+        most = list[i].bytes > most ? list[i].bytes : most;
+    }
+    const ck_copy *d = stage_meta(c, n * sizeof *h, err);
+    if (!d) return op_end(c, -1);
+    return op_end(c, cu_check(ck_copy_many(d, (int)n, most, c->st), "copy_many", err));
+}
+
 /* ---- weights ------------------------------------------------------------- */
 
 /* `bytes` of weight memory (256-byte aligned) from the arenas. */
@@ -1140,9 +1173,12 @@ static int att_stage_eq(const att_stage *x, const att_stage *y) {
  * 56.7 -> 57.1).  A segment's variant depends on its own length only, so its result does not depend
  * on the batch around it. */
 
-/* The attention variant of segment s (ck_attn_tc_rows): ck_pick_attention's for its length. */
+/* The attention variant of segment s (ck_attn_tc_rows): ck_pick_attention's for its length, which for a
+ * causal segment is its key count (the record's length, whether or not a cached prefix leaves fewer
+ * queries: the variants differ in their key tiles, so the prefix must not change the choice). */
 static int attn_variant_of(const cuda_ctx *c, const clef_attn_desc *a, int64_t s, int split) {
-    return ck_pick_attention(&c->k, split, a->q_off[s + 1] - a->q_off[s], a->scale > 0.0f);
+    const int64_t len = a->causal ? a->kv_off[s + 1] - a->kv_off[s] : a->q_off[s + 1] - a->q_off[s];
+    return ck_pick_attention(&c->k, split, len, a->scale > 0.0f);
 }
 
 /* Query tiles of the segments of variant `want` (rows bm) into t (pairs segment, first row; NULL: count
@@ -1178,7 +1214,7 @@ static int cu_attention(clef_backend *be, const float *q, const float *k, const 
     const int fixed = !(a->scale > 0.0f) ? 1 : c->k.attn;
     for (int64_t s = 0; s < ns; s++) {
         int64_t ql = a->q_off[s + 1] - a->q_off[s], kl = a->kv_off[s + 1] - a->kv_off[s];
-        if (ql < 0 || kl < 0 || (ql > 0 && kl == 0) || (a->causal && ql != kl) || kl > INT32_MAX)
+        if (ql < 0 || kl < 0 || (ql > 0 && kl == 0) || (a->causal && ql > kl) || kl > INT32_MAX)
             return clef_fail(err, 500, CLEF_E_INTERNAL, NULL,
                              "CUDA attention: segment %lld has %lld queries and %lld keys", (long long)s,
                              (long long)ql, (long long)kl);
@@ -1994,6 +2030,7 @@ void clef_cuda_graph_stats(clef_backend *be, long *captures, long *replays, long
 static const clef_backend_ops cuda_ops = {
     .name = "cuda",
     .copies_weights = 1,
+    .causal_prefix = 1,
     .destroy = cu_destroy,
     .graph_run = cu_graph_run,
     .experts_stream_begin = cu_experts_stream_begin,
@@ -2004,6 +2041,8 @@ static const clef_backend_ops cuda_ops = {
     .upload = cu_upload,
     .download = cu_download,
     .copy = cu_copy,
+    .copy_2d = cu_copy_2d,
+    .copy_many = cu_copy_many,
     .weight_init = cu_weight_init,
     .weight_release = cu_weight_release,
     .weight_init_packed = cu_weight_init_packed,

@@ -457,6 +457,37 @@ cudaError_t ck_swiglu(const float *g, const float *u, float *out, int64_t n, cud
     return cudaGetLastError();
 }
 
+/* blockIdx.y = the copy; its blocks stride over it */
+__global__ void copy_many_kernel(const ck_copy *__restrict__ list) {
+    const ck_copy cp = list[blockIdx.y];
+    const size_t stride = (size_t)gridDim.x * blockDim.x, t0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if ((((uintptr_t)cp.dst | (uintptr_t)cp.src | cp.bytes) & 15) == 0) {
+        uint4 *d = reinterpret_cast<uint4 *>(cp.dst);
+        const uint4 *s = reinterpret_cast<const uint4 *>(cp.src);
+        for (size_t i = t0; i < cp.bytes / 16; i += stride) d[i] = s[i];
+    } else {
+        unsigned char *d = reinterpret_cast<unsigned char *>(cp.dst);
+        const unsigned char *s = reinterpret_cast<const unsigned char *>(cp.src);
+        for (size_t i = t0; i < cp.bytes; i += stride) d[i] = s[i];
+    }
+}
+
+cudaError_t ck_copy_many(const ck_copy *list, int n, size_t most, cudaStream_t st) {
+    if (n <= 0 || most == 0) return cudaSuccess;
+    if (n > 65535) { /* grid.y: in chunks */
+        for (int i = 0; i < n; i += 65535) {
+            cudaError_t e = ck_copy_many(list + i, n - i < 65535 ? n - i : 65535, most, st);
+            if (e != cudaSuccess) return e;
+        }
+        return cudaSuccess;
+    }
+    const size_t per_block = 256 * 16 * 4; /* four 16-byte vectors a thread */
+    const size_t bx = (most + per_block - 1) / per_block;
+    dim3 grid((unsigned)(bx < 256 ? bx : 256), (unsigned)n);
+    copy_many_kernel<<<grid, 256, 0, st>>>(list);
+    return cudaGetLastError();
+}
+
 cudaError_t ck_add(const float *a, const float *b, float *y, int64_t rows, int64_t dim, int64_t b_stride,
                    cudaStream_t st) {
     if (rows <= 0 || dim <= 0) return cudaSuccess;

@@ -431,6 +431,14 @@ cudaError_t ck_qk_norm_rope(float *q, int64_t q_stride, float *k, int64_t k_stri
 cudaError_t ck_layernorm(const float *x, const float *w, const float *b, float *y, int64_t rows, int64_t dim,
                          float eps, cudaStream_t st);
 cudaError_t ck_swiglu(const float *g, const float *u, float *out, int64_t n, cudaStream_t st);
+/* copy_many (backend.h): list (device) [n] of {dst, src, bytes}; `most` the largest bytes (the grid).
+ * 16-byte vectors where a copy's addresses and size allow, bytes otherwise. */
+typedef struct ck_copy {
+    void *dst;
+    const void *src;
+    size_t bytes;
+} ck_copy;
+cudaError_t ck_copy_many(const ck_copy *list, int n, size_t most, cudaStream_t st);
 cudaError_t ck_add(const float *a, const float *b, float *y, int64_t rows, int64_t dim, int64_t b_stride,
                    cudaStream_t st);
 cudaError_t ck_gelu(const float *x, float *y, int64_t n, cudaStream_t st);
