@@ -3,7 +3,7 @@
  * the kernel are measured under the same load (docs/BENCHMARKS.md).
  *
  *   build/cpu_gemm_bench [--threads N] [--reps R] [--tokens T] [--experts E] [--isa scalar|avx2|avx512]
- *                        [--moe-only]
+ *                        [--moe-only] [--moe-formats bf16,int4,nvfp4,fp8]
  *
  * Shapes (T tokens, default 300; top-8 of 128 experts, so ~T/16 rows per expert):
  *   square   2048 x 2048 x 2048          OpenBLAS's ceiling on this machine (all threads)
@@ -25,8 +25,9 @@
  * Then one MoE layer through the backend's moe op (cpu_moe: tokens grouped
  * by expert, gate and up, SwiGLU, down, the ordered combine): T tokens of
  * width 2048 routed to 8 distinct experts each, uniformly at random over E
- * (default 128) experts of 768 x 2048 / 2048 x 768, BF16 and INT4 (G = 128)
- * weights: moe_<fmt>_ms (minimum wall time over R), moe_<fmt>_gflops (2 T 8
+ * (default 128) experts of 768 x 2048 / 2048 x 768, BF16, INT4 (G = 128),
+ * NVFP4 (compressed-tensors) and FP8 (128 x 128 blocks) weights (--moe-formats
+ * picks some): moe_<fmt>_ms (minimum wall time over R), moe_<fmt>_gflops (2 T 8
  * 3 2048 768 multiply-adds per layer) and moe_<fmt>_cpu_ms (process CPU
  * time).  A full-preset forward runs 48 such layers.  --moe-only skips the
  * GEMM shapes.
@@ -102,8 +103,53 @@ static void make_int4(int4_w *o, int64_t N, int64_t K) {
                          .quant = {.type = CLEF_QT_INT4_GPTQ, .scale = o->s, .group = G}};
 }
 
-/* One MoE layer (see the top of the file) in BF16 and INT4. */
-static void bench_moe(clef_backend *be, int64_t T, int64_t E, int reps) {
+/* NVFP4 (compressed-tensors: global divisor) of an [N, K] weight: random
+ * nibbles (every FP4 code), random finite E4M3 scales near 1, global 64. */
+typedef struct nvfp4_w {
+    uint8_t *q, *s;
+    clef_weight w;
+} nvfp4_w;
+
+static void make_nvfp4(nvfp4_w *o, int64_t N, int64_t K) {
+    o->q = malloc((size_t)(N * K / 2));
+    o->s = malloc((size_t)(N * K / 16));
+    for (int64_t i = 0; i < N * K / 2; i++) {
+        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+        o->q[i] = (uint8_t)rng;
+    }
+    for (int64_t i = 0; i < N * K / 16; i++) {
+        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+        o->s[i] = (uint8_t)(0x30 + rng % 16);
+    }
+    o->w = (clef_weight){.dtype = CLEF_DT_U8, .rows = N, .cols = K, .data = o->q,
+                         .quant = {.type = CLEF_QT_NVFP4, .scale = o->s, .group = 16, .global = 64.0f, .global_div = 1}};
+}
+
+/* FP8 E4M3 with 128 x 128 f32 block scales (the published layout): random
+ * non-NaN bytes, scales 2^-10. */
+typedef struct fp8_w {
+    uint8_t *q;
+    float *s;
+    clef_weight w;
+} fp8_w;
+
+static void make_fp8(fp8_w *o, int64_t N, int64_t K) {
+    const int64_t B = 128, nbr = (N + B - 1) / B, nbc = (K + B - 1) / B;
+    o->q = malloc((size_t)(N * K));
+    o->s = malloc((size_t)(nbr * nbc) * sizeof *o->s);
+    for (int64_t i = 0; i < N * K; i++) {
+        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+        o->q[i] = (uint8_t)rng;
+        if ((o->q[i] & 0x7F) == 0x7F) o->q[i] = 0x7E;
+    }
+    for (int64_t i = 0; i < nbr * nbc; i++) o->s[i] = 0x1p-10f;
+    o->w = (clef_weight){.dtype = CLEF_DT_F8_E4M3, .rows = N, .cols = K, .data = o->q,
+                         .quant = {.type = CLEF_QT_FP8_BLOCK, .scale = o->s, .block_r = B, .block_c = B}};
+}
+
+/* One MoE layer (see the top of the file) in BF16, INT4, NVFP4 and FP8
+ * (those whose bit is set in `fmts`: 1 bf16, 2 int4, 4 nvfp4, 8 fp8). */
+static void bench_moe(clef_backend *be, int64_t T, int64_t E, int reps, unsigned fmts) {
     const int64_t H = 2048, NI = 768, k = 8;
     clef_err err;
     clef_err_clear(&err);
@@ -125,25 +171,34 @@ static void bench_moe(clef_backend *be, int64_t T, int64_t E, int reps) {
     clef_weight *w = calloc((size_t)(3 * E), sizeof *w);
     uint16_t **h = calloc((size_t)(3 * E), sizeof *h);
     int4_w *q = calloc((size_t)(3 * E), sizeof *q);
+    nvfp4_w *q4 = calloc((size_t)(3 * E), sizeof *q4);
+    fp8_w *q8 = calloc((size_t)(3 * E), sizeof *q8);
+    clef_weight *qw = calloc((size_t)(3 * E), sizeof *qw), *nw = calloc((size_t)(3 * E), sizeof *nw),
+                *fw = calloc((size_t)(3 * E), sizeof *fw);
     for (int64_t i = 0; i < 3 * E; i++) {
         const int64_t N = i < 2 * E ? NI : H, K = i < 2 * E ? H : NI;
-        float *f = rand_f32((size_t)(N * K), 0.05f);
-        h[i] = to_bf16(f, (size_t)(N * K));
-        free(f);
-        be->ops->weight_init(be, &w[i], CLEF_DT_BF16, N, K, h[i], &err);
-        make_int4(&q[i], N, K);
+        if (fmts & 1) {
+            float *f = rand_f32((size_t)(N * K), 0.05f);
+            h[i] = to_bf16(f, (size_t)(N * K));
+            free(f);
+            be->ops->weight_init(be, &w[i], CLEF_DT_BF16, N, K, h[i], &err);
+        }
+        if (fmts & 2) make_int4(&q[i], N, K), qw[i] = q[i].w;
+        if (fmts & 4) make_nvfp4(&q4[i], N, K), nw[i] = q4[i].w;
+        if (fmts & 8) make_fp8(&q8[i], N, K), fw[i] = q8[i].w;
     }
-    clef_weight *qw = calloc((size_t)(3 * E), sizeof *qw);
-    for (int64_t i = 0; i < 3 * E; i++) qw[i] = q[i].w;
     const clef_moe_weights mb = {.n_experts = E, .hidden = H, .inter = NI, .gate = w, .up = w + E, .down = w + 2 * E};
     const clef_moe_weights mq = {.n_experts = E, .hidden = H, .inter = NI, .gate = qw, .up = qw + E, .down = qw + 2 * E};
+    const clef_moe_weights mn = {.n_experts = E, .hidden = H, .inter = NI, .gate = nw, .up = nw + E, .down = nw + 2 * E};
+    const clef_moe_weights mf = {.n_experts = E, .hidden = H, .inter = NI, .gate = fw, .up = fw + E, .down = fw + 2 * E};
     const double flops = 2.0 * (double)T * (double)k * 3.0 * (double)H * (double)NI;
     const struct {
         const char *name;
         const clef_moe_weights *m;
-    } runs[] = {{"bf16", &mb}, {"int4", &mq}};
+    } runs[] = {{"bf16", &mb}, {"int4", &mq}, {"nvfp4", &mn}, {"fp8", &mf}};
     printf("moe_tokens %lld\nmoe_experts %lld\n", (long long)T, (long long)E);
-    for (int ri = 0; ri < 2; ri++) {
+    for (int ri = 0; ri < 4; ri++) {
+        if (!(fmts & (1u << ri))) continue;
         double best = 1e30, cbest = 1e30;
         for (int r = 0; r <= reps; r++) { /* r == 0 warms up */
             const double c0 = cpu_s(), t0 = now_s();
@@ -157,8 +212,9 @@ static void bench_moe(clef_backend *be, int64_t T, int64_t E, int reps) {
                flops / best * 1e-9, runs[ri].name, cbest * 1e3);
         fflush(stdout);
     }
-    for (int64_t i = 0; i < 3 * E; i++) free(h[i]), free(q[i].q), free(q[i].s);
-    free(h), free(q), free(qw), free(w), free(x), free(y), free(rw), free(idx);
+    for (int64_t i = 0; i < 3 * E; i++)
+        free(h[i]), free(q[i].q), free(q[i].s), free(q4[i].q), free(q4[i].s), free(q8[i].q), free(q8[i].s);
+    free(h), free(q), free(qw), free(q4), free(nw), free(q8), free(fw), free(w), free(x), free(y), free(rw), free(idx);
 }
 
 typedef struct shape {
@@ -168,6 +224,7 @@ typedef struct shape {
 
 int main(int argc, char **argv) {
     int threads = omp_get_max_threads(), reps = 5, moe_only = 0;
+    unsigned fmts = 15;
     int64_t T = 300, E = 128;
     const char *isa_name = NULL;
     for (int i = 1; i < argc; i++) {
@@ -177,8 +234,14 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--isa") && i + 1 < argc) isa_name = argv[++i];
         else if (!strcmp(argv[i], "--experts") && i + 1 < argc) E = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--moe-only")) moe_only = 1;
-        else {
-            fprintf(stderr, "usage: cpu_gemm_bench [--threads N] [--reps R] [--tokens T] [--experts E] [--isa scalar|avx2|avx512] [--moe-only]\n");
+        else if (!strcmp(argv[i], "--moe-formats") && i + 1 < argc) {
+            const char *names[] = {"bf16", "int4", "nvfp4", "fp8"};
+            fmts = 0;
+            for (int f = 0; f < 4; f++)
+                if (strstr(argv[i + 1], names[f])) fmts |= 1u << f;
+            i++;
+        } else {
+            fprintf(stderr, "usage: cpu_gemm_bench [--threads N] [--reps R] [--tokens T] [--experts E] [--isa scalar|avx2|avx512] [--moe-only] [--moe-formats bf16,int4,nvfp4,fp8]\n");
             return 2;
         }
     }
@@ -265,7 +328,7 @@ int main(int argc, char **argv) {
         for (int64_t b = 0; b < B; b++) free(q4[b].q), free(q4[b].s);
         free(q4), free(wf), free(wh), free(jf), free(jh), free(j4), free(A), free(W), free(C), free(Wh);
     }
-    bench_moe(be, T, E, reps);
+    bench_moe(be, T, E, reps, fmts);
     be->ops->destroy(be);
     return 0;
 }

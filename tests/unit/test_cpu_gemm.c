@@ -6,16 +6,18 @@
  *
  *   - each variant against a plain fmaf loop over the decoded weights
  *     (clef_qweight_rows_f32): bitwise, for f32 / bf16 / f16 / INT4
- *     (symmetric and asymmetric) / NVFP4 / FP8-block weights and the
+ *     (symmetric and asymmetric) / NVFP4 (both forms) / FP8-block weights and the
  *     attention layouts (keys by row, values by column), at shapes with
  *     tails in M, N and K;
  *   - the matmul driver (cpu_mm_run, threads over panels x row chunks):
  *     one job or many, any thread count, bitwise the same rows;
  *   - the grouped MoE at real-ish widths: tokens routed in several mixes
  *     (alone, slices, the batch reversed, duplicated) give bitwise the same
- *     rows, on bf16 and INT4 experts;
+ *     rows, on bf16, INT4, NVFP4 (ModelOpt) and FP8 experts;
  *   - the vectorised fills (bf16 transposes, INT4 decoded in place) hold
- *     the decoder's values: a wrong nibble or lane would break the above. */
+ *     the decoder's values: a wrong nibble or lane would break the above;
+ *   - the NVFP4 (both forms) and FP8 fills, panel by panel, bit for bit
+ *     the decoder over every FP4 / E4M3 code and scale (NaNs excluded). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,7 +60,7 @@ static void decode(test_w *t) {
     clef_qweight_rows_f32(&q, 0, t->w.rows, t->f);
 }
 
-enum { W_F32, W_BF16, W_F16, W_INT4, W_INT4_ASYM, W_NVFP4, W_FP8, W_COUNT };
+enum { W_F32, W_BF16, W_F16, W_INT4, W_INT4_ASYM, W_NVFP4, W_NVFP4_MO, W_FP8, W_COUNT };
 
 static test_w make_w(int kind, int64_t N, int64_t K) {
     test_w t = {.name = NULL};
@@ -93,13 +95,15 @@ static test_w make_w(int kind, int64_t N, int64_t K) {
                                       .group = G}};
         break;
     }
-    case W_NVFP4: { /* K % 16 == 0 */
+    case W_NVFP4:
+    case W_NVFP4_MO: { /* K % 16 == 0; compressed-tensors (divisor) or ModelOpt (multiplier) */
         uint8_t *q = xalloc(NK / 2), *s = xalloc(NK / 16);
         for (size_t i = 0; i < NK / 2; i++) q[i] = (uint8_t)urand();
         for (size_t i = 0; i < NK / 16; i++) s[i] = (uint8_t)(0x28 + urand() % 32); /* finite E4M3 */
-        t.data = q, t.scale = s, t.name = "nvfp4";
+        t.data = q, t.scale = s, t.name = kind == W_NVFP4 ? "nvfp4" : "nvfp4-modelopt";
         t.w = (clef_weight){.dtype = CLEF_DT_U8, .rows = N, .cols = K, .data = q,
-                            .quant = {.type = CLEF_QT_NVFP4, .scale = s, .group = 16, .global = 3.0f, .global_div = 1}};
+                            .quant = {.type = CLEF_QT_NVFP4, .scale = s, .group = 16,
+                                      .global = kind == W_NVFP4 ? 3.0f : 0.037f, .global_div = kind == W_NVFP4}};
         break;
     }
     case W_FP8: {
@@ -401,6 +405,131 @@ static void moe_mixes(int kind) {
 
 static void test_moe_mixes_bf16(void **state) { moe_mixes(W_BF16); }
 static void test_moe_mixes_int4(void **state) { moe_mixes(W_INT4_ASYM); }
+static void test_moe_mixes_nvfp4(void **state) { moe_mixes(W_NVFP4_MO); }
+static void test_moe_mixes_fp8(void **state) { moe_mixes(W_FP8); }
+
+/* ---- the packed-format fills against the decoder ---- */
+
+/* Every panel block of t's weight from isa's fill against the decoded
+ * weights (clef_qweight_rows_f32), bit for bit, +0 past the last column;
+ * returns the elements compared. */
+static size_t fills_match_decode(const test_w *t, cpu_isa isa) {
+    const int64_t N = t->w.rows, K = t->w.cols, NR = cpu_gemm_nr(isa);
+    const cpu_gemm_b b = {.kind = CPU_B_WEIGHT, .w = &t->w, .N = N, .K = K};
+    float *P = xalloc(cpu_gemm_scratch_floats(isa) * sizeof(float));
+    size_t n = 0;
+    for (int64_t n0 = 0; n0 < N; n0 += NR)
+        for (int64_t k0 = 0; k0 < K; k0 += CPU_GEMM_KC) {
+            const int64_t nr = N - n0 < NR ? N - n0 : NR, kc = K - k0 < CPU_GEMM_KC ? K - k0 : CPU_GEMM_KC;
+            memset(P, 0xA5, cpu_gemm_scratch_floats(isa) * sizeof(float));
+            cpu_gemm_fill(isa, &b, n0, nr, k0, kc, P);
+            for (int64_t k = 0; k < kc; k++)
+                for (int64_t j = 0; j < NR; j++) {
+                    const float want = j < nr ? t->f[(n0 + j) * K + k0 + k] : 0.0f;
+                    uint32_t g, e;
+                    memcpy(&g, P + k * NR + j, 4), memcpy(&e, &want, 4);
+                    if (g != e)
+                        fail_msg("%s fill %s (%s): W[%lld, %lld] = %a (0x%08x), decoder %a (0x%08x)", cpu_isa_name(isa),
+                                 cpu_gemm_fill_name(isa, &b), t->name, (long long)(n0 + j), (long long)(k0 + k),
+                                 (double)P[k * NR + j], g, (double)want, e);
+                    n++;
+                }
+        }
+    free(P);
+    return n;
+}
+
+/* Shuffled in place. */
+static void shuffle_bytes(uint8_t *p, size_t n) {
+    for (size_t i = n; i > 1; i--) {
+        const size_t j = urand() % i;
+        const uint8_t x = p[i - 1];
+        p[i - 1] = p[j], p[j] = x;
+    }
+}
+
+/* n bytes cycling through the codes c (0..255) with !skip(c), shuffled: every such code appears when n >= their count. */
+static void fill_codes(uint8_t *p, size_t n, int skip_nan) {
+    size_t c = 0;
+    for (size_t i = 0; i < n; i++) {
+        while (skip_nan && (c & 0x7F) == 0x7F) c = (c + 1) & 255;
+        p[i] = (uint8_t)c;
+        c = (c + 1) & 255;
+    }
+    shuffle_bytes(p, n);
+}
+
+/* A random f32 bit pattern: any sign, any finite exponent (subnormals and
+ * magnitudes past 2^120 included), now and then ±0. */
+static float any_finite_f32(void) {
+    const uint32_t r = urand();
+    uint32_t u = (r & 0x807FFFFFu) | ((urand() % 255u) << 23);
+    if (r % 61 == 0) u &= 0x80000000u;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* NVFP4 in both forms and FP8 blocks of several shapes: each supported
+ * variant's fill bitwise the decoder, over every FP4 code in both nibbles,
+ * every finite E4M3 scale code (NVFP4) and element code (FP8), per-tensor
+ * scales whose results overflow or go subnormal, f32 block scales of every
+ * exponent, and N, K with tails (a partial 16-row group, a partial 64-wide
+ * panel, a partial k block, K % 16 != 0 for FP8).  On AVX2 and AVX-512
+ * the NVFP4 and FP8 weights must take the vector fills, not the generic
+ * decode (except FP8 with Bc % 8 != 0). */
+static void test_fills_bitwise_decode(void **state) {
+    cpu_isa isas[CPU_ISA_COUNT];
+    const int ni = n_isas(isas);
+    size_t checked = 0, n_weights = 0;
+    /* NVFP4: N 37 = 16 + 16 + 5 rows, K 656 = 512 + 144 */
+    const float globals[] = {3.0f, 2688.0f / 0.0173f, 0.37f, 1e35f, 1e-36f, 0x1p-126f};
+    for (int form = 0; form < 2; form++)
+        for (size_t gi = 0; gi < sizeof globals / sizeof *globals; gi++) {
+            const int64_t N = 37, K = 656;
+            test_w t = make_w(form ? W_NVFP4_MO : W_NVFP4, N, K);
+            uint8_t *q = t.data, *s = t.scale;
+            fill_codes(q, (size_t)(N * K / 2), 0); /* all 256 bytes: every code as low and as high nibble */
+            fill_codes(s, (size_t)(N * K / 16), 1); /* the 254 finite E4M3 scales, negatives, ±0, subnormals */
+            t.w.quant.global = globals[gi];
+            free(t.f);
+            decode(&t);
+            for (int i = 0; i < ni; i++) {
+                const cpu_gemm_b b = {.kind = CPU_B_WEIGHT, .w = &t.w, .N = N, .K = K};
+                if (isas[i] != CPU_ISA_SCALAR) assert_string_equal(cpu_gemm_fill_name(isas[i], &b), "nvfp4");
+                checked += fills_match_decode(&t, isas[i]);
+            }
+            n_weights++;
+            free_w(&t);
+        }
+    /* FP8: blocks (Br, Bc); (3, 20) has Bc % 8 != 0, so the generic decode */
+    const int64_t blocks[][2] = {{128, 128}, {16, 32}, {7, 24}, {1, 8}, {5, 40}, {3, 20}};
+    const int64_t shapes[][2] = {{37, 531}, {21, 1040}, {8, 16}, {70, 9}};
+    for (size_t bi = 0; bi < sizeof blocks / sizeof *blocks; bi++)
+        for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+            const int64_t N = shapes[si][0], K = shapes[si][1], br = blocks[bi][0], bc = blocks[bi][1];
+            const int64_t nbr = (N + br - 1) / br, nbc = (K + bc - 1) / bc;
+            uint8_t *q = xalloc((size_t)(N * K));
+            float *s = xalloc((size_t)(nbr * nbc) * 4);
+            fill_codes(q, (size_t)(N * K), 1); /* the 254 non-NaN codes */
+            for (int64_t i = 0; i < nbr * nbc; i++) s[i] = any_finite_f32();
+            if (nbr * nbc > 2) s[0] = 0x1p120f, s[1] = -0x1.fffffep127f; /* 256 s overflows: the two-multiply path */
+            test_w t = {.data = q, .scale = s, .name = "fp8-block"};
+            t.w = (clef_weight){.dtype = CLEF_DT_F8_E4M3, .rows = N, .cols = K, .data = q,
+                                .quant = {.type = CLEF_QT_FP8_BLOCK, .scale = s, .block_r = br, .block_c = bc}};
+            decode(&t);
+            for (int i = 0; i < ni; i++) {
+                const cpu_gemm_b b = {.kind = CPU_B_WEIGHT, .w = &t.w, .N = N, .K = K};
+                if (isas[i] != CPU_ISA_SCALAR)
+                    assert_string_equal(cpu_gemm_fill_name(isas[i], &b), bc % 8 ? "generic" : "fp8");
+                checked += fills_match_decode(&t, isas[i]);
+            }
+            n_weights++;
+            free_w(&t);
+        }
+    printf("  %zu weights, %zu panel elements: every variant's NVFP4 / ModelOpt / FP8 fill bitwise the decoder\n",
+           n_weights, checked);
+}
 
 int main(void) {
     const struct CMUnitTest tests[] = {
@@ -410,6 +539,9 @@ int main(void) {
         cmocka_unit_test(test_driver_rows_and_threads),
         cmocka_unit_test(test_moe_mixes_bf16),
         cmocka_unit_test(test_moe_mixes_int4),
+        cmocka_unit_test(test_moe_mixes_nvfp4),
+        cmocka_unit_test(test_moe_mixes_fp8),
+        cmocka_unit_test(test_fills_bitwise_decode),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

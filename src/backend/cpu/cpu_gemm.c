@@ -19,6 +19,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "quant/fp.h"
 #include "quant/qweight.h"
 #include "tensor/dtype.h"
 
@@ -130,12 +131,21 @@ typedef void (*rows_fn)(const void *src, int64_t lds, int rows, int64_t kc, floa
 typedef void (*int4_fn)(const clef_weight *w, int64_t n0, int64_t nr, int64_t k0, int64_t kc, float *P,
                         pf_cursor *pf, int64_t pf_step);
 
+/* Rows [n0, n0 + rows) (rows <= 16) x k [k0, k0 + kc) of an NVFP4 or FP8
+ * weight decoded into P[k * ldp + r] (zero for rows <= r < 16), each value
+ * bitwise clef_qweight_tile_f32's.  NVFP4: k0, kc multiples of 16; FP8: k0
+ * a multiple of 16, block_c % 8 == 0.  pf_step prefetches per 16 k. */
+typedef void (*qrows_fn)(const clef_weight *w, int64_t n0, int rows, int64_t k0, int64_t kc, float *P, int64_t ldp,
+                         pf_cursor *pf, int64_t pf_step);
+
 typedef struct isa_impl {
     int nr, mr;
     kern_fn kern;
     rows_fn rows_f32;  /* transpose 16 f32 rows (generic decode, CPU_B_NK, f32 weights) */
     rows_fn rows_bf16; /* NULL: bf16 weights take the generic decode */
     int4_fn int4;      /* NULL: INT4 weights take the generic decode */
+    qrows_fn nvfp4;    /* NULL: NVFP4 weights (both forms) take the generic decode */
+    qrows_fn fp8;      /* NULL: FP8-block weights take the generic decode */
 } isa_impl;
 
 /* ---- plain C ---- */
@@ -394,6 +404,135 @@ static T256 void int4_avx2(const clef_weight *w, int64_t n0, int64_t nr, int64_t
     }
 }
 
+/* NVFP4, both forms, 16 k (one scale group: k0 and kk are multiples of 16)
+ * of 8 rows at a time.  Per row and group, the 8 magnitudes of the group
+ * are computed as the scalar decoder computes them, T[m] = (fp4(m) * s) / g
+ * (ModelOpt: * g), in one vector; a code's value is T[code & 7] (a lane
+ * permute: vpermps reads the low 3 bits) with its sign bit flipped when
+ * code & 8.  That is bitwise the decoder's (fp4(c) * s) / g: fp4(c | 8) =
+ * -fp4(c), and negating an operand of a correctly rounded product or
+ * quotient negates the result (±0 included).  The 8 bytes of a row's group
+ * are 8 lanes; the low nibbles are the even k, the high ones the odd k, and
+ * two 8 x 8 transposes put them in panel rows kk + 2q and kk + 2q + 1, as
+ * the bf16 fill does. */
+static T256 void nvfp4_avx2(const clef_weight *w, int64_t n0, int rows, int64_t k0, int64_t kc, float *P,
+                            int64_t ldp, pf_cursor *pf, int64_t pf_step) {
+    const int64_t half = w->cols / 2, ng = w->cols / 16;
+    const uint8_t *pk = w->data, *sc = w->quant.scale;
+    const __m256 mag = _mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f);
+    const __m256 g = _mm256_set1_ps(w->quant.global);
+    const __m256i sgn = _mm256_set1_epi32((int32_t)0x80000000u);
+    const int div = w->quant.global_div;
+    for (int64_t kk = 0; kk < kc; kk += 16) {
+        pf_issue(pf, pf_step);
+        const int64_t j = (k0 + kk) / 16;
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m256 e[8], o[8];
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++) {
+                const int row = 8 * h + i;
+                if (row >= rows) {
+                    e[i] = o[i] = _mm256_setzero_ps();
+                    continue;
+                }
+                const int64_t n = n0 + row;
+                uint64_t b8;
+                memcpy(&b8, pk + n * half + 8 * j, 8);
+                const __m256i b = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)b8));
+                const __m256 sm = _mm256_mul_ps(mag, _mm256_set1_ps(clef_fp8_e4m3_values[sc[n * ng + j]]));
+                const __m256 t = div ? _mm256_div_ps(sm, g) : _mm256_mul_ps(sm, g);
+                const __m256i se = _mm256_and_si256(_mm256_slli_epi32(b, 28), sgn);
+                const __m256i so = _mm256_and_si256(_mm256_slli_epi32(b, 24), sgn);
+                e[i] = _mm256_xor_ps(_mm256_permutevar8x32_ps(t, b), _mm256_castsi256_ps(se));
+                o[i] = _mm256_xor_ps(_mm256_permutevar8x32_ps(t, _mm256_srli_epi32(b, 4)), _mm256_castsi256_ps(so));
+            }
+            tr8(e);
+            tr8(o);
+#pragma GCC unroll 8
+            for (int q = 0; q < 8; q++) {
+                _mm256_storeu_ps(P + (kk + 2 * q) * ldp + 8 * h, e[q]);
+                _mm256_storeu_ps(P + (kk + 2 * q + 1) * ldp + 8 * h, o[q]);
+            }
+        }
+    }
+}
+
+/* FP8 E4M3 bytes -> the f16 with the same sign, exponent field and
+ * mantissa (s.eeee.mmm -> s.0eeee.mmm0000000), converted by F16C: an f16
+ * with exponent bias 15 instead of 7, so the f32 is fp8(q) * 2^-8 exactly
+ * (E4M3 subnormals are f16 subnormals: (m/8) 2^-6 -> (m/8) 2^-14), for
+ * every code but the NaNs (0x7F, 0xFF: the load-time finite scan refuses
+ * them).  8 bytes in the low half of v. */
+static inline __attribute__((always_inline)) T256 __m256 e4m3_lo8(__m128i v) {
+    const __m128i x = _mm_unpacklo_epi8(_mm_setzero_si128(), v); /* byte << 8 in 16-bit lanes */
+    return _mm256_cvtph_ps(_mm_and_si128(_mm_srai_epi16(x, 1), _mm_set1_epi16((short)0xBFFF)));
+}
+
+/* FP8 block: 16 k of 8 rows at a time (each 16-byte row load two 8-k
+ * halves, each inside one scale block: block_c % 8 == 0), decoded by
+ * e4m3_lo8 and multiplied by 256 s, which is the decoder's fp8(q) * s
+ * bitwise: (fp8(q) 2^-8) (2^8 s) is the same real product, rounded once,
+ * as long as 2^8 s is exact (finite); else by 256 then by s (both exact
+ * then one rounding).  The k tail through a zeroed copy (code 0 is +0). */
+static T256 void fp8_avx2(const clef_weight *w, int64_t n0, int rows, int64_t k0, int64_t kc, float *P, int64_t ldp,
+                          pf_cursor *pf, int64_t pf_step) {
+    const int64_t C = w->cols, bc = w->quant.block_c, br = w->quant.block_r, nbc = (C + bc - 1) / bc;
+    const uint8_t *q = w->data;
+    const char *sc = w->quant.scale; /* f32, any alignment */
+    const __m256 two8 = _mm256_set1_ps(256.0f);
+    const char *srows[16]; /* each row's scale row (no division per step) */
+    for (int i = 0; i < rows; i++) srows[i] = sc + 4 * (((n0 + i) / br) * nbc);
+    for (int64_t kk = 0; kk < kc; kk += 16) {
+        const int64_t kn = kc - kk < 16 ? kc - kk : 16;
+        const int64_t b0 = (k0 + kk) / bc, b1 = (k0 + kk + 8) / bc;
+        pf_issue(pf, pf_step);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m256 lo[8], hi[8];
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++) {
+                const int row = 8 * h + i;
+                if (row >= rows) {
+                    lo[i] = hi[i] = _mm256_setzero_ps();
+                    continue;
+                }
+                const int64_t n = n0 + row;
+                __m128i v;
+                if (kn == 16) {
+                    v = _mm_loadu_si128((const __m128i *)(q + n * C + k0 + kk));
+                } else {
+                    uint8_t t[16] = {0};
+                    memcpy(t, q + n * C + k0 + kk, (size_t)kn);
+                    v = _mm_loadu_si128((const __m128i *)t);
+                }
+                const char *srow = srows[row];
+                float s0, s1;
+                memcpy(&s0, srow + 4 * b0, 4);
+                if (kn > 8) memcpy(&s1, srow + 4 * b1, 4);
+                else s1 = s0;
+                const __m256 d0 = e4m3_lo8(v), d1 = e4m3_lo8(_mm_unpackhi_epi64(v, v));
+                const float t0 = s0 * 256.0f, t1 = s1 * 256.0f;
+                lo[i] = isinf(t0) ? _mm256_mul_ps(_mm256_mul_ps(d0, two8), _mm256_set1_ps(s0))
+                                  : _mm256_mul_ps(d0, _mm256_set1_ps(t0));
+                hi[i] = isinf(t1) ? _mm256_mul_ps(_mm256_mul_ps(d1, two8), _mm256_set1_ps(s1))
+                                  : _mm256_mul_ps(d1, _mm256_set1_ps(t1));
+            }
+            tr8(lo);
+            tr8(hi);
+            if (kn == 16) {
+#pragma GCC unroll 8
+                for (int r = 0; r < 8; r++) {
+                    _mm256_storeu_ps(P + (kk + r) * ldp + 8 * h, lo[r]);
+                    _mm256_storeu_ps(P + (kk + 8 + r) * ldp + 8 * h, hi[r]);
+                }
+            } else {
+                for (int r = 0; r < kn; r++) _mm256_storeu_ps(P + (kk + r) * ldp + 8 * h, r < 8 ? lo[r] : hi[r - 8]);
+            }
+        }
+    }
+}
+
 /* ---- AVX-512 ---- */
 
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
@@ -596,15 +735,117 @@ static T512 void int4_avx512(const clef_weight *w, int64_t n0, int64_t nr, int64
         }
     }
 }
+/* NVFP4, both forms, as nvfp4_avx2 but 32 k (two scale groups) of 16 rows
+ * at a time: a row's 16 bytes are 16 lanes, lanes 0-7 in group j and 8-15
+ * in group j + 1, so the row's two 8-value tables T (nvfp4_avx2) sit in the
+ * two halves of one vector and a lane's index is its code's magnitude
+ * (low 3 bits) plus 8 in the upper half.  kc % 32 == 16: the last step is
+ * one group (lanes 8-15 zero). */
+static T512 void nvfp4_avx512(const clef_weight *w, int64_t n0, int rows, int64_t k0, int64_t kc, float *P,
+                              int64_t ldp, pf_cursor *pf, int64_t pf_step) {
+    const int64_t half = w->cols / 2, ng = w->cols / 16;
+    const uint8_t *pk = w->data, *sc = w->quant.scale;
+    const __m512 mag = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, 0.0f, 0.5f, 1.0f, 1.5f, 2.0f,
+                                      3.0f, 4.0f, 6.0f);
+    const __m512 g = _mm512_set1_ps(w->quant.global);
+    const __m512i sgn = _mm512_set1_epi32((int32_t)0x80000000u), low3 = _mm512_set1_epi32(7);
+    const __m512i up8 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 8, 8, 8, 8, 8, 8, 8, 8);
+    const int div = w->quant.global_div;
+    for (int64_t kk = 0; kk < kc; kk += 32) {
+        const int two = kc - kk >= 32; /* both groups */
+        const int64_t j = (k0 + kk) / 16;
+        const __mmask16 bm = two ? (__mmask16)0xFFFF : (__mmask16)0x00FF;
+        __m512 e[16], o[16];
+        pf_issue(pf, 2 * pf_step);
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++) {
+            if (i >= rows) {
+                e[i] = o[i] = _mm512_setzero_ps();
+                continue;
+            }
+            const int64_t n = n0 + i;
+            const __m512i b = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(bm, pk + n * half + 8 * j));
+            const float s0 = clef_fp8_e4m3_values[sc[n * ng + j]], s1 = two ? clef_fp8_e4m3_values[sc[n * ng + j + 1]] : 0.0f;
+            const __m512 sv = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(s0)), _mm256_set1_ps(s1), 1);
+            const __m512 sm = _mm512_mul_ps(mag, sv);
+            const __m512 t = div ? _mm512_div_ps(sm, g) : _mm512_mul_ps(sm, g);
+            const __m512i ie = _mm512_or_si512(_mm512_and_si512(b, low3), up8);
+            const __m512i io = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(b, 4), low3), up8);
+            const __m512i se = _mm512_and_si512(_mm512_slli_epi32(b, 28), sgn);
+            const __m512i so = _mm512_and_si512(_mm512_slli_epi32(b, 24), sgn);
+            e[i] = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(_mm512_permutexvar_ps(ie, t)), se));
+            o[i] = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(_mm512_permutexvar_ps(io, t)), so));
+        }
+        tr16(e);
+        tr16(o);
+        const int nq = two ? 16 : 8;
+        for (int q = 0; q < nq; q++) {
+            _mm512_storeu_ps(P + (kk + 2 * q) * ldp, e[q]);
+            _mm512_storeu_ps(P + (kk + 2 * q + 1) * ldp, o[q]);
+        }
+    }
+}
+
+/* FP8 block, as fp8_avx2 but 16 k of 16 rows at a time: a row's 16 bytes
+ * (masked at the k tail: code 0 is +0) through the f16 trick to 16 lanes,
+ * lanes 0-7 in block (k0 + kk) / Bc and 8-15 in block (k0 + kk + 8) / Bc,
+ * times 256 s (or 256 then s where 256 s overflows), one 16 x 16
+ * transpose. */
+static T512 void fp8_avx512(const clef_weight *w, int64_t n0, int rows, int64_t k0, int64_t kc, float *P,
+                            int64_t ldp, pf_cursor *pf, int64_t pf_step) {
+    const int64_t C = w->cols, bc = w->quant.block_c, br = w->quant.block_r, nbc = (C + bc - 1) / bc;
+    const uint8_t *q = w->data;
+    const char *sc = w->quant.scale; /* f32, any alignment */
+    const __m512 two8 = _mm512_set1_ps(256.0f);
+    const __m256i keep = _mm256_set1_epi16((short)0xBFFF);
+    const char *srows[16]; /* each row's scale row (no division per step) */
+    for (int i = 0; i < rows; i++) srows[i] = sc + 4 * (((n0 + i) / br) * nbc);
+    for (int64_t kk = 0; kk < kc; kk += 16) {
+        const int64_t kn = kc - kk < 16 ? kc - kk : 16;
+        const __mmask16 km = mask16(kn, 0);
+        const int64_t b0 = (k0 + kk) / bc, b1 = (k0 + kk + 8) / bc;
+        __m512 r[16];
+        pf_issue(pf, pf_step);
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++) {
+            if (i >= rows) {
+                r[i] = _mm512_setzero_ps();
+                continue;
+            }
+            const int64_t n = n0 + i;
+            const __m256i x = _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_maskz_loadu_epi8(km, q + n * C + k0 + kk)), 8);
+            const __m512 d = _mm512_cvtph_ps(_mm256_and_si256(_mm256_srai_epi16(x, 1), keep));
+            const char *srow = srows[i];
+            float s0, s1;
+            memcpy(&s0, srow + 4 * b0, 4);
+            if (kn > 8) memcpy(&s1, srow + 4 * b1, 4);
+            else s1 = s0;
+            const float t0 = s0 * 256.0f, t1 = s1 * 256.0f;
+            if (isinf(t0) || isinf(t1))
+                r[i] = _mm512_mul_ps(_mm512_mul_ps(d, two8), _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(s0)),
+                                                                                _mm256_set1_ps(s1), 1));
+            else
+                r[i] = _mm512_mul_ps(d, _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(t0)), _mm256_set1_ps(t1), 1));
+        }
+        tr16(r);
+        if (kn == 16) {
+#pragma GCC unroll 16
+            for (int qq = 0; qq < 16; qq++) _mm512_storeu_ps(P + (kk + qq) * ldp, r[qq]);
+        } else {
+            for (int qq = 0; qq < kn; qq++) _mm512_storeu_ps(P + (kk + qq) * ldp, r[qq]);
+        }
+    }
+}
 #endif /* CPU_GEMM_X86 */
 
 static const isa_impl impls[CPU_ISA_COUNT] = {
     [CPU_ISA_SCALAR] = {.nr = SC_NR, .mr = SC_MR, .kern = kern_scalar, .rows_f32 = rows_f32_scalar},
 #ifdef CPU_GEMM_X86
     [CPU_ISA_AVX2] = {.nr = AV2_NR, .mr = AV2_MR, .kern = kern_avx2, .rows_f32 = rows_f32_avx2,
-                      .rows_bf16 = rows_bf16_avx2, .int4 = int4_avx2},
+                      .rows_bf16 = rows_bf16_avx2, .int4 = int4_avx2, .nvfp4 = nvfp4_avx2, .fp8 = fp8_avx2},
     [CPU_ISA_AVX512] = {.nr = AV5_NR, .mr = AV5_MR, .kern = kern_avx512, .rows_f32 = rows_f32_avx512,
-                        .rows_bf16 = rows_bf16_avx512, .int4 = int4_avx512},
+                        .rows_bf16 = rows_bf16_avx512, .int4 = int4_avx512, .nvfp4 = nvfp4_avx512,
+                        .fp8 = fp8_avx512},
 #else
     [CPU_ISA_AVX2] = {.nr = SC_NR, .mr = SC_MR, .kern = kern_scalar, .rows_f32 = rows_f32_scalar},
     [CPU_ISA_AVX512] = {.nr = SC_NR, .mr = SC_MR, .kern = kern_scalar, .rows_f32 = rows_f32_scalar},
@@ -636,6 +877,42 @@ static pf_cursor block_lines(const cpu_gemm_b *b, int64_t n0, int64_t nr, int64_
     }
 }
 
+/* The ways fill_panel fills a panel. */
+typedef enum fill_kind {
+    FILL_KN,      /* f32 by k: copied */
+    FILL_NK,      /* f32 by n: rows_f32 */
+    FILL_INT4,    /* im->int4 */
+    FILL_BF16,    /* im->rows_bf16 */
+    FILL_F32,     /* f32 weight: rows_f32 */
+    FILL_NVFP4,   /* im->nvfp4 */
+    FILL_FP8,     /* im->fp8 */
+    FILL_GENERIC, /* clef_qweight_tile_f32 into tmp, then rows_f32 */
+    FILL_COUNT
+} fill_kind;
+
+static fill_kind fill_of(const isa_impl *im, const cpu_gemm_b *b) {
+    if (b->kind == CPU_B_KN) return FILL_KN;
+    if (b->kind == CPU_B_NK) return FILL_NK;
+    const clef_weight *w = b->w;
+    switch (w->quant.type) {
+    case CLEF_QT_INT4_GPTQ: return im->int4 ? FILL_INT4 : FILL_GENERIC;
+    case CLEF_QT_NVFP4: return im->nvfp4 && w->quant.group == 16 && w->cols % 16 == 0 ? FILL_NVFP4 : FILL_GENERIC;
+    case CLEF_QT_FP8_BLOCK:
+        return im->fp8 && w->quant.block_c > 0 && w->quant.block_c % 8 == 0 && w->quant.block_r > 0 ? FILL_FP8
+                                                                                                   : FILL_GENERIC;
+    case CLEF_QT_NONE:
+        if (w->dtype == CLEF_DT_BF16 && im->rows_bf16 && ((uintptr_t)w->data & 1) == 0) return FILL_BF16;
+        if (w->dtype == CLEF_DT_F32 && ((uintptr_t)w->data & 3) == 0) return FILL_F32;
+        return FILL_GENERIC;
+    default: return FILL_GENERIC;
+    }
+}
+
+const char *cpu_gemm_fill_name(cpu_isa isa, const cpu_gemm_b *b) {
+    static const char *const names[FILL_COUNT] = {"kn-copy", "nk-rows", "int4", "bf16", "f32", "nvfp4", "fp8", "generic"};
+    return names[fill_of(&impls[isa], b)];
+}
+
 /* P[k * NR + j] = B(k0 + k, n0 + j) for k < kc, j < nr; 0 for nr <= j < NR,
  * prefetching pf's lines along the way. */
 static void fill_panel(const isa_impl *im, const cpu_gemm_b *b, int64_t n0, int64_t nr, int64_t k0, int64_t kc,
@@ -643,7 +920,8 @@ static void fill_panel(const isa_impl *im, const cpu_gemm_b *b, int64_t n0, int6
     const int NR = im->nr;
     const int64_t groups = (nr + 15) / 16, steps = groups * ((kc + 15) / 16);
     const int64_t pf_step = pf && pf->left ? (pf->left + steps - 1) / steps : 0; /* per 16 k of a 16-row group */
-    if (b->kind == CPU_B_KN) {
+    const fill_kind fk = fill_of(im, b);
+    if (fk == FILL_KN) {
         for (int64_t k = 0; k < kc; k++) {
             memcpy(P + k * NR, b->m + (k0 + k) * b->ld + n0, (size_t)nr * sizeof(float));
             memset(P + k * NR + nr, 0, (size_t)(NR - nr) * sizeof(float));
@@ -652,35 +930,54 @@ static void fill_panel(const isa_impl *im, const cpu_gemm_b *b, int64_t n0, int6
     }
     const clef_weight *w = b->w;
     int64_t done = groups * 16; /* columns the fills wrote (whole 16-row groups) */
-    if (b->kind == CPU_B_NK) {
+    switch (fk) {
+    case FILL_NK:
         for (int64_t g = 0; g < nr; g += 16)
             im->rows_f32(b->m + (n0 + g) * b->ld + k0, b->ld, (int)(nr - g < 16 ? nr - g : 16), kc, P + g, NR, pf,
                          pf_step);
-    } else if (w->quant.type == CLEF_QT_INT4_GPTQ && im->int4) {
+        break;
+    case FILL_INT4:
         im->int4(w, n0, nr, k0, kc, P, pf, pf && pf->left ? (pf->left + kc / 8 - 1) / (kc / 8) : 0);
         done = NR;
-    } else if (w->quant.type == CLEF_QT_NONE && w->dtype == CLEF_DT_BF16 && im->rows_bf16 &&
-               ((uintptr_t)w->data & 1) == 0) {
+        break;
+    case FILL_BF16: {
         const uint16_t *src = (const uint16_t *)w->data;
         for (int64_t g = 0; g < nr; g += 16)
             im->rows_bf16(src + (n0 + g) * w->cols + k0, w->cols, (int)(nr - g < 16 ? nr - g : 16), kc, P + g, NR,
                           pf, pf_step);
-    } else if (w->quant.type == CLEF_QT_NONE && w->dtype == CLEF_DT_F32 && ((uintptr_t)w->data & 3) == 0) {
+        break;
+    }
+    case FILL_F32: {
         const float *src = (const float *)w->data;
         for (int64_t g = 0; g < nr; g += 16)
             im->rows_f32(src + (n0 + g) * w->cols + k0, w->cols, (int)(nr - g < 16 ? nr - g : 16), kc, P + g, NR, pf,
                          pf_step);
-    } else { /* any dtype or packed format: decode 16 rows x kc into tmp, then transpose */
+        break;
+    }
+    case FILL_NVFP4:
+    case FILL_FP8: {
+        const qrows_fn f = fk == FILL_NVFP4 ? im->nvfp4 : im->fp8;
+        for (int64_t g = 0; g < nr; g += 16)
+            f(w, n0 + g, (int)(nr - g < 16 ? nr - g : 16), k0, kc, P + g, NR, pf, pf_step);
+        break;
+    }
+    default: { /* any dtype or packed format: decode 16 rows x kc into tmp, then transpose */
         const clef_qweight q = {.dtype = w->dtype, .rows = w->rows, .cols = w->cols, .data = w->data, .quant = w->quant};
         for (int64_t g = 0; g < nr; g += 16) {
             const int rows = (int)(nr - g < 16 ? nr - g : 16);
             clef_qweight_tile_f32(&q, n0 + g, n0 + g + rows, k0, k0 + kc, tmp, CPU_GEMM_KC);
             im->rows_f32(tmp, CPU_GEMM_KC, rows, kc, P + g, NR, pf, pf_step);
         }
+        break;
+    }
     }
     pf_issue(pf, pf ? pf->left : 0); /* whatever rounding left over */
     if (done < NR)
         for (int64_t k = 0; k < kc; k++) memset(P + k * NR + done, 0, (size_t)(NR - done) * sizeof(float));
+}
+
+void cpu_gemm_fill(cpu_isa isa, const cpu_gemm_b *b, int64_t n0, int64_t nr, int64_t k0, int64_t kc, float *scratch) {
+    fill_panel(&impls[isa], b, n0, nr, k0, kc, scratch, scratch + (size_t)CPU_GEMM_KC * NR_MAX, NULL);
 }
 
 void cpu_gemm_cols(cpu_isa isa, const float *A, int64_t lda, int64_t M, const cpu_gemm_b *b, int64_t n_begin,

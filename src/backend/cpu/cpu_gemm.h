@@ -33,8 +33,10 @@
 /* Instruction sets with a kernel.  Each one is bitwise the others. */
 typedef enum cpu_isa {
     CPU_ISA_SCALAR, /* plain C, fmaf (a libm call where the target has no FMA: slow, but the same numbers) */
-    CPU_ISA_AVX2,   /* AVX2 + FMA + F16C: 6 x 16 microkernel, 8 x 8 in-register transposes, INT4 decoded in place */
-    CPU_ISA_AVX512, /* AVX-512 F/BW/VL/DQ: 6 x 64 microkernel, in-register transposes, INT4 decoded in place */
+    CPU_ISA_AVX2,   /* AVX2 + FMA + F16C: 6 x 16 microkernel, 8 x 8 in-register transposes, INT4 decoded in
+                       place, NVFP4 / FP8 decoded by lane permutes / F16C then transposed */
+    CPU_ISA_AVX512, /* AVX-512 F/BW/VL/DQ: 6 x 64 microkernel, in-register transposes, INT4 decoded in place,
+                       NVFP4 / FP8 as AVX2 on 16 lanes */
     CPU_ISA_COUNT
 } cpu_isa;
 
@@ -83,5 +85,14 @@ size_t cpu_gemm_scratch_floats(cpu_isa isa);
  * needs K % 8 == 0 (always true: bind checks group % 8). */
 void cpu_gemm_cols(cpu_isa isa, const float *A, int64_t lda, int64_t M, const cpu_gemm_b *b, int64_t n_begin,
                    int64_t n_end, const float *bias, float *C, int64_t ldc, float *scratch);
+
+/* For tests: the weight panel cpu_gemm_cols would multiply, columns [n0,
+ * n0 + nr) (nr <= cpu_gemm_nr(isa), n0 a multiple of it) x k [k0, k0 + kc)
+ * (k0 a multiple of CPU_GEMM_KC, kc <= CPU_GEMM_KC, k0 + kc <= K): B(k0 +
+ * k, n0 + j) at scratch[k * cpu_gemm_nr(isa) + j], +0 for nr <= j.  And
+ * the name of the fill that makes it ("bf16", "int4", "nvfp4", "fp8",
+ * "f32", "generic" for clef_qweight_tile_f32 then a transpose, ...). */
+void cpu_gemm_fill(cpu_isa isa, const cpu_gemm_b *b, int64_t n0, int64_t nr, int64_t k0, int64_t kc, float *scratch);
+const char *cpu_gemm_fill_name(cpu_isa isa, const cpu_gemm_b *b);
 
 #endif
