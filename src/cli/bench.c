@@ -45,7 +45,8 @@ static void bench_usage(FILE *f) {
             "                  experts that do not fit streamed each forward; prints streamed_layers,\n"
             "                  streamed_mb_per_forward and the copy bandwidth reached\n"
             "  --profile       CUDA: after each run's timing, 3 more forwards with per-op GPU timing and\n"
-            "                  a table of where the time goes (\"profile BxT\" block)\n"
+            "                  a table of where the time goes (\"profile BxT\" block); with\n"
+            "                  --state-workload, one more cached request so timed\n"
             "  --synthetic P   random weights of preset P drawn in memory (no files; full needs ~61 GB)\n"
             "  --seed N        seed of the synthetic weights (default 1)\n"
             "  --image-mp X    also time the vision tower on one image of about X megapixels (a square\n"
@@ -621,6 +622,23 @@ static int bench_state(clef_engine *e, const bench_args *a) {
         printf("state_cache_hits %llu\nstate_cache_tokens_reused %llu\nstate_cache_bytes %zu\nstate_cache_blocks %zu\n",
                (unsigned long long)st.hits, (unsigned long long)st.tokens_reused, st.bytes, st.blocks);
         printf("answers_identical %d\n", same);
+        clef_backend *be = clef_model_backend(clef_engine_model(e));
+        if (clef_backend_is_cuda(be)) {
+            long cap, rep, failed;
+            clef_cuda_graph_stats(be, &cap, &rep, &failed);
+            printf("cuda_graphs_captured %ld\ncuda_graphs_replayed %ld\ncuda_graphs_failed %ld\n", cap, rep, failed);
+            if (a->profile) { /* one more cached request (the last one again), timed per op */
+                float *x = NULL;
+                size_t nx = 0, tk = 0;
+                clef_cuda_profile_dump(be, NULL);
+                clef_cuda_set_profile(be, 1);
+                const double ms = state_request(e, a, words, n - 1, &x, &nx, &tk);
+                free(x);
+                printf("profile cached request (1 request, %.1f ms wall, GPU time per op)\n", ms);
+                clef_cuda_profile_dump(be, stdout);
+                clef_cuda_set_profile(be, 0);
+            }
+        }
         fflush(stdout);
         if (!same) fprintf(stderr, "clef bench: answers differ with the state cache on\n");
     }
