@@ -111,7 +111,8 @@ static const char USAGE[] =
     "  --gpu-memory SIZE      with --plan: the device memory budget, bytes with an optional K, M, G or T\n"
     "                         suffix (powers of 1024: 16G = 16GiB = 16 x 2^30 bytes; a trailing B or iB\n"
     "                         is optional); 0 or off, or no --gpu-memory: no budget (all resident)\n"
-    "  --max-batch-tokens N   with --plan: the forward size the workspace is sized for (default %d)\n"
+    "  --max-batch-tokens N   with --plan: the forward size the workspace is sized for (default %d),\n"
+    "                         at most %zu\n"
     "  --text-only            with --plan: without the vision and audio towers\n";
 
 /* `clef inspect --plan`: sizes (a checkpoint's headers, or a preset's
@@ -141,7 +142,7 @@ static int inspect_plan(const char *model, const char *synthetic, const char *qu
         return 1;
     }
     clef_place_plan p;
-    clef_place_plan_make(&s, budget, &p);
+    clef_place_plan_make(&s, budget, CLEF_PLACE_ADV_MAX_BATCH_TOKENS | CLEF_PLACE_ADV_TEXT_ONLY, &p);
     clef_place_plan_print(&s, &p, stdout);
     fflush(stdout);
     if (!p.fits) {
@@ -173,7 +174,7 @@ int cli_inspect(int argc, char **argv) {
             (r = arg_str(argc, argv, &i, "--quant", &quant)) == 0 &&
             (r = arg_bytes(argc, argv, &i, "--gpu-memory", &budget)) == 0 &&
             (r = arg_size(argc, argv, &i, "--max-batch-tokens", &tokens)) == 0) {
-            fprintf(stderr, USAGE, CLEF_SCHED_DEFAULT_MAX_BATCH_TOKENS);
+            fprintf(stderr, USAGE, CLEF_SCHED_DEFAULT_MAX_BATCH_TOKENS, (size_t)CLEF_PLACE_MAX_TOKENS);
             if (strcmp(argv[i], "--help")) {
                 fprintf(stderr, "clef inspect: unknown argument '%s'\n", argv[i]);
                 return 2;
@@ -184,16 +185,21 @@ int cli_inspect(int argc, char **argv) {
         plan_flags = 1;
     }
     const char *why = NULL;
+    static char why_buf[256];
     if (model && synthetic) why = "--model and --synthetic are exclusive";
     else if (!model && !synthetic) why = plan ? "--plan needs --model DIR or --synthetic P" : "--model DIR is required";
     else if (quant && !synthetic) why = "--quant goes with --synthetic (a checkpoint's format is its own)";
     else if (!plan && plan_flags)
         why = "--synthetic, --quant, --gpu-memory, --max-batch-tokens and --text-only go with --plan";
     else if (plan && tokens == 0) why = "--max-batch-tokens must be at least 1";
+    else if (plan && tokens > CLEF_PLACE_MAX_TOKENS) {
+        snprintf(why_buf, sizeof why_buf, "--max-batch-tokens is at most %zu (got %zu)", (size_t)CLEF_PLACE_MAX_TOKENS,
+                 tokens);
+        why = why_buf;
+    }
     clef_err verr;
     clef_err_clear(&verr);
     clef_quant_format qf;
-    static char why_buf[256];
     if (!why && synthetic && !clef_synth_preset_find(synthetic, &verr)) why = verr.message;
     if (!why && quant && *quant && strcasecmp(quant, "bf16") && clef_quant_format_parse(quant, &qf) != 0) {
         snprintf(why_buf, sizeof why_buf,
@@ -201,7 +207,7 @@ int cli_inspect(int argc, char **argv) {
         why = why_buf;
     }
     if (why) {
-        fprintf(stderr, USAGE, CLEF_SCHED_DEFAULT_MAX_BATCH_TOKENS);
+        fprintf(stderr, USAGE, CLEF_SCHED_DEFAULT_MAX_BATCH_TOKENS, (size_t)CLEF_PLACE_MAX_TOKENS);
         fprintf(stderr, "clef inspect: %s\n", why);
         return 2;
     }

@@ -65,7 +65,7 @@ static int place(clef_engine *e, const clef_engine_options *opt, clef_backend *b
                                        &sz, err))
         return -1;
     e->plan = clef_xcalloc(1, sizeof *e->plan);
-    clef_place_plan_make(&sz, opt->gpu_memory, e->plan);
+    clef_place_plan_make(&sz, opt->gpu_memory, CLEF_PLACE_ADVICE_SERVE, e->plan);
     if (!e->plan->fits) return clef_fail(err, 500, CLEF_E_INTERNAL, "gpu_memory", "%s", e->plan->message);
     if (opt->verbose) clef_place_plan_print(&sz, e->plan, stderr);
     if (be->ops->set_memory_budget(be, opt->gpu_memory, err)) return -1;
