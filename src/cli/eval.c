@@ -274,6 +274,8 @@ static int write_environment(const eval_args *a, clef_engine *e, const char *lab
                     a->text_only ? "true" : "false");
     put_key_str(&b, "model_name", a->model_name ? a->model_name : CLEF_EVAL_DEFAULT_MODEL_NAME);
     put_key_str(&b, "device_requested", a->device);
+    /* where the media towers ran: --towers as given (null: the thinker's device) */
+    put_key_str(&b, "towers", a->towers == CLEF_TOWERS_CPU ? "cpu" : a->towers == CLEF_TOWERS_GPU ? "gpu" : NULL);
     /* the state cache's bound (0: off, or off on this backend: state_cache_off says why) and the GPU
      * memory budget with the placement it gave (null: none, every weight resident) */
     clef_buf_printf(&b, ",\"state_cache_bytes\":%zu", a->state_cache);
