@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "engine/engine.h"
+#include "engine/placement.h"
 #include "engine/state_cache.h"
 #include "util/buf.h"
 
@@ -40,6 +42,35 @@ int arg_numerics(int argc, char **argv, int *i, const char *name, clef_numerics 
         return -1;
     }
     return 1;
+}
+
+int arg_towers(int argc, char **argv, int *i, int *out) {
+    const char *v;
+    int r = arg_str(argc, argv, i, "--towers", &v);
+    if (r <= 0) return r;
+    if (!strcmp(v, "cpu")) *out = CLEF_TOWERS_CPU;
+    else if (!strcmp(v, "gpu")) *out = CLEF_TOWERS_GPU;
+    else {
+        fprintf(stderr, "clef: --towers must be cpu or gpu (got '%.40s')\n", v);
+        return -1;
+    }
+    return 1;
+}
+
+int cli_check_placement(const char *cmd, const char *device, size_t gpu_memory, int towers, size_t tokens,
+                        const char *tokens_flag) {
+    if (gpu_memory && tokens > CLEF_PLACE_MAX_TOKENS) {
+        fprintf(stderr, "%s: %s is at most %zu with --gpu-memory (got %zu)\n", cmd, tokens_flag,
+                (size_t)CLEF_PLACE_MAX_TOKENS, tokens);
+        return 2;
+    }
+    clef_err err;
+    clef_err_clear(&err);
+    if (clef_engine_check_placement(device, gpu_memory, towers, 0, &err)) {
+        fprintf(stderr, "%s: %s\n", cmd, err.message);
+        return 2;
+    }
+    return 0;
 }
 
 int arg_size(int argc, char **argv, int *i, const char *name, size_t *out) {

@@ -22,6 +22,19 @@ int arg_bytes(int argc, char **argv, int *i, const char *name, size_t *out);
  * "clef: <name> must be fast, balanced or precise (got '<v>')" and returns -1. */
 int arg_numerics(int argc, char **argv, int *i, const char *name, clef_numerics *out);
 
+/* Same for `--towers cpu|gpu` (engine/engine.h CLEF_TOWERS_CPU / _GPU); any
+ * other value prints "clef: --towers must be cpu or gpu (got '<v>')" and
+ * returns -1. */
+int arg_towers(int argc, char **argv, int *i, int *out);
+
+/* The placement flags of a command that opens an engine, checked before
+ * anything is loaded: `tokens` (the forward the plan is for, given by flag
+ * `tokens_flag`) at most CLEF_PLACE_MAX_TOKENS under a budget, then
+ * clef_engine_check_placement (--gpu-memory or --towers gpu on a CPU device).
+ * 0, or 2 with "<cmd>: <why>" printed (a usage error). */
+int cli_check_placement(const char *cmd, const char *device, size_t gpu_memory, int towers, size_t tokens,
+                        const char *tokens_flag);
+
 /* Read a whole file (or stdin for "-") into a heap buffer; returns NULL and
  * prints an error on failure. */
 char *read_all(const char *path, size_t *len);

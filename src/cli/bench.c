@@ -10,6 +10,7 @@
 
 #include "backend/cuda/cuda.h"
 #include "cli/args.h"
+#include "engine/placement.h"
 #include "cli/cli.h"
 #include "backend/device.h"
 #include "engine/engine.h"
@@ -27,7 +28,7 @@ static void bench_usage(FILE *f) {
             "usage: clef bench (--model DIR | --synthetic tiny|small|full [--seed N] [--tokenizer PATH])\n"
             "                  [--tokens N] [--batch N] [--runs BxT,...] [--iters N] [--threads N]\n"
             "                  [--device D] [--numerics M] [--profile] [--image-mp X] [--audio-s S]\n"
-            "                  [--gpu-memory SIZE] [--towers-only]\n"
+            "                  [--gpu-memory SIZE] [--towers cpu|gpu] [--towers-only]\n"
             "  Builds --batch triage-style requests whose states are cut so each record is --tokens\n"
             "  tokens (default 300), packs them into one forward (the engine's batch path), runs it\n"
             "  twice to warm up (CUDA: the second records the batch's CUDA graph) and --iters times\n"
@@ -41,9 +42,10 @@ static void bench_usage(FILE *f) {
             "  --device D      cpu, cuda, cuda:N (default: automatic)\n"
             "  --numerics M    GPU numerics: fast (default), balanced or precise (see `clef decide --help`);\n"
             "                  printed as \"numerics M\"; the CPU is always f32\n"
-            "  --gpu-memory SIZE  GPU memory budget (e.g. 16GiB): the plan for the largest run's tokens,\n"
-            "                  experts that do not fit streamed each forward; prints streamed_layers,\n"
-            "                  streamed_mb_per_forward and the copy bandwidth reached\n"
+            "  --gpu-memory SIZE\n"
+            "                  GPU memory budget (e.g. 16GiB; a CUDA device only): the plan for the largest\n"
+            "                  run's tokens, experts that do not fit streamed each forward; prints\n"
+            "                  streamed_layers, streamed_mb_per_forward and the copy bandwidth reached\n"
             "  --profile       CUDA: after each run's timing, 3 more forwards with per-op GPU timing and\n"
             "                  a table of where the time goes (\"profile BxT\" block); with\n"
             "                  --state-workload, one more cached request so timed\n"
@@ -56,6 +58,9 @@ static void bench_usage(FILE *f) {
             "                  with --profile one more call of each timed per op)\n"
             "  --towers-only   with --synthetic: draw and time only the media towers (no thinker)\n"
             "  --text-only     do not load the media towers (a text deployment's GPU memory)\n"
+            "  --towers cpu|gpu\n"
+            "                  where the media towers run (default: gpu on a CUDA device, else cpu); cpu\n"
+            "                  keeps their weights off the GPU and out of --gpu-memory\n"
             "  --quant F       with --synthetic: experts quantized in memory to F (int4, fp8-block, nvfp4,\n"
             "                  nvfp4-modelopt), as `clef quantize` would write them (full int4 ~18 GB)\n"
             "  --tokenizer F   tokenizer.json (default %s with --synthetic,\n"
@@ -127,7 +132,7 @@ typedef struct bench_args {
     const char *model, *synthetic, *tokenizer, *device, *runs_spec, *quant, *image_mp, *audio_s;
     size_t seed, tokens, batch, iters, threads;
     clef_numerics numerics;
-    int profile, towers_only, text_only;
+    int profile, towers_only, text_only, towers;
     const char *workload;      /* --state-workload questions|transcript, or NULL */
     size_t state_tokens, sets, steps, state_cache, gpu_memory;
     size_t n_runs;
@@ -190,7 +195,8 @@ static int parse_args(int argc, char **argv, bench_args *a) {
             (r = arg_size(argc, argv, &i, "--sets", &a->sets)) ||
             (r = arg_size(argc, argv, &i, "--steps", &a->steps)) ||
             (r = arg_bytes(argc, argv, &i, "--state-cache", &a->state_cache)) ||
-            (r = arg_bytes(argc, argv, &i, "--gpu-memory", &a->gpu_memory))) {
+            (r = arg_bytes(argc, argv, &i, "--gpu-memory", &a->gpu_memory)) ||
+            (r = arg_towers(argc, argv, &i, &a->towers))) {
             if (r < 0) return 2;
         } else if (!strcmp(argv[i], "--profile")) {
             a->profile = 1;
@@ -231,6 +237,14 @@ static int parse_args(int argc, char **argv, bench_args *a) {
                         "(0, 64], --audio-s in [0.1, 3600]; --text-only takes none of the three\n");
         return 2;
     }
+    size_t max_forward = 0; /* the plan's forward: the largest run, B x T (saturating) */
+    for (size_t i = 0; i < a->n_runs; i++) {
+        const size_t b = a->runs[i].batch, t = a->runs[i].tokens, f = t && b > SIZE_MAX / t ? SIZE_MAX : b * t;
+        max_forward = f > max_forward ? f : max_forward;
+    }
+    if (cli_check_placement("clef bench", a->towers_only && a->towers == CLEF_TOWERS_CPU ? "cpu" : a->device,
+                            a->gpu_memory, a->towers, max_forward, "--batch x --tokens (the largest run)"))
+        return 2;
     return 0;
 }
 
@@ -363,7 +377,8 @@ static int bench_towers_only(const bench_args *a) {
     double t0 = clef_now();
     if (clef_synth_towers_checkpoint(a->synthetic, a->seed, stderr, &ck, &err) != 0)
         return fprintf(stderr, "clef bench: %s\n", err.message), 1;
-    clef_backend *be = clef_backend_open(a->device, (int)a->threads, a->numerics, &err);
+    clef_backend *be = clef_backend_open(a->towers == CLEF_TOWERS_CPU ? "cpu" : a->device, (int)a->threads,
+                                         a->numerics, &err);
     if (!be) {
         clef_checkpoint_close(&ck);
         return fprintf(stderr, "clef bench: %s\n", err.message), 1;
@@ -663,7 +678,8 @@ int cli_bench(int argc, char **argv) {
                                .numerics = a.numerics, .max_length = max_tokens,
                                .truncate_state = 1, .n_threads = (int)a.threads, .verbose = 1,
                                .text_only = a.text_only, .state_cache = a.workload ? a.state_cache : 0,
-                               .gpu_memory = a.gpu_memory, .batch_tokens = max_forward};
+                               .gpu_memory = a.gpu_memory, .batch_tokens = max_forward, .towers = a.towers,
+                               .plan_advice = CLEF_PLACE_ADVICE_BENCH};
     if (a.workload) opt.max_length = 0; /* the engine's default budget: the whole state */
     clef_err err;
     clef_err_clear(&err);
@@ -685,8 +701,13 @@ int cli_bench(int argc, char **argv) {
     int rc = 0;
     if (a.workload) rc = bench_state(e, &a);
     for (size_t i = 0; !a.workload && i < a.n_runs && rc == 0; i++) rc = bench_one(e, &a.runs[i], a.iters, a.profile);
-    if (rc == 0 && (a.image_mp || a.audio_s))
-        rc = bench_towers(&a, clef_engine_checkpoint(e), clef_model_backend(clef_engine_model(e)));
+    if (rc == 0 && (a.image_mp || a.audio_s)) {
+        clef_backend *mbe = clef_model_backend(clef_engine_model(e)), *tbe = mbe;
+        if (a.towers == CLEF_TOWERS_CPU && strcmp(mbe->ops->name, "cpu")) /* the towers where the engine runs them */
+            tbe = clef_backend_open("cpu", (int)a.threads, a.numerics, &err);
+        rc = tbe ? bench_towers(&a, clef_engine_checkpoint(e), tbe) : (fprintf(stderr, "clef bench: %s\n", err.message), 1);
+        if (tbe && tbe != mbe) tbe->ops->destroy(tbe);
+    }
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     printf("peak_rss_mib %.0f\n", (double)ru.ru_maxrss / 1024.0);

@@ -10,6 +10,7 @@
 #include "cli/media_paths.h"
 #include "decision/answer.h"
 #include "engine/engine.h"
+#include "engine/placement.h"
 
 /* The seed triage request of SPEC.md §3.5 (what `make demo` answers). */
 static const char TRIAGE_REQUEST[] =
@@ -74,6 +75,7 @@ typedef struct model_source {
     const char *model, *synthetic, *tokenizer, *device, *quant;
     size_t seed, gpu_memory;
     clef_numerics numerics;
+    int towers; /* CLEF_TOWERS_* */
 } model_source;
 
 static clef_engine *open_engine(const model_source *src, size_t max_length, int threads) {
@@ -82,7 +84,10 @@ static clef_engine *open_engine(const model_source *src, size_t max_length, int 
                                .tokenizer = src->tokenizer,
                                .max_length = max_length, .truncate_state = 1, .n_threads = threads,
                                .device = src->device, .numerics = src->numerics,
-                               .gpu_memory = src->gpu_memory};
+                               .gpu_memory = src->gpu_memory, .towers = src->towers,
+                               /* one record a forward: the plan's workspace is for --max-length */
+                               .batch_tokens = max_length ? max_length : CLEF_DEFAULT_MAX_LENGTH,
+                               .plan_advice = CLEF_PLACE_ADVICE_DECIDE};
     clef_err err;
     clef_err_clear(&err);
     clef_engine *e = clef_engine_open(&opt, &err);
@@ -95,7 +100,7 @@ static clef_engine *open_engine(const model_source *src, size_t max_length, int 
 static void decide_usage(FILE *f) {
     fprintf(f,
             "usage: clef decide --model DIR|--synthetic P [--device D] [--numerics M] [--max-length N] [--threads N]\n"
-            "                   [--gpu-memory SIZE] [--max-body-mb N] [--debug] FILE|-\n"
+            "                   [--gpu-memory SIZE] [--towers cpu|gpu] [--max-body-mb N] [--debug] FILE|-\n"
             "  Answers one SystemOne request (JSON body in FILE, or stdin for -) and prints the\n"
             "  response JSON.  A rejected request prints {\"error\":{...}} and exits with status 2.\n"
             "  Entries of \"images\", \"audio\" and \"videos\" may be file paths (relative to the current\n"
@@ -107,14 +112,19 @@ static void decide_usage(FILE *f) {
             "  --quant F        with --synthetic: experts quantized in memory to F (int4, fp8-block, nvfp4,\n"
             "                   nvfp4-modelopt), bitwise what `clef quantize` writes\n"
             "  --max-length N   token budget per record, >= 1 (default 64000); the state's tail is cut\n"
-            "                   to fit, as the reference does\n"
+            "                   to fit, as the reference does; with --gpu-memory also the forward the\n"
+            "                   plan keeps workspace for\n"
             "  --threads N      compute threads, 1..%d (default: all cores, or OMP_NUM_THREADS)\n"
             "  --device D       cpu, cuda, cuda:N (default: CUDA when a GPU is present, else cpu)\n"
             "  --numerics M     GPU numerics: fast (default; bf16 activations, closer to f32 than the\n"
             "                   reference's own bf16), balanced, or precise (f32-level agreement, slower);\n"
             "                   wins over CLEF_CUDA_NUMERICS / CLEF_CUDA_PRECISE; the CPU is always f32\n"
-            "  --gpu-memory SIZE GPU memory budget (e.g. 16GiB, 24G): experts that do not fit are streamed\n"
-            "                   from pinned host memory each forward (`clef inspect --plan` shows the plan)\n"
+            "  --gpu-memory SIZE\n"
+            "                   GPU memory budget (e.g. 16GiB, 24G; a CUDA device only): experts that do not\n"
+            "                   fit are streamed from pinned host memory each forward (`clef inspect --plan`\n"
+            "                   shows the plan)\n"
+            "  --towers cpu|gpu where the vision and audio towers run (default: gpu on a CUDA device, else\n"
+            "                   cpu); cpu keeps their weights off the GPU and out of --gpu-memory\n"
             "  --max-body-mb N  refuse a request file (or a media file it names) larger than N MiB\n"
             "                   (default %d)\n"
             "  --debug          add a \"debug\" object: input_ids and per question spans, option ids, raw logits\n",
@@ -135,6 +145,7 @@ int cli_decide(int argc, char **argv) {
             (r = arg_str(argc, argv, &i, "--device", &src.device)) ||
             (r = arg_numerics(argc, argv, &i, "--numerics", &src.numerics)) ||
             (r = arg_bytes(argc, argv, &i, "--gpu-memory", &src.gpu_memory)) ||
+            (r = arg_towers(argc, argv, &i, &src.towers)) ||
             (r = arg_size(argc, argv, &i, "--seed", &src.seed)) || (r = arg_size(argc, argv, &i, "--threads", &threads)) ||
             (r = arg_size(argc, argv, &i, "--max-body-mb", &body_mb))) {
             if (r < 0) return 2;
@@ -180,6 +191,10 @@ int cli_decide(int argc, char **argv) {
         fprintf(stderr, "clef decide: --max-body-mb wants 1..%zu\n", (size_t)(SIZE_MAX >> 20));
         return 2;
     }
+    /* before the request or the checkpoint is read */
+    if (cli_check_placement("clef decide", src.device, src.gpu_memory, src.towers,
+                            max_length ? max_length : CLEF_DEFAULT_MAX_LENGTH, "--max-length"))
+        return 2;
     size_t len;
     char *body = read_all_max(file, body_mb << 20, &len);
     if (!body) return 1;

@@ -59,8 +59,11 @@ static void eval_usage(FILE *f) {
             "  --device D            cpu, cuda, cuda:N (default: CUDA when a GPU is present, else cpu)\n"
             "  --numerics M          GPU numerics: fast (default), balanced or precise (see `clef decide\n"
             "                        --help`); the CPU is always f32\n"
-            "  --gpu-memory SIZE     GPU memory budget (e.g. 16GiB): experts that do not fit are streamed\n"
-            "                        from pinned host memory (`clef inspect --plan`)\n"
+            "  --gpu-memory SIZE     GPU memory budget (e.g. 16GiB; a CUDA device only): experts that do not\n"
+            "                        fit are streamed from pinned host memory (`clef inspect --plan`); the\n"
+            "                        workspace is for --max-batch-tokens, also the longest record then\n"
+            "  --towers cpu|gpu      where the media towers run (default: gpu on a CUDA device, else cpu);\n"
+            "                        cpu keeps their weights off the GPU and out of --gpu-memory\n"
             "  --threads N           compute threads, 1..%d (default: all cores, or OMP_NUM_THREADS)\n"
             "  --max-batch-tokens N  tokens packed into one forward pass (default %d); a longer record\n"
             "                        runs alone\n"
@@ -87,7 +90,7 @@ typedef struct eval_args {
     size_t seed, threads, max_batch_tokens, in_flight, max_length, max_row_mb, progress_every, state_cache,
         gpu_memory;
     clef_numerics numerics;
-    int truncate_state, text_only, quiet, force;
+    int truncate_state, text_only, quiet, force, towers;
 } eval_args;
 
 /* Parse the flags; -1 = --help (exit 0), 0 ok, 2 bad usage (printed). */
@@ -112,6 +115,7 @@ static int parse_args(int argc, char **argv, eval_args *a) {
             (r = arg_size(argc, argv, &i, "--in-flight", &a->in_flight)) ||
             (r = arg_bytes(argc, argv, &i, "--state-cache", &a->state_cache)) ||
             (r = arg_bytes(argc, argv, &i, "--gpu-memory", &a->gpu_memory)) ||
+            (r = arg_towers(argc, argv, &i, &a->towers)) ||
             (r = arg_size(argc, argv, &i, "--max-row-mb", &a->max_row_mb)) ||
             (r = arg_size(argc, argv, &i, "--progress-every", &a->progress_every))) {
             if (r < 0) return 2;
@@ -146,6 +150,11 @@ static int parse_args(int argc, char **argv, eval_args *a) {
         eval_usage(stderr);
         return 2;
     }
+    /* placement flags before any file is looked at */
+    if (cli_check_placement("clef eval", a->device, a->gpu_memory, a->towers,
+                            a->max_batch_tokens ? a->max_batch_tokens : CLEF_SCHED_DEFAULT_MAX_BATCH_TOKENS,
+                            "--max-batch-tokens"))
+        return 2;
     if (max_length_given && a->max_length == 0) return fprintf(stderr, "clef eval: --max-length must be at least 1\n"), 2;
     if (a->threads > CLEF_CPU_MAX_THREADS)
         return fprintf(stderr, "clef eval: --threads %zu is more than the limit of %d\n", a->threads,
@@ -265,6 +274,8 @@ static int write_environment(const eval_args *a, clef_engine *e, const char *lab
                     a->text_only ? "true" : "false");
     put_key_str(&b, "model_name", a->model_name ? a->model_name : CLEF_EVAL_DEFAULT_MODEL_NAME);
     put_key_str(&b, "device_requested", a->device);
+    /* where the media towers ran: --towers as given (null: the thinker's device) */
+    put_key_str(&b, "towers", a->towers == CLEF_TOWERS_CPU ? "cpu" : a->towers == CLEF_TOWERS_GPU ? "gpu" : NULL);
     /* the state cache's bound (0: off, or off on this backend: state_cache_off says why) and the GPU
      * memory budget with the placement it gave (null: none, every weight resident) */
     clef_buf_printf(&b, ",\"state_cache_bytes\":%zu", a->state_cache);
@@ -383,7 +394,8 @@ int cli_eval(int argc, char **argv) {
                                .numerics = a.numerics, .max_length = a.max_length, .truncate_state = a.truncate_state,
                                .n_threads = (int)a.threads, .text_only = a.text_only, .verbose = !a.quiet,
                                .state_cache = a.state_cache, .gpu_memory = a.gpu_memory,
-                               .batch_tokens = a.max_batch_tokens};
+                               .batch_tokens = a.max_batch_tokens, .towers = a.towers,
+                               .plan_advice = CLEF_PLACE_ADVICE_EVAL};
     clef_engine *e = clef_engine_open(&opt, &err);
     if (!e) {
         fprintf(stderr, "clef eval: cannot load model from %s: %s\n", label, err.message);

@@ -6,6 +6,7 @@
 
 #include "cli/args.h"
 #include "cli/cli.h"
+#include "engine/engine.h"
 #include "engine/placement.h"
 #include "engine/scheduler.h"
 #include "io/checkpoint.h"
@@ -99,7 +100,7 @@ static int print_quantization(const clef_checkpoint *ck) {
 static const char USAGE[] =
     "usage: clef inspect --model DIR\n"
     "       clef inspect --plan (--model DIR | --synthetic P [--quant F]) [--gpu-memory SIZE]\n"
-    "                    [--max-batch-tokens N] [--text-only]\n"
+    "                    [--max-batch-tokens N] [--text-only] [--towers cpu|gpu]\n"
     "  --model DIR            the checkpoint to describe (config, tensors by dtype, quantization, head hash)\n"
     "  --plan                 instead: where the weights would live on a GPU (engine/placement.h), from the\n"
     "                         tensors' shapes alone (no weight is read or drawn): device memory by kind,\n"
@@ -111,13 +112,16 @@ static const char USAGE[] =
     "  --gpu-memory SIZE      with --plan: the device memory budget, bytes with an optional K, M, G or T\n"
     "                         suffix (powers of 1024: 16G = 16GiB = 16 x 2^30 bytes; a trailing B or iB\n"
     "                         is optional); 0 or off, or no --gpu-memory: no budget (all resident)\n"
-    "  --max-batch-tokens N   with --plan: the forward size the workspace is sized for (default %d)\n"
-    "  --text-only            with --plan: without the vision and audio towers\n";
+    "  --max-batch-tokens N   with --plan: the forward size the workspace is sized for (default %d),\n"
+    "                         at most %zu; under a budget also the longest record the engine accepts\n"
+    "  --text-only            with --plan: without the vision and audio towers\n"
+    "  --towers cpu|gpu       with --plan: where the vision and audio towers run (default gpu); cpu keeps\n"
+    "                         their weights in host memory, out of the budget\n";
 
 /* `clef inspect --plan`: sizes (a checkpoint's headers, or a preset's
  * shapes) and the plan under the budget. */
 static int inspect_plan(const char *model, const char *synthetic, const char *quant, size_t budget, size_t tokens,
-                        int text_only) {
+                        int text_only, int towers_cpu) {
     clef_err err;
     clef_err_clear(&err);
     clef_place_sizes s;
@@ -140,8 +144,11 @@ static int inspect_plan(const char *model, const char *synthetic, const char *qu
         fprintf(stderr, "clef inspect: %s\n", err.message);
         return 1;
     }
+    if (towers_cpu) clef_place_towers_on_host(&s);
     clef_place_plan p;
-    clef_place_plan_make(&s, budget, &p);
+    clef_place_plan_make(&s, budget,
+                         towers_cpu ? CLEF_PLACE_ADVICE_INSPECT & ~CLEF_PLACE_ADV_TOWERS_CPU : CLEF_PLACE_ADVICE_INSPECT,
+                         &p);
     clef_place_plan_print(&s, &p, stdout);
     fflush(stdout);
     if (!p.fits) {
@@ -154,7 +161,7 @@ static int inspect_plan(const char *model, const char *synthetic, const char *qu
 int cli_inspect(int argc, char **argv) {
     const char *model = NULL, *synthetic = NULL, *quant = NULL;
     size_t budget = 0, tokens = CLEF_SCHED_DEFAULT_MAX_BATCH_TOKENS;
-    int plan = 0, text_only = 0, plan_flags = 0;
+    int plan = 0, text_only = 0, plan_flags = 0, towers = CLEF_TOWERS_DEFAULT;
     for (int i = 1; i < argc; i++) {
         int r;
         if (!strcmp(argv[i], "--plan")) {
@@ -172,8 +179,9 @@ int cli_inspect(int argc, char **argv) {
         if ((r = arg_str(argc, argv, &i, "--synthetic", &synthetic)) == 0 &&
             (r = arg_str(argc, argv, &i, "--quant", &quant)) == 0 &&
             (r = arg_bytes(argc, argv, &i, "--gpu-memory", &budget)) == 0 &&
-            (r = arg_size(argc, argv, &i, "--max-batch-tokens", &tokens)) == 0) {
-            fprintf(stderr, USAGE, CLEF_SCHED_DEFAULT_MAX_BATCH_TOKENS);
+            (r = arg_size(argc, argv, &i, "--max-batch-tokens", &tokens)) == 0 &&
+            (r = arg_towers(argc, argv, &i, &towers)) == 0) {
+            fprintf(stderr, USAGE, CLEF_SCHED_DEFAULT_MAX_BATCH_TOKENS, (size_t)CLEF_PLACE_MAX_TOKENS);
             if (strcmp(argv[i], "--help")) {
                 fprintf(stderr, "clef inspect: unknown argument '%s'\n", argv[i]);
                 return 2;
@@ -184,16 +192,21 @@ int cli_inspect(int argc, char **argv) {
         plan_flags = 1;
     }
     const char *why = NULL;
+    static char why_buf[256];
     if (model && synthetic) why = "--model and --synthetic are exclusive";
     else if (!model && !synthetic) why = plan ? "--plan needs --model DIR or --synthetic P" : "--model DIR is required";
     else if (quant && !synthetic) why = "--quant goes with --synthetic (a checkpoint's format is its own)";
     else if (!plan && plan_flags)
-        why = "--synthetic, --quant, --gpu-memory, --max-batch-tokens and --text-only go with --plan";
+        why = "--synthetic, --quant, --gpu-memory, --max-batch-tokens, --text-only and --towers go with --plan";
     else if (plan && tokens == 0) why = "--max-batch-tokens must be at least 1";
+    else if (plan && tokens > CLEF_PLACE_MAX_TOKENS) {
+        snprintf(why_buf, sizeof why_buf, "--max-batch-tokens is at most %zu (got %zu)", (size_t)CLEF_PLACE_MAX_TOKENS,
+                 tokens);
+        why = why_buf;
+    }
     clef_err verr;
     clef_err_clear(&verr);
     clef_quant_format qf;
-    static char why_buf[256];
     if (!why && synthetic && !clef_synth_preset_find(synthetic, &verr)) why = verr.message;
     if (!why && quant && *quant && strcasecmp(quant, "bf16") && clef_quant_format_parse(quant, &qf) != 0) {
         snprintf(why_buf, sizeof why_buf,
@@ -201,11 +214,11 @@ int cli_inspect(int argc, char **argv) {
         why = why_buf;
     }
     if (why) {
-        fprintf(stderr, USAGE, CLEF_SCHED_DEFAULT_MAX_BATCH_TOKENS);
+        fprintf(stderr, USAGE, CLEF_SCHED_DEFAULT_MAX_BATCH_TOKENS, (size_t)CLEF_PLACE_MAX_TOKENS);
         fprintf(stderr, "clef inspect: %s\n", why);
         return 2;
     }
-    if (plan) return inspect_plan(model, synthetic, quant, budget, tokens, text_only);
+    if (plan) return inspect_plan(model, synthetic, quant, budget, tokens, text_only, towers == CLEF_TOWERS_CPU);
     clef_checkpoint ck;
     clef_err err;
     clef_err_clear(&err);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli/args.h"
+#include "engine/placement.h"
 #include "cli/cli.h"
 #include "engine/parity.h"
 #include "json/json.h"
@@ -37,8 +38,10 @@ static void parity_usage(FILE *f) {
             "  --numerics M    GPU numerics of both sides: fast (default), balanced or precise (see `clef\n"
             "                  decide --help`); --numerics-a / --numerics-b M set one side's (they win over\n"
             "                  --numerics): e.g. BF16 precise vs BF16 fast\n"
-            "  --gpu-memory SIZE  GPU memory budget of each model (e.g. 16GiB): experts that do not fit\n"
-            "                  are streamed from pinned host memory (`clef inspect --plan`)\n"
+            "  --gpu-memory SIZE\n"
+            "                  GPU memory budget of each model (e.g. 16GiB; a CUDA device only): experts\n"
+            "                  that do not fit are streamed from pinned host memory (`clef inspect --plan`);\n"
+            "                  the workspace is for one record of --max-length tokens (default 64000)\n"
             "  --json prints the report as one JSON object.  Exit status 1 if a model cannot be loaded.\n");
 }
 
@@ -58,7 +61,10 @@ typedef struct parity_common {
 static clef_engine *open_model(const parity_side *side, const parity_common *c) {
     clef_engine_options opt = {.model_dir = side->dir, .max_length = c->max_length, .truncate_state = 1,
                                .n_threads = (int)c->threads, .device = c->device, .numerics = side->numerics,
-                               .gpu_memory = c->gpu_memory, .verbose = c->synthetic != NULL};
+                               .gpu_memory = c->gpu_memory, .verbose = c->synthetic != NULL,
+                               /* one request a forward: the plan's workspace is for --max-length */
+                               .batch_tokens = c->max_length ? c->max_length : CLEF_DEFAULT_MAX_LENGTH,
+                               .plan_advice = CLEF_PLACE_ADVICE_PARITY};
     if (!side->dir) {
         opt.synthetic = c->synthetic;
         opt.seed = c->seed;
@@ -148,6 +154,9 @@ int cli_parity(int argc, char **argv) {
             return 2;
         }
     }
+    if (cli_check_placement("clef parity", c.device, c.gpu_memory, CLEF_TOWERS_DEFAULT,
+                            c.max_length ? c.max_length : CLEF_DEFAULT_MAX_LENGTH, "--max-length"))
+        return 2;
     int synth = c.synthetic != NULL;
     if (synth && !c.tokenizer && !(c.tokenizer = cli_default_tokenizer("clef parity"))) return 2;
     if (!requests || (synth ? n_models != 0 : n_models != 2 || quant[0] || quant[1])) {

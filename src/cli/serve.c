@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "cli/args.h"
+#include "engine/placement.h"
 #include "engine/state_cache.h"
 #include "cli/cli.h"
 #include "engine/scheduler.h"
@@ -88,10 +89,15 @@ static void serve_usage(FILE *f) {
             "  --numerics M              GPU numerics: fast (default; bf16 activations, closer to f32 than\n"
             "                            the reference's own bf16), balanced, or precise (f32-level\n"
             "                            agreement, slower); the CPU is always f32\n"
-            "  --gpu-memory SIZE         GPU memory budget, e.g. 16GiB (default: none, every weight\n"
-            "                            resident): the experts of the layers that do not fit are streamed\n"
-            "                            from pinned host memory each forward; workspace is planned for\n"
-            "                            --max-batch-tokens; `clef inspect --plan` shows the plan\n"
+            "  --gpu-memory SIZE         GPU memory budget, e.g. 16GiB (a CUDA device only; default: none,\n"
+            "                            every weight resident): the experts of the layers that do not fit\n"
+            "                            are streamed from pinned host memory each forward; workspace is\n"
+            "                            planned for --max-batch-tokens (at most %zu), which is then also\n"
+            "                            the longest record accepted (a longer one gets 422, or its state\n"
+            "                            cut with truncation); `clef inspect --plan` shows the plan\n"
+            "  --towers cpu|gpu          where the vision and audio towers run (default: gpu on a CUDA\n"
+            "                            device, else cpu); cpu keeps their weights off the GPU and out of\n"
+            "                            --gpu-memory\n"
             "  --max-questions N         questions per request (default %zu)\n"
             "  --max-options N           options per choice question (default %zu)\n"
             "  --min-score-levels N      levels per score question, minimum (default %zu)\n"
@@ -101,7 +107,8 @@ static void serve_usage(FILE *f) {
             CLEF_SCHED_DEFAULT_MAX_QUEUE, CLEF_SERVER_AUTO_MAX_CONNECTIONS,
             CLEF_SERVER_DEFAULT_MAX_CONNECTIONS_PER_CLIENT, CLEF_SERVER_DEFAULT_HEADER_TIMEOUT_S,
             CLEF_SERVER_DEFAULT_BODY_TIMEOUT_S, CLEF_SERVER_DEFAULT_MIN_BODY_RATE >> 10,
-            CLEF_SERVER_DEFAULT_DRAIN_TIMEOUT_S, CLEF_SERVER_MAX_DRAIN_TIMEOUT_S, d.max_questions, d.max_choice_options,
+            CLEF_SERVER_DEFAULT_DRAIN_TIMEOUT_S, CLEF_SERVER_MAX_DRAIN_TIMEOUT_S, (size_t)CLEF_PLACE_MAX_TOKENS,
+            d.max_questions, d.max_choice_options,
             d.min_score_levels, d.max_score_levels);
     const clef_media_limits *m = &d.media;
     fprintf(f,
@@ -224,6 +231,7 @@ int cli_serve(int argc, char **argv) {
             (r = arg_size(argc, argv, &i, "--max-queue", &o.max_queue)) ||
             (r = arg_bytes(argc, argv, &i, "--state-cache", &o.state_cache)) ||
             (r = arg_bytes(argc, argv, &i, "--gpu-memory", &o.gpu_memory)) ||
+            (r = arg_towers(argc, argv, &i, &o.towers)) ||
             (r = arg_size(argc, argv, &i, "--max-connections", &o.max_connections)) ||
             (r = arg_size(argc, argv, &i, "--max-connections-per-client", &per_client)) ||
             (r = arg_size(argc, argv, &i, "--header-timeout-s", &header_s)) ||
@@ -281,6 +289,10 @@ int cli_serve(int argc, char **argv) {
         fprintf(stderr, "clef serve: --tokenizer %s: %s\n", o.tokenizer, strerror(errno));
         return 2;
     }
+    if (cli_check_placement("clef serve", o.device, o.gpu_memory, o.towers,
+                            o.max_batch_tokens ? o.max_batch_tokens : CLEF_SCHED_DEFAULT_MAX_BATCH_TOKENS,
+                            "--max-batch-tokens"))
+        return 2;
     if (port > 65535) {
         fprintf(stderr, "clef serve: --port must be 0..65535\n");
         return 2;

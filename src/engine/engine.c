@@ -32,6 +32,8 @@ struct clef_engine {
     double load_seconds;
     pthread_mutex_t forward_lock; /* the model's workspace is single-user */
     clef_towers *towers;          /* vision + audio towers; NULL when they cannot be bound */
+    clef_backend *tower_be;       /* --towers cpu on a non-CPU device: the towers' own CPU backend (owned); NULL =
+                                     the towers run on the model's backend */
     char towers_why[CLEF_ERR_MESSAGE_MAX]; /* why not (reported to media requests) */
     float *hidden;     /* thinker output rows in the model backend's memory (on a GPU they stay there for
                           the head), reused by every forward (under forward_lock) */
@@ -50,9 +52,37 @@ static void progress(const clef_engine_options *opt, const char *what, double t0
     if (opt->verbose) fprintf(stderr, "clef: %s (%.2f s)\n", what, clef_now() - t0);
 }
 
+/* "cpu" or "cuda" for a device string (NULL / "" = automatic, as clef_backend_open resolves it). */
+static const char *device_kind(const char *device, int *automatic) {
+    *automatic = !device || !*device;
+    if (*automatic) device = clef_backend_auto_name();
+    return strcmp(device, "cpu") ? "cuda" : "cpu";
+}
+
+int clef_engine_check_placement(const char *device, size_t gpu_memory, int towers, size_t batch_tokens,
+                                clef_err *err) {
+    int automatic;
+    const char *kind = device_kind(device, &automatic);
+    const char *on = automatic ? "the cpu (chosen automatically: no GPU, or CLEF_DEVICE=cpu)" : "the cpu (--device cpu)";
+    if (towers < CLEF_TOWERS_DEFAULT || towers > CLEF_TOWERS_GPU)
+        return clef_fail(err, 400, CLEF_E_REQUEST, "towers", "--towers must be cpu or gpu");
+    if (gpu_memory && !strcmp(kind, "cpu"))
+        return clef_fail(err, 400, CLEF_E_REQUEST, "gpu_memory",
+                         "--gpu-memory applies to a CUDA device; this run is on %s", on);
+    if (towers == CLEF_TOWERS_GPU && !strcmp(kind, "cpu"))
+        return clef_fail(err, 400, CLEF_E_REQUEST, "towers",
+                         "--towers gpu needs a CUDA device; this run is on %s", on);
+    if (gpu_memory && batch_tokens > CLEF_PLACE_MAX_TOKENS)
+        return clef_fail(err, 400, CLEF_E_REQUEST, "batch_tokens",
+                         "with --gpu-memory a forward is planned for at most %zu tokens (got %zu)",
+                         (size_t)CLEF_PLACE_MAX_TOKENS, batch_tokens);
+    return 0;
+}
+
 /* --gpu-memory: the placement of e->ck under opt->gpu_memory on `be` (engine/placement.h) into e->plan,
- * printed when verbose, and the budget set on the backend.  -1 + err: a backend without streaming or a
- * budget (the CPU), or a budget the model does not fit (the planner's message). */
+ * printed when verbose, the budget set on the backend and the engine's max_length lowered to the
+ * planned forward.  -1 + err: a backend without streaming or a budget, or a budget the model does not
+ * fit (the planner's message). */
 static int place(clef_engine *e, const clef_engine_options *opt, clef_backend *be, double t0, clef_err *err) {
     if (!be->ops->set_memory_budget || !be->ops->experts_stream_begin)
         return clef_fail(err, 500, CLEF_E_INTERNAL, "gpu_memory",
@@ -64,10 +94,17 @@ static int place(clef_engine *e, const clef_engine_options *opt, clef_backend *b
                                        opt->batch_tokens ? opt->batch_tokens : CLEF_SCHED_DEFAULT_MAX_BATCH_TOKENS,
                                        &sz, err))
         return -1;
+    if (opt->towers == CLEF_TOWERS_CPU) clef_place_towers_on_host(&sz);
     e->plan = clef_xcalloc(1, sizeof *e->plan);
-    clef_place_plan_make(&sz, opt->gpu_memory, e->plan);
+    clef_place_plan_make(&sz, opt->gpu_memory, opt->plan_advice, e->plan);
     if (!e->plan->fits) return clef_fail(err, 500, CLEF_E_INTERNAL, "gpu_memory", "%s", e->plan->message);
     if (opt->verbose) clef_place_plan_print(&sz, e->plan, stderr);
+    /* the workspace is for sz.batch_tokens: no record may be longer (a longer one ran alone past it) */
+    const size_t longest = clef_place_max_record(e->max_length, &sz);
+    if (longest < e->max_length && opt->verbose)
+        fprintf(stderr, "clef: records of at most %zu tokens under this plan (was %zu): the workspace is for %zu\n",
+                longest, e->max_length, sz.batch_tokens);
+    e->max_length = longest;
     if (be->ops->set_memory_budget(be, opt->gpu_memory, err)) return -1;
     progress(opt, "placement planned", t0);
     return 0;
@@ -83,6 +120,10 @@ clef_engine *clef_engine_open(const clef_engine_options *opt, clef_err *err) {
         clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "a synthetic model needs a tokenizer path");
         return NULL;
     }
+    /* placement options that need no checkpoint are checked before anything is loaded */
+    if (clef_engine_check_placement(opt->device, opt->gpu_memory, opt->towers,
+                                    opt->batch_tokens ? opt->batch_tokens : CLEF_SCHED_DEFAULT_MAX_BATCH_TOKENS, err))
+        return NULL;
     clef_engine *e = clef_xcalloc(1, sizeof *e);
     pthread_mutex_init(&e->forward_lock, NULL);
     e->limits = opt->limits.max_questions ? opt->limits : clef_limits_default();
@@ -140,9 +181,16 @@ clef_engine *clef_engine_open(const clef_engine_options *opt, clef_err *err) {
      * answers text requests; media requests are then refused with the reason. */
     clef_err terr;
     clef_err_clear(&terr);
-    e->towers = opt->text_only ? NULL : clef_towers_create(&e->ck, clef_model_backend(e->model), &terr);
+    clef_backend *tbe = clef_model_backend(e->model);
+    if (!opt->text_only && opt->towers == CLEF_TOWERS_CPU && strcmp(tbe->ops->name, "cpu")) {
+        /* --towers cpu beside a GPU thinker: a CPU backend of the towers' own (their outputs are host
+         * rows either way, towers.h), so their weights never take device memory */
+        e->tower_be = clef_backend_open("cpu", opt->n_threads, opt->numerics, &terr);
+        tbe = e->tower_be;
+    }
+    e->towers = opt->text_only || !tbe ? NULL : clef_towers_create(&e->ck, tbe, &terr);
     if (e->towers)
-        progress(opt, "media towers bound", t0);
+        progress(opt, e->tower_be ? "media towers bound on the cpu (--towers cpu)" : "media towers bound", t0);
     else if (opt->text_only)
         snprintf(e->towers_why, sizeof e->towers_why, "text-only: the media towers were not loaded");
     else
@@ -183,6 +231,7 @@ void clef_engine_close(clef_engine *e) {
     free(e->plan);
     clef_state_cache_free(e->cache);
     clef_towers_free(e->towers);
+    if (e->tower_be) e->tower_be->ops->destroy(e->tower_be);
     if (e->hidden) clef_model_backend(e->model)->ops->free(clef_model_backend(e->model), e->hidden);
     clef_model_free(e->model);
     clef_tokenizer_free(e->tok);

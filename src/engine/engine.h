@@ -17,6 +17,14 @@
 #include "util/buf.h"
 #include "util/err.h"
 
+/* Where the vision and audio towers run (clef_engine_options.towers, `--towers cpu|gpu`). */
+enum {
+    CLEF_TOWERS_DEFAULT = 0, /* on the thinker's backend: the GPU when the device is CUDA, else the CPU */
+    CLEF_TOWERS_CPU = 1,     /* on a CPU backend of their own while the thinker runs on its device; their
+                                weights are then not on the GPU nor counted in a --gpu-memory budget */
+    CLEF_TOWERS_GPU = 2,     /* on the thinker's CUDA device (a CPU device refuses it) */
+};
+
 typedef struct clef_engine_options {
     const char *model_dir;   /* checkpoint directory (SPEC §1.1); required unless `synthetic` is set */
     const char *synthetic;   /* NULL, or a synthetic preset ("tiny", "small", "full"; io/synth.h): random
@@ -51,8 +59,25 @@ typedef struct clef_engine_options {
                                 pinned host memory each forward; a budget nothing fits in is a load error
                                 saying what would.  Needs a backend that streams (CUDA); else 500 */
     size_t batch_tokens;     /* the largest forward the plan keeps workspace for; 0 =
-                                CLEF_SCHED_DEFAULT_MAX_BATCH_TOKENS (pass the scheduler's max_batch_tokens) */
+                                CLEF_SCHED_DEFAULT_MAX_BATCH_TOKENS (pass the scheduler's max_batch_tokens, or
+                                max_length for one record a forward).  Under a budget it is also the longest
+                                record accepted: the engine's max_length is lowered to it
+                                (clef_place_max_record), so a longer record is refused at admission (or its
+                                state cut when truncation is asked) */
+    unsigned plan_advice;    /* CLEF_PLACE_ADV_* (engine/placement.h): the calling command's flags that a
+                                "does not fit" message may suggest */
+    int towers;              /* CLEF_TOWERS_DEFAULT, _CPU or _GPU */
 } clef_engine_options;
+
+/* The checks of the placement options that need no checkpoint: a
+ * --gpu-memory budget or `--towers gpu` with a device that resolves to the
+ * CPU (`device` as in clef_engine_options, NULL = automatic), a towers value
+ * out of range, a budget's forward past CLEF_PLACE_MAX_TOKENS.  0, or -1 +
+ * err (400, param naming the option, a message naming the flag) — what
+ * clef_engine_open checks first, before loading anything, and what the CLI
+ * calls to make it a usage error (exit 2). */
+int clef_engine_check_placement(const char *device, size_t gpu_memory, int towers, size_t batch_tokens,
+                                clef_err *err);
 
 typedef struct clef_engine clef_engine;
 

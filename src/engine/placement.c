@@ -19,17 +19,28 @@
 #define ALIGN_UP(x, a) (((x) + (a) - 1) & ~(size_t)((a) - 1))
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
+/* Saturating size arithmetic: every size here can come from a flag
+ * (--max-batch-tokens) or a checkpoint's shapes, so a sum or product past
+ * SIZE_MAX stays SIZE_MAX (which no budget holds: the plan then does not
+ * fit) instead of wrapping to a small number that would. */
+static size_t sadd(size_t a, size_t b) { return a > SIZE_MAX - b ? SIZE_MAX : a + b; }
+static size_t smul(size_t a, size_t b) { return b && a > SIZE_MAX / b ? SIZE_MAX : a * b; }
+static size_t smul3(size_t a, size_t b, size_t c) { return smul(smul(a, b), c); }
+/* x rounded up to a multiple of a (a power of two), saturating. */
+static size_t salign(size_t x, size_t a) { return x > SIZE_MAX - (a - 1) ? SIZE_MAX : ALIGN_UP(x, a); }
+static void acc(size_t *into, size_t b) { *into = sadd(*into, b); }
+
 /* ---- device bytes of one weight (cuda_backend.c's allocation rule) ---- */
 
 /* arena_take: every weight block is rounded up to 256 bytes (an empty one
  * takes 256). */
-static size_t arena_bytes(size_t bytes) { return ALIGN_UP(bytes ? bytes : 1, 256); }
+static size_t arena_bytes(size_t bytes) { return salign(bytes ? bytes : 1, 256); }
 
 size_t clef_place_weight_bytes(const clef_qweight *q) {
     const size_t R = (size_t)q->rows, C = (size_t)q->cols;
     if (q->quant.type == CLEF_QT_NONE) { /* cu_weight_init: bf16 stays bf16, f16 / f32 become f32 */
         const size_t es = q->dtype == CLEF_DT_BF16 ? 2 : 4;
-        return arena_bytes(R * C * es);
+        return arena_bytes(smul3(R, C, es));
     }
     /* packed_sizes, then the v3 kernels' reordered INT4 / NVFP4 sizes (the default) */
     size_t nd, ns, nz = 0;
@@ -53,14 +64,14 @@ size_t clef_place_weight_bytes(const clef_qweight *q) {
     }
     }
     /* cu_weight_init_packed: data, scales, zeros each 256-aligned after 256 bytes of slack */
-    const size_t os = ALIGN_UP(nd + 256, 256), oz = os + ALIGN_UP(ns + 256, 256);
-    return arena_bytes(oz + (nz ? ALIGN_UP(nz + 256, 256) : 0));
+    const size_t os = salign(sadd(nd, 256), 256), oz = sadd(os, salign(sadd(ns, 256), 256));
+    return arena_bytes(sadd(oz, nz ? salign(sadd(nz, 256), 256) : 0));
 }
 
 /* A vector uploaded as f32 into its own backend allocation (model.c
  * upload_f32, towers.c upload_owned: cudaMallocAsync, counted at the 256
  * bytes the allocator aligns to). */
-static size_t vec_bytes(int64_t n) { return ALIGN_UP((size_t)(n > 0 ? n : 1) * 4, 256); }
+static size_t vec_bytes(int64_t n) { return salign(smul((size_t)(n > 0 ? n : 1), 4), 256); }
 
 /* SLOT_STAGE: what cu_weight_init_packed stages a reordered weight through
  * (checkpoint-layout data; NVFP4: and scales), grown to the largest and kept
@@ -71,7 +82,7 @@ static size_t stage_bytes(const clef_qweight *q) {
     if (q->quant.type == CLEF_QT_INT4_GPTQ) b = R * C / 2;
     else if (q->quant.type == CLEF_QT_NVFP4) b = ALIGN_UP(R * C / 2, 256) + R * (C / 16);
     else return 0;
-    return ALIGN_UP(b + b / 4 + 256, 256);
+    return salign(sadd(sadd(b, b / 4), 256), 256);
 }
 
 /* ---- the workspace estimate ---- */
@@ -81,8 +92,8 @@ static size_t stage_bytes(const clef_qweight *q) {
 /* Activation halves per tensor-core input: 2 = precise numerics (the worst case). */
 #define PLACE_WS_SPLIT 2
 
-static size_t ws64(size_t bytes) { return ALIGN_UP(bytes, 64); }                    /* model_ws ws_take */
-static size_t cu_slot_bytes(size_t b) { return b ? ALIGN_UP(b + b / 4 + 256, 256) : 0; } /* cu_slot's headroom */
+static size_t ws64(size_t bytes) { return salign(bytes, 64); }                      /* model_ws ws_take */
+static size_t cu_slot_bytes(size_t b) { return b ? salign(sadd(sadd(b, b / 4), 256), 256) : 0; } /* cu_slot's headroom */
 
 static size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
 
@@ -98,25 +109,29 @@ size_t clef_place_workspace_bytes(const clef_config *cfg, size_t T) {
     const size_t ND = any_dense ? (size_t)c->intermediate_size : 0;
     const size_t qw = qd + 2 * kd > H ? qd + 2 * kd : H;
 
-    /* thinker.c ws_layout (fused and split q/k/v both counted: an upper bound of either) */
-    const size_t hidden = ws64(T * H * f);           /* h: the residual stream */
-    const size_t hidden_out = ws64(T * H * f);       /* a: the engine's thinker-output buffer on the backend */
-    const size_t qkv = ws64(T * qw * f) + 2 * ws64(T * kd * f); /* q (| k | v fused), k, v split */
-    const size_t att = ws64(T * qd * f);             /* attention output */
-    const size_t route = ws64(T * E * f) + 2 * ws64(T * k * 4); /* router logits, top-k weights and ids */
-    const size_t dense_mlp = 2 * ws64(T * ND * f);   /* g, u of dense-MLP layers */
-    const size_t ids_pos = ws64(T * 4) + ws64(3 * T * 4);
+    /* thinker.c ws_layout (fused and split q/k/v both counted: an upper bound of either); every
+     * product saturates (T comes from --max-batch-tokens, which may be anything) */
+    const size_t hidden = ws64(smul3(T, H, f));      /* h: the residual stream */
+    const size_t hidden_out = ws64(smul3(T, H, f));  /* a: the engine's thinker-output buffer on the backend */
+    const size_t qkv = sadd(ws64(smul3(T, qw, f)), smul(2, ws64(smul3(T, kd, f)))); /* q (| k | v fused), k, v split */
+    const size_t att = ws64(smul3(T, qd, f));        /* attention output */
+    const size_t route = sadd(ws64(smul3(T, E, f)), smul(2, ws64(smul3(T, k, 4)))); /* router logits, top-k weights, ids */
+    const size_t dense_mlp = smul(2, ws64(smul3(T, ND, f))); /* g, u of dense-MLP layers */
+    const size_t ids_pos = sadd(ws64(smul(T, 4)), ws64(smul3(3, T, 4)));
     /* head.c ws_layout, dominated by its per-token rows: hn [L, H], M, Mn [L, W], KV [L, 2W] */
-    const size_t head = T * (H + 4 * W) * f;
+    const size_t head = smul3(T, H + 4 * W, f);
     /* cuda_backend.c scratch slots */
-    const size_t a16 = cu_slot_bytes(T * max3(H, qd, ND) * sp * 2);            /* SLOT_A16: product inputs, bf16 */
-    const size_t att16 = cu_slot_bytes((T * qd + 2 * T * kd) * sp * 2 + 64);     /* SLOT_ATT16: q, k, v bf16 */
-    const size_t split_y = cu_slot_bytes(2 * T * max3(qw, H, E) * f);           /* SLOT_SPLIT_Y (precise) */
-    const size_t moe_ix = cu_slot_bytes((2 * E + 2 * TK + 2 * (TK / 16 + 1 + E) + 1) * 4); /* SLOT_MOE_IX */
+    const size_t a16 = cu_slot_bytes(smul3(smul(T, max3(H, qd, ND)), sp, 2));    /* SLOT_A16: product inputs, bf16 */
+    const size_t att16 = cu_slot_bytes(sadd(smul3(sadd(smul(T, qd), smul3(2, T, kd)), sp, 2), 64)); /* SLOT_ATT16 */
+    const size_t split_y = cu_slot_bytes(smul3(2, T, max3(qw, H, E) * f));      /* SLOT_SPLIT_Y (precise) */
+    const size_t moe_ix = cu_slot_bytes((2 * E + 2 * TK + 2 * (TK / 16 + 1 + E) + 1) * 4); /* SLOT_MOE_IX (Tm <= 8192) */
     const size_t moe_h = cu_slot_bytes(TK * NI * sp * 2);                     /* SLOT_MOE_H: SwiGLU out, bf16 */
     const size_t moe_y = cu_slot_bytes(TK * H * f);                           /* SLOT_MOE_Y: permuted outputs */
-    return hidden + hidden_out + qkv + att + route + dense_mlp + ids_pos + head + a16 + att16 + split_y + moe_ix +
-           moe_h + moe_y;
+    const size_t terms[] = {hidden, hidden_out, qkv, att, route, dense_mlp, ids_pos, head,
+                            a16, att16, split_y, moe_ix, moe_h, moe_y};
+    size_t sum = 0;
+    for (size_t i = 0; i < sizeof terms / sizeof terms[0]; i++) sum = sadd(sum, terms[i]);
+    return sum;
 }
 
 /* ---- sizes of a checkpoint, from its catalog's headers ---- */
@@ -212,7 +227,7 @@ typedef struct walk {
 static int mat(walk *w, size_t *into, const char *module, int64_t rows, int64_t cols) {
     clef_qweight q;
     if (weight_of(w->ck, w->qc, module, rows, cols, &q, w->err)) return -1;
-    *into += clef_place_weight_bytes(&q);
+    acc(into, clef_place_weight_bytes(&q));
     const size_t sb = stage_bytes(&q);
     if (sb > w->stage) w->stage = sb;
     return 0;
@@ -224,7 +239,7 @@ static int vec(walk *w, size_t *into, const char *name, int64_t n) {
     if (!t) return pl_fail(w->err, "tensor '%s' not found", name);
     if (t->ndim != 1 || t->shape[0] != n)
         return pl_fail(w->err, "tensor '%s': expected shape [%lld]", name, (long long)n);
-    *into += vec_bytes(n);
+    acc(into, vec_bytes(n));
     return 0;
 }
 
@@ -240,7 +255,7 @@ static int experts(walk *w, int64_t l, size_t *into) {
         if (!dn || !plain_dtype(gu->dtype) || !plain_dtype(dn->dtype))
             return pl_fail(w->err, "tensor '%s' (or its down_proj) missing or not BF16/F16/F32", gu->name);
         const clef_qweight g = {.dtype = gu->dtype, .rows = NI, .cols = H}, d = {.dtype = dn->dtype, .rows = H, .cols = NI};
-        *into += (size_t)E * (2 * clef_place_weight_bytes(&g) + clef_place_weight_bytes(&d));
+        acc(into, smul((size_t)E, sadd(smul(2, clef_place_weight_bytes(&g)), clef_place_weight_bytes(&d))));
         return 0;
     }
     static const char *const proj[3] = {"gate_proj", "up_proj", "down_proj"};
@@ -269,11 +284,11 @@ static int qkv(walk *w, int64_t l, size_t *into) {
     }
     if (fuse) {
         const clef_qweight f = {.dtype = q[0].dtype, .rows = rows[0] + rows[1] + rows[2], .cols = H};
-        *into += clef_place_weight_bytes(&f);
+        acc(into, clef_place_weight_bytes(&f));
         return 0;
     }
     for (int i = 0; i < 3; i++) {
-        *into += clef_place_weight_bytes(&q[i]);
+        acc(into, clef_place_weight_bytes(&q[i]));
         const size_t sb = stage_bytes(&q[i]);
         if (sb > w->stage) w->stage = sb;
     }
@@ -287,7 +302,7 @@ static int thinker(walk *w, clef_place_sizes *s) {
     if (mat(w, dense, "thinker.model.embed_tokens", V, H) || mat(w, dense, "thinker.lm_head", V, H) ||
         vec(w, dense, "thinker.model.norm.weight", H))
         return -1;
-    *dense += vec_bytes(D / 2); /* rope inv_freq */
+    acc(dense, vec_bytes(D / 2)); /* rope inv_freq */
     for (int64_t l = 0; l < c->num_hidden_layers; l++) {
         char nb[320];
 #define LAYER(sfx) (snprintf(nb, sizeof nb, "thinker.model.layers.%lld." sfx, (long long)l), nb)
@@ -319,7 +334,7 @@ static int mha(walk *w, size_t *into, const char *prefix) {
     if (!t || !plain_dtype(t->dtype)) return pl_fail(w->err, "tensor '%s' missing or not BF16/F16/F32", nb);
     const clef_qweight a = {.dtype = t->dtype, .rows = 3 * W, .cols = W}, q = {.dtype = t->dtype, .rows = W, .cols = W},
                        kv = {.dtype = t->dtype, .rows = 2 * W, .cols = W};
-    *into += clef_place_weight_bytes(&a) + clef_place_weight_bytes(&q) + clef_place_weight_bytes(&kv);
+    acc(into, sadd(sadd(clef_place_weight_bytes(&a), clef_place_weight_bytes(&q)), clef_place_weight_bytes(&kv)));
     char mb[320];
     snprintf(nb, sizeof nb, "%s.in_proj_bias", prefix);
     snprintf(mb, sizeof mb, "%s.out_proj", prefix);
@@ -387,13 +402,13 @@ static size_t towers(const clef_checkpoint *ck) {
         const st_tensor *t = ck->catalog[i];
         if (strncmp(t->name, "thinker.visual.", 15) && strncmp(t->name, "thinker.audio_tower.", 20)) continue;
         if (t->ndim <= 1 || !strcmp(t->name, "thinker.visual.pos_embed.weight")) {
-            b += vec_bytes((int64_t)t->numel);
+            b = sadd(b, vec_bytes((int64_t)t->numel));
             continue;
         }
         int64_t cols = 1;
         for (int d = 1; d < t->ndim; d++) cols *= t->shape[d];
         const clef_qweight q = {.dtype = cols % 8 ? CLEF_DT_F32 : t->dtype, .rows = t->shape[0], .cols = cols};
-        b += clef_place_weight_bytes(&q);
+        b = sadd(b, clef_place_weight_bytes(&q));
     }
     return b;
 }
@@ -416,7 +431,7 @@ int clef_place_sizes_of_checkpoint(const struct clef_checkpoint *ck, const clef_
     }
     s->tower_bytes = text_only ? 0 : towers(ck);
     s->batch_tokens = batch_tokens;
-    s->workspace_bytes = clef_place_workspace_bytes(cfg, batch_tokens) + w.stage;
+    s->workspace_bytes = sadd(clef_place_workspace_bytes(cfg, batch_tokens), w.stage);
     s->context_bytes = CLEF_PLACE_CONTEXT_BYTES;
     return 0;
 }
@@ -530,52 +545,107 @@ int clef_place_sizes_of_preset(const char *preset, const char *quant, int text_o
 
 /* ---- the plan ---- */
 
-static double gib(size_t b) { return (double)b / GIB; }
-/* GiB rounded up to a tenth: a "needs" figure that is enough. */
-static double gib_up(size_t b) { return ceil((double)b / GIB * 10.0 - 1e-9) / 10.0; }
+/* Sizes as the plan prints them: GiB with two decimals everywhere; a
+ * non-zero size under 0.005 GiB is "<0.01 GiB", never "0.00 GiB".  `up`
+ * rounds up to the next hundredth (a "needs" figure that is enough). */
+static const char *gibs(char buf[32], size_t b, int up) {
+    if (b == 0) snprintf(buf, 32, "0.00 GiB");
+    else if (up) snprintf(buf, 32, "%.2f GiB", ceil((double)b / GIB * 100.0 - 1e-9) / 100.0);
+    else if ((double)b / GIB < 0.005) snprintf(buf, 32, "<0.01 GiB");
+    else snprintf(buf, 32, "%.2f GiB", (double)b / GIB);
+    return buf;
+}
+
+/* "1 layer", "3 layers" */
+static const char *layers_n(char buf[32], int64_t n) {
+    snprintf(buf, 32, "%lld layer%s", (long long)n, n == 1 ? "" : "s");
+    return buf;
+}
 
 /* The even spread: of m MoE layers, MoE layer j is streamed iff
  * floor((j + 1) n / m) > floor(j n / m). */
 static int spread(int64_t j, int64_t n, int64_t m) { return (j + 1) * n / m > j * n / m; }
 
-void clef_place_plan_make(const clef_place_sizes *s, size_t budget, clef_place_plan *p) {
+size_t clef_place_fixed_bytes(const clef_place_sizes *s) {
+    return sadd(sadd(s->dense_bytes, s->tower_bytes), sadd(s->workspace_bytes, s->context_bytes));
+}
+
+size_t clef_place_min_bytes(const clef_place_sizes *s, int *streaming) {
+    const int64_t L = s->n_layers < 0 ? 0 : s->n_layers > CLEF_MAX_LAYERS ? CLEF_MAX_LAYERS : s->n_layers;
+    size_t total = 0, slot = 0;
+    for (int64_t l = 0; l < L; l++) {
+        total = sadd(total, s->expert_bytes[l]);
+        if (s->expert_bytes[l] > slot) slot = s->expert_bytes[l];
+    }
+    const size_t fixed = clef_place_fixed_bytes(s), all = sadd(fixed, total), slots = sadd(fixed, smul(2, slot));
+    if (streaming) *streaming = slots < all;
+    return slots < all ? slots : all;
+}
+
+size_t clef_place_max_record(size_t max_length, const clef_place_sizes *s) {
+    return s->batch_tokens && s->batch_tokens < max_length ? s->batch_tokens : max_length;
+}
+
+/* The advice of a plan that does not fit, naming only the flags `advice` holds (CLEF_PLACE_ADV_*). */
+static void advise(char *o, size_t cap, const clef_place_sizes *s, unsigned advice, const char *need) {
+    size_t n = 0;
+    n += (size_t)snprintf(o + n, cap - n, "; use ");
+    if (advice & CLEF_PLACE_ADV_MAX_BATCH_TOKENS) n += (size_t)snprintf(o + n, cap > n ? cap - n : 0, "--max-batch-tokens lower, ");
+    else if (advice & CLEF_PLACE_ADV_MAX_LENGTH) n += (size_t)snprintf(o + n, cap > n ? cap - n : 0, "--max-length lower, ");
+    if (s->tower_bytes && (advice & (CLEF_PLACE_ADV_TEXT_ONLY | CLEF_PLACE_ADV_TOWERS_CPU)))
+        n += (size_t)snprintf(o + n, cap > n ? cap - n : 0, "%s, ",
+                              (advice & CLEF_PLACE_ADV_TEXT_ONLY) && (advice & CLEF_PLACE_ADV_TOWERS_CPU)
+                                  ? "--text-only or --towers cpu"
+                              : advice & CLEF_PLACE_ADV_TEXT_ONLY ? "--text-only"
+                                                                  : "--towers cpu");
+    snprintf(o + n, cap > n ? cap - n : 0, "a smaller format, or a budget of at least %s", need);
+}
+
+void clef_place_plan_make(const clef_place_sizes *s, size_t budget, unsigned advice, clef_place_plan *p) {
     memset(p, 0, sizeof *p);
     p->budget = budget;
     const int64_t L = s->n_layers < 0 ? 0 : s->n_layers > CLEF_MAX_LAYERS ? CLEF_MAX_LAYERS : s->n_layers;
     p->n_layers = L;
-    const size_t fixed = s->dense_bytes + s->tower_bytes + s->workspace_bytes + s->context_bytes;
+    const size_t fixed = clef_place_fixed_bytes(s);
     size_t total = 0, slot = 0;
     int64_t m = 0; /* MoE layers */
     for (int64_t l = 0; l < L; l++) {
-        total += s->expert_bytes[l];
+        total = sadd(total, s->expert_bytes[l]);
         if (s->expert_bytes[l] > slot) slot = s->expert_bytes[l];
         m += s->expert_bytes[l] > 0;
     }
-    if (budget == 0 || fixed + total <= budget) {
+    const size_t all = sadd(fixed, total), need = sadd(fixed, smul(2, slot));
+    char g1[32], g2[32], g3[32], g4[32], g5[32], g6[32], ln[32];
+    /* SIZE_MAX is a saturated sum (a size past what size_t holds): it never fits */
+    if (all != SIZE_MAX && (budget == 0 || all <= budget)) {
         p->fits = 1;
         p->n_resident = m;
-        p->device_bytes = fixed + total;
+        p->device_bytes = all;
+        const char *who = L == 1 ? "the 1 layer" : (snprintf(ln, sizeof ln, "all %lld layers", (long long)L), ln);
         if (budget)
-            snprintf(p->message, sizeof p->message, "plan: all %lld layers resident, %.1f of %.1f GiB", (long long)L,
-                     gib(p->device_bytes), gib(budget));
+            snprintf(p->message, sizeof p->message, "plan: %s resident, %s of %s", who, gibs(g1, all, 0),
+                     gibs(g2, budget, 0));
         else
-            snprintf(p->message, sizeof p->message,
-                     "plan: no GPU memory budget (--gpu-memory): all %lld layers resident, %.1f GiB", (long long)L,
-                     gib(p->device_bytes));
+            snprintf(p->message, sizeof p->message, "plan: no GPU memory budget (--gpu-memory): %s resident, %s", who,
+                     gibs(g1, all, 0));
         return;
     }
-    const size_t need = fixed + 2 * slot;
-    if (need > budget) {
-        char towers_part[64] = "", slots_part[64] = "";
-        if (s->tower_bytes) snprintf(towers_part, sizeof towers_part, ", towers %.1f GiB", gib(s->tower_bytes));
-        if (slot) snprintf(slots_part, sizeof slots_part, ", two expert slots %.1f GiB", gib(2 * slot));
+    int streaming = 0;
+    const size_t least = clef_place_min_bytes(s, &streaming);
+    if (!streaming || need == SIZE_MAX || need > budget) {
+        /* the smallest plan: two slots and everything streamed, or everything resident when that is less
+         * (a model of one or two MoE layers, or one much larger layer) */
+        char towers_part[64] = "", experts_part[96] = "", advice_part[192];
+        if (s->tower_bytes) snprintf(towers_part, sizeof towers_part, ", towers %s", gibs(g1, s->tower_bytes, 0));
+        if (streaming) snprintf(experts_part, sizeof experts_part, ", two expert slots %s", gibs(g2, smul(2, slot), 0));
+        else if (total) snprintf(experts_part, sizeof experts_part, ", every layer's experts resident %s", gibs(g2, total, 0));
+        gibs(g6, least, 1);
+        advise(advice_part, sizeof advice_part, s, advice, g6);
         snprintf(p->message, sizeof p->message,
-                 "does not fit in %.1f GiB: the smallest plan needs %.1f GiB (non-expert weights %.1f GiB%s, "
-                 "workspace for %zu tokens %.1f GiB, context %.1f GiB%s); use --max-batch-tokens lower, %sa smaller "
-                 "format, or a budget of at least %.1f GiB",
-                 gib(budget), gib_up(need), gib(s->dense_bytes), towers_part, s->batch_tokens,
-                 gib(s->workspace_bytes), gib(s->context_bytes), slots_part, s->tower_bytes ? "--text-only, " : "",
-                 gib_up(need));
+                 "does not fit in %s: the smallest plan needs %s (non-expert weights %s%s, workspace for %zu tokens "
+                 "%s, context %s%s)%s",
+                 gibs(g3, budget, 0), g6, gibs(g4, s->dense_bytes, 0), towers_part, s->batch_tokens,
+                 gibs(g5, s->workspace_bytes, 0), gibs(g1, s->context_bytes, 0), experts_part, advice_part);
         return;
     }
     /* the fewest streamed layers n (the most resident) that fit; n = m always does */
@@ -583,10 +653,10 @@ void clef_place_plan_make(const clef_place_sizes *s, size_t budget, clef_place_p
         size_t streamed = 0;
         for (int64_t l = 0, j = 0; l < L; l++) {
             if (!s->expert_bytes[l]) continue;
-            if (spread(j, n, m)) streamed += s->expert_bytes[l];
+            if (spread(j, n, m)) streamed = sadd(streamed, s->expert_bytes[l]);
             j++;
         }
-        if (need + (total - streamed) > budget && n < m) continue;
+        if (sadd(need, total - streamed) > budget && n < m) continue;
         for (int64_t l = 0, j = 0; l < L; l++) {
             if (!s->expert_bytes[l]) continue;
             p->streamed[l] = (uint8_t)spread(j, n, m);
@@ -597,52 +667,65 @@ void clef_place_plan_make(const clef_place_sizes *s, size_t budget, clef_place_p
         p->n_resident = m - n;
         p->slot_bytes = slot;
         p->streamed_bytes = p->pinned_bytes = streamed;
-        p->device_bytes = need + (total - streamed);
+        p->device_bytes = sadd(need, total - streamed);
         snprintf(p->message, sizeof p->message,
-                 "plan: %lld of %lld layers' experts resident, %lld streamed (%.2f GiB a forward from pinned host "
-                 "memory), %.1f of %.1f GiB",
-                 (long long)p->n_resident, (long long)m, (long long)n, gib(streamed), gib(p->device_bytes),
-                 gib(budget));
+                 "plan: %lld of %lld layers' experts resident, %lld streamed (%s a forward from pinned host memory), "
+                 "%s of %s",
+                 (long long)p->n_resident, (long long)m, (long long)n, gibs(g1, streamed, 0),
+                 gibs(g2, p->device_bytes, 0), gibs(g3, budget, 0));
         return;
     }
 }
 
 static void line(FILE *f, const char *what, size_t b, const char *note) {
-    fprintf(f, "  %-20s %8.2f GiB %14zu bytes%s%s\n", what, gib(b), b, note && *note ? "  " : "", note ? note : "");
+    char g[32];
+    fprintf(f, "  %-20s %12s %14zu bytes%s%s\n", what, gibs(g, b, 0), b, note && *note ? "  " : "", note ? note : "");
 }
 
 void clef_place_plan_print(const clef_place_sizes *s, const clef_place_plan *p, FILE *f) {
-    char note[96];
+    char note[160], ln[32];
     fprintf(f, "%s\n", p->message);
     if (p->budget) line(f, "budget", p->budget, "--gpu-memory");
     else fprintf(f, "  %-20s %8s\n", "budget", "none");
     line(f, "non-expert weights", s->dense_bytes, "embeddings, lm_head, attention, routers, norms, joint head");
-    line(f, "towers", s->tower_bytes, s->tower_bytes ? "vision + audio" : "text only");
-    snprintf(note, sizeof note, "a forward of %zu tokens", s->batch_tokens);
+    if (s->tower_host_bytes)
+        line(f, "towers", 0, "on the CPU (--towers cpu): not on the GPU");
+    else
+        line(f, "towers", s->tower_bytes, s->tower_bytes ? "vision + audio" : "text only");
+    if (p->budget)
+        snprintf(note, sizeof note, "a forward of %zu tokens; a longer record is refused, or its state cut", s->batch_tokens);
+    else
+        snprintf(note, sizeof note, "a forward of %zu tokens", s->batch_tokens);
     line(f, "workspace", s->workspace_bytes, note);
     line(f, "context", s->context_bytes, "CUDA context, cuBLASLt, driver");
     size_t resident = 0, all = 0;
     int64_t m = 0;
     for (int64_t l = 0; l < p->n_layers; l++) {
-        all += s->expert_bytes[l];
+        all = sadd(all, s->expert_bytes[l]);
         m += s->expert_bytes[l] > 0;
-        if (!p->streamed[l]) resident += s->expert_bytes[l];
+        if (!p->streamed[l]) resident = sadd(resident, s->expert_bytes[l]);
     }
     if (p->fits) {
-        snprintf(note, sizeof note, "%lld of %lld MoE layers", (long long)p->n_resident, (long long)m);
+        snprintf(note, sizeof note, "%lld of %lld MoE layer%s", (long long)p->n_resident, (long long)m, m == 1 ? "" : "s");
         line(f, "resident experts", resident, note);
         snprintf(note, sizeof note, "2 x %zu bytes", p->slot_bytes);
         line(f, "expert slots", 2 * p->slot_bytes, note);
         line(f, "device total", p->device_bytes, NULL);
-        snprintf(note, sizeof note, "%lld layers, pinned host memory, copied every forward", (long long)p->n_streamed);
+        snprintf(note, sizeof note, "%s, pinned host memory, copied every forward", layers_n(ln, p->n_streamed));
         line(f, "streamed experts", p->streamed_bytes, note);
     } else {
-        snprintf(note, sizeof note, "%lld MoE layers", (long long)m);
+        snprintf(note, sizeof note, "%lld MoE layer%s", (long long)m, m == 1 ? "" : "s");
         line(f, "all experts", all, note);
     }
+    if (s->tower_host_bytes) line(f, "host: towers", s->tower_host_bytes, "vision + audio on the CPU backend (--towers cpu)");
     fprintf(f, "streamed:");
     if (!p->n_streamed) fprintf(f, " none");
     for (int64_t l = 0; l < p->n_layers; l++)
         if (p->streamed[l]) fprintf(f, " %lld", (long long)l);
     fprintf(f, "\n");
+}
+
+void clef_place_towers_on_host(clef_place_sizes *s) {
+    s->tower_host_bytes = sadd(s->tower_host_bytes, s->tower_bytes);
+    s->tower_bytes = 0;
 }

@@ -23,8 +23,21 @@
  *     number streamed; with dense-MLP layers, which are never streamed, l
  *     counts the MoE layers only and L is their number), so each copy
  *     overlaps the resident layers' compute;
- *   does not fit when fixed + 2 * slot > budget: `message` then says how
- *     much the smallest plan needs and what takes it.
+ *   does not fit when the smallest plan, min(fixed + sum(layer expert
+ *     bytes), fixed + 2 * slot) (clef_place_min_bytes), is over the budget:
+ *     `message` then says how much that plan needs, what takes it, and which
+ *     of the command's flags (CLEF_PLACE_ADV_*) would make it smaller.
+ * Every size is saturating arithmetic: a sum past SIZE_MAX stays SIZE_MAX,
+ * which never fits (a huge --max-batch-tokens cannot wrap into a plan that
+ * "fits"); the CLI refuses --max-batch-tokens past CLEF_PLACE_MAX_TOKENS.
+ *
+ * Records: the workspace is sized for forwards of `batch_tokens` tokens, and
+ * under a budget that is also the longest record the engine accepts
+ * (clef_place_max_record): the engine lowers its max_length to it, so a
+ * longer record is refused at admission (422 "maximum context length"), or
+ * its state cut when truncation is asked, instead of running alone past the
+ * planned workspace.  `decide` and `parity` answer one record a forward and
+ * plan for their --max-length; `serve` and `eval` for --max-batch-tokens.
  */
 #ifndef CLEF_ENGINE_PLACEMENT_H
 #define CLEF_ENGINE_PLACEMENT_H
@@ -44,6 +57,27 @@ struct clef_checkpoint;
  * driver's view after backend creation, before any weight). */
 #define CLEF_PLACE_CONTEXT_BYTES ((size_t)600 << 20)
 
+/* The largest forward a plan is made for, tokens (--max-batch-tokens,
+ * --max-length under --gpu-memory): 2^24, far past any GPU's workspace, far
+ * below where any size could overflow. */
+#define CLEF_PLACE_MAX_TOKENS ((size_t)1 << 24)
+
+/* The flags of a command that can make a plan smaller; the does-not-fit
+ * message names only those its command accepts. */
+enum {
+    CLEF_PLACE_ADV_MAX_BATCH_TOKENS = 1, /* --max-batch-tokens sizes the workspace (serve, eval, inspect) */
+    CLEF_PLACE_ADV_MAX_LENGTH = 2,       /* --max-length sizes it (decide, parity: one record a forward) */
+    CLEF_PLACE_ADV_TEXT_ONLY = 4,        /* --text-only */
+    CLEF_PLACE_ADV_TOWERS_CPU = 8,       /* --towers cpu */
+};
+/* Each command's set (what it passes as clef_engine_options.plan_advice). */
+#define CLEF_PLACE_ADVICE_DECIDE (CLEF_PLACE_ADV_MAX_LENGTH | CLEF_PLACE_ADV_TOWERS_CPU)
+#define CLEF_PLACE_ADVICE_PARITY CLEF_PLACE_ADV_MAX_LENGTH
+#define CLEF_PLACE_ADVICE_BENCH (CLEF_PLACE_ADV_TEXT_ONLY | CLEF_PLACE_ADV_TOWERS_CPU)
+#define CLEF_PLACE_ADVICE_SERVE (CLEF_PLACE_ADV_MAX_BATCH_TOKENS | CLEF_PLACE_ADV_TEXT_ONLY | CLEF_PLACE_ADV_TOWERS_CPU)
+#define CLEF_PLACE_ADVICE_EVAL CLEF_PLACE_ADVICE_SERVE
+#define CLEF_PLACE_ADVICE_INSPECT CLEF_PLACE_ADVICE_SERVE
+
 /* What a model needs on the device, bytes. */
 typedef struct clef_place_sizes {
     int64_t n_layers;                         /* decoder layers */
@@ -51,7 +85,9 @@ typedef struct clef_place_sizes {
                                                  dense-MLP layer (never streamed) */
     size_t dense_bytes;                       /* every other thinker / head weight the device holds: embeddings,
                                                  lm_head, attention, routers, norms, the joint head */
-    size_t tower_bytes;                       /* vision + audio towers on the device (0: text only) */
+    size_t tower_bytes;                       /* vision + audio towers on the device (0: text only, or on the CPU) */
+    size_t tower_host_bytes;                  /* the towers' bytes when they run on the CPU (--towers cpu): host
+                                                 memory, not in the budget (clef_place_towers_on_host) */
     size_t workspace_bytes;                   /* activations and scratch of one forward of `batch_tokens` */
     size_t context_bytes;                     /* CLEF_PLACE_CONTEXT_BYTES */
     size_t batch_tokens;                      /* the forward size workspace_bytes is for */
@@ -76,8 +112,24 @@ typedef struct clef_place_plan {
 size_t clef_place_weight_bytes(const clef_qweight *q);
 
 /* The plan for `s` under `budget` bytes (0 = no budget).  Pure; always
- * fills p (fits = 0 with message when it does not fit). */
-void clef_place_plan_make(const clef_place_sizes *s, size_t budget, clef_place_plan *p);
+ * fills p (fits = 0 with message when it does not fit; its advice names
+ * only the flags in `advice`, CLEF_PLACE_ADV_*). */
+void clef_place_plan_make(const clef_place_sizes *s, size_t budget, unsigned advice, clef_place_plan *p);
+
+/* dense + towers + workspace + context (saturating). */
+size_t clef_place_fixed_bytes(const clef_place_sizes *s);
+
+/* The smallest device total any plan of `s` needs: min(everything resident,
+ * fixed + two slots of the largest layer's experts); *streaming (may be
+ * NULL) = 1 when that smallest plan streams. */
+size_t clef_place_min_bytes(const clef_place_sizes *s, int *streaming);
+
+/* The longest record an engine with max_length accepts under a plan of `s`:
+ * min(max_length, s->batch_tokens) (the workspace is for batch_tokens). */
+size_t clef_place_max_record(size_t max_length, const clef_place_sizes *s);
+
+/* --towers cpu: the towers' bytes move from the device to the host side. */
+void clef_place_towers_on_host(clef_place_sizes *s);
 
 /* Sizes of a checkpoint (its catalog's shapes and dtypes, headers only: no
  * weight byte is read) with quantization `qc`, towers unless text_only, and a

@@ -16,6 +16,7 @@
 #include "backend/cuda/cuda.h"
 #include "io/config.h"
 #include "json/json.h"
+#include "engine/placement.h"
 #include "model/model.h"
 #include "server/server_internal.h"
 #include "util/timer.h"
@@ -112,6 +113,8 @@ static void *load_model(void *arg) {
                               .state_cache = s->opt.state_cache,
                               .gpu_memory = s->opt.gpu_memory,
                               .batch_tokens = s->opt.max_batch_tokens,
+                              .towers = s->opt.towers,
+                              .plan_advice = CLEF_PLACE_ADVICE_SERVE,
                               .limits = s->opt.limits,
                               .verbose = 1};
     clef_err_clear(&s->load_err);

@@ -106,6 +106,7 @@ typedef struct clef_server_options {
     int text_only;                 /* 1: do not load the media towers; media requests get 422 */
     size_t state_cache;            /* state cache bytes (engine/state_cache.h); 0 = off */
     size_t gpu_memory;             /* GPU memory budget (clef_engine_options.gpu_memory); 0 = none */
+    int towers;                    /* clef_engine_options.towers (CLEF_TOWERS_*) */
     int truncate_state;            /* 0 (default): refuse over-long records with 422; 1: cut the state
                                       like the reference.  A request's "truncate_state" wins. */
     clef_limits limits;            /* request limits; zeroed = clef_limits_default() (limits.media.budget

@@ -313,6 +313,7 @@ static void test_statuses(void **state) {
     assert_int_equal(json_get(eo, "state_cache_off")->type, JSON_NULL);
     assert_int_equal(json_get(eo, "gpu_memory_bytes")->type, JSON_NULL);
     assert_int_equal(json_get(eo, "placement")->type, JSON_NULL);
+    assert_int_equal(json_get(eo, "towers")->type, JSON_NULL); /* no --towers: the device's */
     double load;
     assert_int_equal(json_as_double(json_get(e, "loaded_seconds"), &load), 0);
     assert_true(load > 0);

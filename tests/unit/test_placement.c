@@ -21,6 +21,8 @@
 
 #define MIB ((size_t)1 << 20)
 #define GIB ((size_t)1 << 30)
+/* every flag the advice may name (inspect --plan's set, plus --towers cpu) */
+#define ADV_ALL (CLEF_PLACE_ADV_MAX_BATCH_TOKENS | CLEF_PLACE_ADV_TEXT_ONLY | CLEF_PLACE_ADV_TOWERS_CPU)
 
 /* ---- weight bytes ---- */
 
@@ -97,7 +99,7 @@ static void test_plan_no_budget(void **state) {
     (void)state;
     clef_place_sizes s = sizes48();
     clef_place_plan p;
-    clef_place_plan_make(&s, 0, &p);
+    clef_place_plan_make(&s, 0, ADV_ALL, &p);
     assert_int_equal(p.fits, 1);
     assert_int_equal(p.budget, 0);
     assert_int_equal(p.n_layers, 48);
@@ -107,7 +109,7 @@ static void test_plan_no_budget(void **state) {
     assert_int_equal(p.streamed_bytes, 0);
     assert_int_equal(p.pinned_bytes, 0);
     assert_int_equal(p.device_bytes, fixed_of(&s) + 48 * 256 * MIB);
-    assert_string_equal(p.message, "plan: no GPU memory budget (--gpu-memory): all 48 layers resident, 16.6 GiB");
+    assert_string_equal(p.message, "plan: no GPU memory budget (--gpu-memory): all 48 layers resident, 16.59 GiB");
 }
 
 static void test_plan_boundary(void **state) {
@@ -115,14 +117,14 @@ static void test_plan_boundary(void **state) {
     clef_place_sizes s = sizes48();
     const size_t all = fixed_of(&s) + 48 * 256 * MIB;
     clef_place_plan p;
-    clef_place_plan_make(&s, all, &p); /* exactly at the budget: all resident */
+    clef_place_plan_make(&s, all, ADV_ALL, &p); /* exactly at the budget: all resident */
     assert_int_equal(p.fits, 1);
     assert_int_equal(p.n_streamed, 0);
     assert_int_equal(p.n_resident, 48);
     assert_int_equal(p.device_bytes, all);
-    assert_string_equal(p.message, "plan: all 48 layers resident, 16.6 of 16.6 GiB");
+    assert_string_equal(p.message, "plan: all 48 layers resident, 16.59 GiB of 16.59 GiB");
     /* one byte under: two slots (512 MiB) are reserved, so 3 layers are streamed, spread evenly */
-    clef_place_plan_make(&s, all - 1, &p);
+    clef_place_plan_make(&s, all - 1, ADV_ALL, &p);
     assert_int_equal(p.fits, 1);
     assert_int_equal(p.n_resident, 45);
     assert_int_equal(p.slot_bytes, 256 * MIB);
@@ -140,7 +142,7 @@ static void test_plan_spread(void **state) {
     /* room for 36 resident layers + 2 slots exactly: 12 streamed */
     const size_t budget = fixed_of(&s) + 2 * 256 * MIB + 36 * 256 * MIB;
     clef_place_plan p;
-    clef_place_plan_make(&s, budget, &p);
+    clef_place_plan_make(&s, budget, ADV_ALL, &p);
     assert_int_equal(p.fits, 1);
     assert_int_equal(p.n_resident, 36);
     const int twelve[] = {3, 7, 11, 15, 19, 23, 27, 31, 35, 39, 43, 47};
@@ -148,14 +150,14 @@ static void test_plan_spread(void **state) {
     assert_int_equal(p.streamed_bytes, 3 * GIB);
     assert_int_equal(p.device_bytes, budget);
     assert_string_equal(p.message, "plan: 36 of 48 layers' experts resident, 12 streamed (3.00 GiB a forward from "
-                                   "pinned host memory), 14.1 of 14.1 GiB");
+                                   "pinned host memory), 14.09 GiB of 14.09 GiB");
     /* one byte less: 13 streamed, floor((l + 1) 13 / 48) > floor(l 13 / 48) */
-    clef_place_plan_make(&s, budget - 1, &p);
+    clef_place_plan_make(&s, budget - 1, ADV_ALL, &p);
     const int thirteen[] = {3, 7, 11, 14, 18, 22, 25, 29, 33, 36, 40, 44, 47};
     assert_streamed(&p, thirteen, 13);
     assert_int_equal(p.n_resident, 35);
     /* only the slots' room: everything streamed */
-    clef_place_plan_make(&s, fixed_of(&s) + 2 * 256 * MIB, &p);
+    clef_place_plan_make(&s, fixed_of(&s) + 2 * 256 * MIB, ADV_ALL, &p);
     assert_int_equal(p.fits, 1);
     assert_int_equal(p.n_streamed, 48);
     assert_int_equal(p.n_resident, 0);
@@ -164,7 +166,7 @@ static void test_plan_spread(void **state) {
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
-    clef_place_plan_make(&s, budget, &p);
+    clef_place_plan_make(&s, budget, ADV_ALL, &p);
     clef_place_plan_print(&s, &p, f);
     fclose(f);
     assert_non_null(strstr(buf, "\nstreamed: 3 7 11 15 19 23 27 31 35 39 43 47\n"));
@@ -180,7 +182,7 @@ static void test_plan_dense_layers(void **state) {
     s.expert_bytes[0] = s.expert_bytes[24] = 0; /* dense-MLP layers: 46 MoE layers */
     const size_t budget = fixed_of(&s) + 2 * 256 * MIB + 40 * 256 * MIB; /* 6 streamed */
     clef_place_plan p;
-    clef_place_plan_make(&s, budget, &p);
+    clef_place_plan_make(&s, budget, ADV_ALL, &p);
     assert_int_equal(p.fits, 1);
     assert_int_equal(p.n_layers, 48);
     assert_int_equal(p.n_resident, 40);
@@ -192,16 +194,16 @@ static void test_plan_dense_layers(void **state) {
     const int six[] = {8, 16, 23, 32, 40, 47};
     assert_streamed(&p, six, 6);
     /* even with only the slots' room no dense layer is streamed */
-    clef_place_plan_make(&s, fixed_of(&s) + 2 * 256 * MIB, &p);
+    clef_place_plan_make(&s, fixed_of(&s) + 2 * 256 * MIB, ADV_ALL, &p);
     assert_int_equal(p.n_streamed, 46);
     assert_int_equal(p.streamed[0], 0);
     assert_int_equal(p.streamed[24], 0);
     /* a model with no MoE layer at all: nothing to stream */
     for (int l = 0; l < 48; l++) s.expert_bytes[l] = 0;
-    clef_place_plan_make(&s, fixed_of(&s), &p);
+    clef_place_plan_make(&s, fixed_of(&s), ADV_ALL, &p);
     assert_int_equal(p.fits, 1);
     assert_int_equal(p.n_streamed, 0);
-    clef_place_plan_make(&s, fixed_of(&s) - 1, &p);
+    clef_place_plan_make(&s, fixed_of(&s) - 1, ADV_ALL, &p);
     assert_int_equal(p.fits, 0);
 }
 
@@ -209,29 +211,29 @@ static void test_plan_does_not_fit(void **state) {
     (void)state;
     clef_place_sizes s = sizes48();
     clef_place_plan p;
-    /* smallest plan: 3 + 1 + 0.5859 + 0.5 = 5.0859 GiB -> 5.1 */
-    clef_place_plan_make(&s, 4 * GIB, &p);
+    /* smallest plan: 3 + 1 + 0.5859 + 0.5 = 5.0859 GiB -> 5.09 (rounded up) */
+    clef_place_plan_make(&s, 4 * GIB, ADV_ALL, &p);
     assert_int_equal(p.fits, 0);
     assert_int_equal(p.budget, 4 * GIB);
     assert_string_equal(p.message,
-                        "does not fit in 4.0 GiB: the smallest plan needs 5.1 GiB (non-expert weights 3.0 GiB, "
-                        "workspace for 16384 tokens 1.0 GiB, context 0.6 GiB, two expert slots 0.5 GiB); use "
-                        "--max-batch-tokens lower, a smaller format, or a budget of at least 5.1 GiB");
+                        "does not fit in 4.00 GiB: the smallest plan needs 5.09 GiB (non-expert weights 3.00 GiB, "
+                        "workspace for 16384 tokens 1.00 GiB, context 0.59 GiB, two expert slots 0.50 GiB); use "
+                        "--max-batch-tokens lower, a smaller format, or a budget of at least 5.09 GiB");
     /* one byte short of the smallest plan does not fit; the plan itself does */
     const size_t smallest = fixed_of(&s) + 2 * 256 * MIB;
-    clef_place_plan_make(&s, smallest - 1, &p);
+    clef_place_plan_make(&s, smallest - 1, ADV_ALL, &p);
     assert_int_equal(p.fits, 0);
-    clef_place_plan_make(&s, smallest, &p);
+    clef_place_plan_make(&s, smallest, ADV_ALL, &p);
     assert_int_equal(p.fits, 1);
     /* with towers: named, and --text-only suggested */
     s.tower_bytes = 2 * GIB + 200 * MIB;
-    clef_place_plan_make(&s, 6 * GIB, &p);
+    clef_place_plan_make(&s, 6 * GIB, ADV_ALL, &p);
     assert_int_equal(p.fits, 0);
     assert_string_equal(p.message,
-                        "does not fit in 6.0 GiB: the smallest plan needs 7.3 GiB (non-expert weights 3.0 GiB, "
-                        "towers 2.2 GiB, workspace for 16384 tokens 1.0 GiB, context 0.6 GiB, two expert slots "
-                        "0.5 GiB); use --max-batch-tokens lower, --text-only, a smaller format, or a budget of at "
-                        "least 7.3 GiB");
+                        "does not fit in 6.00 GiB: the smallest plan needs 7.29 GiB (non-expert weights 3.00 GiB, "
+                        "towers 2.20 GiB, workspace for 16384 tokens 1.00 GiB, context 0.59 GiB, two expert slots "
+                        "0.50 GiB); use --max-batch-tokens lower, --text-only or --towers cpu, a smaller format, or "
+                        "a budget of at least 7.29 GiB");
 }
 
 /* ---- sizes of the fixture checkpoints ---- */
@@ -370,6 +372,174 @@ static void test_preset_errors_and_full(void **state) {
     assert_int_equal(s.tower_bytes, 0);
 }
 
+/* ---- issue 17's breaker findings ---- */
+
+/* Item 1: a huge --max-batch-tokens saturates every size (SIZE_MAX), and a saturated size never fits,
+ * not even under a budget of SIZE_MAX; before, 2^62 tokens wrapped into a small workspace that "fit". */
+static void test_overflow_saturates(void **state) {
+    (void)state;
+    clef_place_sizes s;
+    clef_place_plan p;
+    clef_err err;
+    clef_err_clear(&err);
+    static const size_t huge[] = {(size_t)1 << 62, ((size_t)1 << 62) + 12345, SIZE_MAX / 4, SIZE_MAX};
+    for (size_t i = 0; i < sizeof huge / sizeof huge[0]; i++) {
+        tu_ok(clef_place_sizes_of_preset("full", "int4", 0, huge[i], &s, &err), &err);
+        assert_int_equal(s.workspace_bytes, SIZE_MAX);
+        assert_int_equal(clef_place_fixed_bytes(&s), SIZE_MAX);
+        assert_int_equal(clef_place_min_bytes(&s, NULL), SIZE_MAX);
+        clef_place_plan_make(&s, 16 * GIB, ADV_ALL, &p);
+        assert_int_equal(p.fits, 0);
+        clef_place_plan_make(&s, SIZE_MAX, ADV_ALL, &p);
+        assert_int_equal(p.fits, 0);
+        assert_int_equal(p.n_streamed, 0);
+    }
+    /* the largest forward the CLI accepts is far from saturating, and grows monotonically */
+    tu_ok(clef_place_sizes_of_preset("full", "int4", 0, CLEF_PLACE_MAX_TOKENS, &s, &err), &err);
+    assert_true(s.workspace_bytes < SIZE_MAX / 1024);
+    assert_true(s.workspace_bytes > 64 * GIB);
+    /* saturated expert bytes (a hostile checkpoint's sizes) never fit either */
+    s = sizes48();
+    s.expert_bytes[3] = SIZE_MAX;
+    clef_place_plan_make(&s, SIZE_MAX, ADV_ALL, &p);
+    assert_int_equal(p.fits, 0);
+}
+
+/* Item 2: the "minimum" is min(all resident, fixed + two slots), with the preset's own sizes. */
+static void test_minimum_is_real(void **state) {
+    (void)state;
+    clef_place_sizes s;
+    clef_place_plan p;
+    clef_err err;
+    clef_err_clear(&err);
+    tu_ok(clef_place_sizes_of_preset("full", "int4", 0, 16384, &s, &err), &err);
+    assert_int_equal(s.dense_bytes, 3365163520);
+    assert_int_equal(s.tower_bytes, 2380427264);
+    assert_int_equal(s.workspace_bytes, 3870143232);
+    assert_int_equal(s.expert_bytes[0], 311623680);
+    const size_t fixed = 3365163520 + 2380427264 + 3870143232 + (size_t)CLEF_PLACE_CONTEXT_BYTES;
+    assert_int_equal(clef_place_fixed_bytes(&s), fixed); /* 10244879616 */
+    int streaming = -1;
+    /* 48 layers: two slots (10868126976 bytes) are less than all resident */
+    assert_int_equal(clef_place_min_bytes(&s, &streaming), fixed + 2 * 311623680);
+    assert_int_equal(streaming, 1);
+    clef_place_plan_make(&s, fixed + 2 * 311623680 - 1, CLEF_PLACE_ADVICE_INSPECT, &p);
+    assert_int_equal(p.fits, 0);
+    assert_string_equal(p.message,
+                        "does not fit in 10.12 GiB: the smallest plan needs 10.13 GiB (non-expert weights 3.13 GiB, "
+                        "towers 2.22 GiB, workspace for 16384 tokens 3.60 GiB, context 0.59 GiB, two expert slots "
+                        "0.58 GiB); use --max-batch-tokens lower, --text-only or --towers cpu, a smaller format, or "
+                        "a budget of at least 10.13 GiB");
+    clef_place_plan_make(&s, fixed + 2 * 311623680, CLEF_PLACE_ADVICE_INSPECT, &p);
+    assert_int_equal(p.fits, 1);
+    assert_int_equal(p.n_streamed, 48);
+    /* the same shapes cut to one MoE layer: all resident (10556503296) is less than two slots
+     * (10868126976), so that is the minimum; before, the message asked for the two slots */
+    s.n_layers = 1;
+    assert_int_equal(clef_place_min_bytes(&s, &streaming), fixed + 311623680);
+    assert_int_equal(streaming, 0);
+    clef_place_plan_make(&s, 9 * GIB, CLEF_PLACE_ADVICE_INSPECT, &p);
+    assert_int_equal(p.fits, 0);
+    assert_string_equal(p.message,
+                        "does not fit in 9.00 GiB: the smallest plan needs 9.84 GiB (non-expert weights 3.13 GiB, "
+                        "towers 2.22 GiB, workspace for 16384 tokens 3.60 GiB, context 0.59 GiB, every layer's "
+                        "experts resident 0.29 GiB); use --max-batch-tokens lower, --text-only or --towers cpu, a "
+                        "smaller format, or a budget of at least 9.84 GiB");
+    clef_place_plan_make(&s, fixed + 311623680 - 1, CLEF_PLACE_ADVICE_INSPECT, &p);
+    assert_int_equal(p.fits, 0);
+    clef_place_plan_make(&s, fixed + 311623680, CLEF_PLACE_ADVICE_INSPECT, &p);
+    assert_int_equal(p.fits, 1);
+    assert_int_equal(p.n_streamed, 0);
+    assert_string_equal(p.message, "plan: the 1 layer resident, 9.83 GiB of 9.83 GiB");
+}
+
+/* Item 5: the advice names only the flags of the command that loads the model. */
+static void test_advice_per_command(void **state) {
+    (void)state;
+    clef_place_sizes s;
+    clef_place_plan p;
+    clef_err err;
+    clef_err_clear(&err);
+    tu_ok(clef_place_sizes_of_preset("full", NULL, 0, 64000, &s, &err), &err);
+    clef_place_plan_make(&s, 16 * GIB, CLEF_PLACE_ADVICE_DECIDE, &p); /* decide: --max-length, --towers */
+    assert_int_equal(p.fits, 0);
+    assert_string_equal(p.message,
+                        "does not fit in 16.00 GiB: the smallest plan needs 19.77 GiB (non-expert weights 3.13 GiB, "
+                        "towers 2.22 GiB, workspace for 64000 tokens 11.58 GiB, context 0.59 GiB, two expert slots "
+                        "2.25 GiB); use --max-length lower, --towers cpu, a smaller format, or a budget of at least "
+                        "19.77 GiB");
+    clef_place_plan_make(&s, 16 * GIB, CLEF_PLACE_ADVICE_PARITY, &p); /* parity: --max-length only */
+    assert_non_null(strstr(p.message, "; use --max-length lower, a smaller format, or a budget of at least 19.77 GiB"));
+    tu_ok(clef_place_sizes_of_preset("full", NULL, 0, 16384, &s, &err), &err);
+    clef_place_plan_make(&s, 8 * GIB, CLEF_PLACE_ADVICE_SERVE, &p); /* serve / eval */
+    assert_string_equal(p.message,
+                        "does not fit in 8.00 GiB: the smallest plan needs 11.80 GiB (non-expert weights 3.13 GiB, "
+                        "towers 2.22 GiB, workspace for 16384 tokens 3.60 GiB, context 0.59 GiB, two expert slots "
+                        "2.25 GiB); use --max-batch-tokens lower, --text-only or --towers cpu, a smaller format, or a "
+                        "budget of at least 11.80 GiB");
+    for (unsigned a = 0; a < 16; a++) { /* no set ever names a flag outside it */
+        clef_place_plan_make(&s, 8 * GIB, a, &p);
+        assert_int_equal(!!strstr(p.message, "--max-batch-tokens"), !!(a & CLEF_PLACE_ADV_MAX_BATCH_TOKENS));
+        assert_int_equal(!!strstr(p.message, "--max-length"),
+                         (a & CLEF_PLACE_ADV_MAX_LENGTH) && !(a & CLEF_PLACE_ADV_MAX_BATCH_TOKENS));
+        assert_int_equal(!!strstr(p.message, "--text-only"), !!(a & CLEF_PLACE_ADV_TEXT_ONLY));
+        assert_int_equal(!!strstr(p.message, "--towers cpu"), !!(a & CLEF_PLACE_ADV_TOWERS_CPU));
+    }
+    /* towers already on the host: nothing to suggest about them */
+    clef_place_towers_on_host(&s);
+    assert_int_equal(s.tower_bytes, 0);
+    assert_int_equal(s.tower_host_bytes, 2380427264);
+    clef_place_plan_make(&s, 8 * GIB, CLEF_PLACE_ADVICE_SERVE, &p);
+    assert_non_null(strstr(p.message, "two expert slots 2.25 GiB); use --max-batch-tokens lower, a smaller format,"));
+}
+
+/* Item 4: under a plan the longest record is the workspace's forward. */
+static void test_max_record(void **state) {
+    (void)state;
+    clef_place_sizes s = sizes48(); /* batch_tokens 16384 */
+    assert_int_equal(clef_place_max_record(64000, &s), 16384);
+    assert_int_equal(clef_place_max_record(8000, &s), 8000);
+    s.batch_tokens = 64000;
+    assert_int_equal(clef_place_max_record(64000, &s), 64000);
+}
+
+/* Item 6: units and grammar. */
+static void test_wording(void **state) {
+    (void)state;
+    clef_place_sizes s;
+    memset(&s, 0, sizeof s);
+    s.n_layers = 1;
+    s.expert_bytes[0] = 4096; /* non-zero, far under 0.01 GiB */
+    s.dense_bytes = GIB;
+    s.context_bytes = CLEF_PLACE_CONTEXT_BYTES;
+    s.batch_tokens = 16;
+    clef_place_plan p;
+    clef_place_plan_make(&s, 0, ADV_ALL, &p);
+    assert_string_equal(p.message, "plan: no GPU memory budget (--gpu-memory): the 1 layer resident, 1.59 GiB");
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    clef_place_plan_print(&s, &p, f);
+    fclose(f);
+    assert_non_null(strstr(buf, "  resident experts        <0.01 GiB           4096 bytes  1 of 1 MoE layer\n"));
+    assert_non_null(strstr(buf, "  towers                   0.00 GiB              0 bytes  text only\n"));
+    assert_non_null(strstr(buf, "  streamed experts         0.00 GiB              0 bytes  0 layers, pinned"));
+    assert_null(strstr(buf, "0.00 GiB           4096"));
+    free(buf);
+    /* one resident layer of 48 (streaming never leaves exactly one layer streamed: it would need
+     * more than all resident) */
+    s = sizes48();
+    clef_place_plan_make(&s, fixed_of(&s) + 3 * 256 * MIB, ADV_ALL, &p);
+    assert_int_equal(p.n_resident, 1);
+    assert_int_equal(p.n_streamed, 47);
+    f = open_memstream(&buf, &len);
+    clef_place_plan_print(&s, &p, f);
+    fclose(f);
+    assert_non_null(strstr(buf, " bytes  1 of 48 MoE layers\n"));
+    assert_non_null(strstr(buf, " bytes  47 layers, pinned host memory, copied every forward\n"));
+    free(buf);
+}
+
 static void test_workspace_terms(void **state) {
     (void)state;
     clef_checkpoint ck;
@@ -393,6 +563,9 @@ int main(void) {
         cmocka_unit_test(test_sizes_tiny_bf16),   cmocka_unit_test(test_sizes_tiny_quant),
         cmocka_unit_test(test_preset_equals_drawn), cmocka_unit_test(test_preset_errors_and_full),
         cmocka_unit_test(test_workspace_terms),
+        cmocka_unit_test(test_overflow_saturates), cmocka_unit_test(test_minimum_is_real),
+        cmocka_unit_test(test_advice_per_command), cmocka_unit_test(test_max_record),
+        cmocka_unit_test(test_wording),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
