@@ -256,6 +256,12 @@ EOF
             --image-mp 1 --audio-s 30 --iters 5 --profile
         grep -v -E "^(clef|===)" "$OUT/towers.log" | grep -E "^[a-z_0-9]+ |towers" | head -40 >> "$SUM"
         ;;
+    towers_cpu) # issue 17: the media towers on the CPU beside a CUDA thinker under a budget (--towers cpu):
+        # the plan, the towers' times on the host, the thinker's runs and the driver's peak
+        run_stage towers_cpu 300 "$BIN/clef" bench --synthetic full --seed 1 --quant int4 --device cuda --towers cpu \
+            --gpu-memory 16GiB --runs 1x300 --iters 3 --image-mp 0.25 --audio-s 5
+        grep -E "^(plan|towers|tower|streamed|run |latency_ms_p50|gpu_peak_mib|load_s|clef)" "$OUT/towers_cpu.log" | head -30 >> "$SUM"
+        ;;
     quant_parity)
         run_stage quant_parity ${QUANT_PARITY_TIMEOUT:-300} "$BIN/clef" parity --synthetic full --seed 1 \
             --quant-b ${QUANT_FORMATS:-int4,fp8-block,nvfp4} --device cuda --requests bench/parity/requests_200.jsonl
@@ -288,8 +294,8 @@ EOF
             # NUMERICS cpu: the CPU path on this machine's cores (STATE_CPU_ARGS: fewer sets / steps)
             d="--device cuda --numerics $nm"; [ "$nm" = cpu ] && d="--device cpu ${STATE_CPU_ARGS:---sets 4 --steps 6}"
             run_stage "state_${p}_${k}_$nm" 300 "$BIN/clef" bench --synthetic "$p" --seed 1 --text-only $d \
-                --state-workload "$k" --state-cache 8G
-            { echo "== $p $k $nm"; grep -E "^(workload|requests|tokens_|cache_|speedup|state_cache|answers_identical|load_s|device)" \
+                --state-workload "$k" --state-cache 8G ${STATE_ARGS:-}
+            { echo "== $p $k $nm"; grep -E "^(workload|requests|tokens_|cache_|speedup|state_cache|answers_identical|load_s|device|cuda_graphs)" \
                 "$OUT/state_${p}_${k}_$nm.log"; } >> "$SUM"
         done
         ;;

@@ -60,7 +60,7 @@ int cu_budget_admit(cuda_ctx *c, size_t bytes, int pooled, const char *what, cle
     if (used + need <= c->budget) return 0;
     return clef_fail(err, 422, CLEF_E_CAPACITY, NULL,
                      "GPU memory budget exceeded: %s needs %.3f GiB more, %.3f of the %.3f GiB budget "
-                     "(--gpu-memory) are in use; lower --max-batch-tokens or raise --gpu-memory",
+                     "(--gpu-memory) are in use; raise --gpu-memory (or plan for fewer tokens a forward)",
                      what, (double)need / GIB, (double)used / GIB, (double)c->budget / GIB);
 }
 
