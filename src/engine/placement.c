@@ -697,7 +697,7 @@ void clef_place_plan_print(const clef_place_sizes *s, const clef_place_plan *p, 
     else
         snprintf(note, sizeof note, "a forward of %zu tokens", s->batch_tokens);
     line(f, "workspace", s->workspace_bytes, note);
-    line(f, "context", s->context_bytes, "CUDA context, cuBLASLt, driver");
+    line(f, "context", s->context_bytes, "CUDA context, cuBLASLt, driver, 256 MiB margin");
     size_t resident = 0, all = 0;
     int64_t m = 0;
     for (int64_t l = 0; l < p->n_layers; l++) {

@@ -53,9 +53,13 @@
 struct clef_checkpoint;
 
 /* Fixed allowance for the CUDA context, cuBLASLt and the driver's own
- * allocations, counted against the budget (measured on the H200: the
- * driver's view after backend creation, before any weight). */
-#define CLEF_PLACE_CONTEXT_BYTES ((size_t)600 << 20)
+ * allocations, counted against the budget: 600 MiB measured on the H200
+ * (the driver's view after backend creation, before any weight) plus a
+ * 256 MiB margin for what the plan cannot size exactly (the 2 MiB
+ * granules of cudaMalloc, arena tails, the memory pool's cache): without
+ * it an INT4 plan at 16 GiB with --towers cpu left 8.6 MB free and the
+ * load was refused ~2 MiB short (2026-12-02). */
+#define CLEF_PLACE_CONTEXT_BYTES ((size_t)856 << 20)
 
 /* The largest forward a plan is made for, tokens (--max-batch-tokens,
  * --max-length under --gpu-memory): 2^24, far past any GPU's workspace, far

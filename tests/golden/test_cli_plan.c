@@ -31,15 +31,15 @@ static int run(const char *args, clef_buf *out, clef_buf *err) {
 }
 
 static const char TINY_NO_BUDGET[] =
-    "plan: no GPU memory budget (--gpu-memory): all 3 layers resident, 0.68 GiB\n"
+    "plan: no GPU memory budget (--gpu-memory): all 3 layers resident, 0.93 GiB\n"
     "  budget                   none\n"
     "  non-expert weights       0.02 GiB       20360960 bytes  embeddings, lm_head, attention, routers, norms, joint head\n"
     "  towers                  <0.01 GiB         675072 bytes  vision + audio\n"
     "  workspace                0.08 GiB       81702912 bytes  a forward of 16384 tokens\n"
-    "  context                  0.59 GiB      629145600 bytes  CUDA context, cuBLASLt, driver\n"
+    "  context                  0.84 GiB      897581056 bytes  CUDA context, cuBLASLt, driver, 256 MiB margin\n"
     "  resident experts        <0.01 GiB          73728 bytes  3 of 3 MoE layers\n"
     "  expert slots             0.00 GiB              0 bytes  2 x 0 bytes\n"
-    "  device total             0.68 GiB      731958272 bytes\n"
+    "  device total             0.93 GiB     1000393728 bytes\n"
     "  streamed experts         0.00 GiB              0 bytes  0 layers, pinned host memory, copied every forward\n"
     "streamed: none\n";
 
@@ -62,7 +62,7 @@ static void test_tiny_fixture(void **state) {
     assert_non_null(strstr(out.data, "  towers                   0.00 GiB              0 bytes  text only\n"));
     assert_non_null(strstr(out.data, "  workspace               <0.01 GiB        2683648 bytes  a forward of 512 tokens; a "
                                      "longer record is refused, or its state cut\n"));
-    assert_int_equal(strncmp(out.data, "plan: all 3 layers resident, 0.61 GiB of 1.00 GiB\n", 50), 0);
+    assert_int_equal(strncmp(out.data, "plan: all 3 layers resident, 0.86 GiB of 1.00 GiB\n", 50), 0);
     clef_buf_free(&out), clef_buf_free(&err);
     /* plain inspect is unchanged */
     assert_int_equal(run("inspect --model " MODEL, &out, &err), 0);
@@ -82,19 +82,19 @@ static void test_synthetic_full_int4(void **state) {
     assert_true((double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec) < 10.0);
     assert_string_equal(
         out.data,
-        "plan: 20 of 48 layers' experts resident, 28 streamed (8.13 GiB a forward from pinned host memory), 15.93 GiB "
+        "plan: 19 of 48 layers' experts resident, 29 streamed (8.42 GiB a forward from pinned host memory), 15.89 GiB "
         "of 16.00 GiB\n"
         "  budget                  16.00 GiB    17179869184 bytes  --gpu-memory\n"
         "  non-expert weights       3.13 GiB     3365163520 bytes  embeddings, lm_head, attention, routers, norms, joint head\n"
         "  towers                   2.22 GiB     2380427264 bytes  vision + audio\n"
         "  workspace                3.60 GiB     3870143232 bytes  a forward of 16384 tokens; a longer record is "
         "refused, or its state cut\n"
-        "  context                  0.59 GiB      629145600 bytes  CUDA context, cuBLASLt, driver\n"
-        "  resident experts         5.80 GiB     6232473600 bytes  20 of 48 MoE layers\n"
+        "  context                  0.84 GiB      897581056 bytes  CUDA context, cuBLASLt, driver, 256 MiB margin\n"
+        "  resident experts         5.51 GiB     5920849920 bytes  19 of 48 MoE layers\n"
         "  expert slots             0.58 GiB      623247360 bytes  2 x 311623680 bytes\n"
-        "  device total            15.93 GiB    17100600576 bytes\n"
-        "  streamed experts         8.13 GiB     8725463040 bytes  28 layers, pinned host memory, copied every forward\n"
-        "streamed: 1 3 5 6 8 10 11 13 15 17 18 20 22 23 25 27 29 30 32 34 35 37 39 41 42 44 46 47\n");
+        "  device total            15.89 GiB    17057412352 bytes\n"
+        "  streamed experts         8.42 GiB     9037086720 bytes  29 layers, pinned host memory, copied every forward\n"
+        "streamed: 1 3 4 6 8 9 11 13 14 16 18 19 21 23 24 26 28 29 31 33 34 36 38 39 41 43 44 46 47\n");
     assert_string_equal(err.data, "");
     clef_buf_free(&out), clef_buf_free(&err);
 }
@@ -104,14 +104,14 @@ static void test_does_not_fit(void **state) {
     clef_buf out = {0}, err = {0};
     assert_int_equal(run("inspect --plan --synthetic full --gpu-memory 8G", &out, &err), 1);
     assert_string_equal(err.data,
-                        "clef inspect: does not fit in 8.00 GiB: the smallest plan needs 11.80 GiB (non-expert weights "
-                        "3.13 GiB, towers 2.22 GiB, workspace for 16384 tokens 3.60 GiB, context 0.59 GiB, two expert "
+                        "clef inspect: does not fit in 8.00 GiB: the smallest plan needs 12.05 GiB (non-expert weights "
+                        "3.13 GiB, towers 2.22 GiB, workspace for 16384 tokens 3.60 GiB, context 0.84 GiB, two expert "
                         "slots 2.25 GiB); use --max-batch-tokens lower, --text-only or --towers cpu, a smaller format, "
-                        "or a budget of at least 11.80 GiB\n");
+                        "or a budget of at least 12.05 GiB\n");
     assert_int_equal(strncmp(out.data, "does not fit in 8.00 GiB", 24), 0);
     clef_buf_free(&out), clef_buf_free(&err);
     assert_int_equal(run("inspect --plan --model " MODEL " --gpu-memory 100M", &out, &err), 1);
-    assert_non_null(strstr(err.data, "clef inspect: does not fit in 0.10 GiB: the smallest plan needs 0.69 GiB"));
+    assert_non_null(strstr(err.data, "clef inspect: does not fit in 0.10 GiB: the smallest plan needs 0.94 GiB"));
     clef_buf_free(&out), clef_buf_free(&err);
 }
 
@@ -167,7 +167,7 @@ static void test_towers_cpu(void **state) {
     clef_buf out = {0}, err = {0};
     assert_int_equal(run("inspect --plan --synthetic full --gpu-memory 16GiB --towers gpu", &out, &err), 0);
     assert_int_equal(strncmp(out.data, "plan: 3 of 48 layers' experts resident, 45 streamed (50.62 GiB a forward from "
-                                       "pinned host memory), 15.17 GiB of 16.00 GiB\n", 118), 0);
+                                       "pinned host memory), 15.42 GiB of 16.00 GiB\n", 118), 0);
     assert_non_null(strstr(out.data, "  towers                   2.22 GiB     2380427264 bytes  vision + audio\n"));
     assert_null(strstr(out.data, "host: towers"));
     clef_buf_free(&out), clef_buf_free(&err);
@@ -178,17 +178,17 @@ static void test_towers_cpu(void **state) {
     assert_int_equal(run("inspect --plan --synthetic full --gpu-memory 16GiB --towers cpu", &out, &err), 0);
     assert_string_equal(
         out.data,
-        "plan: 5 of 48 layers' experts resident, 43 streamed (48.38 GiB a forward from pinned host memory), 15.20 GiB "
+        "plan: 5 of 48 layers' experts resident, 43 streamed (48.38 GiB a forward from pinned host memory), 15.45 GiB "
         "of 16.00 GiB\n"
         "  budget                  16.00 GiB    17179869184 bytes  --gpu-memory\n"
         "  non-expert weights       3.13 GiB     3365163520 bytes  embeddings, lm_head, attention, routers, norms, joint head\n"
         "  towers                   0.00 GiB              0 bytes  on the CPU (--towers cpu): not on the GPU\n"
         "  workspace                3.60 GiB     3869159936 bytes  a forward of 16384 tokens; a longer record is "
         "refused, or its state cut\n"
-        "  context                  0.59 GiB      629145600 bytes  CUDA context, cuBLASLt, driver\n"
+        "  context                  0.84 GiB      897581056 bytes  CUDA context, cuBLASLt, driver, 256 MiB margin\n"
         "  resident experts         5.62 GiB     6039797760 bytes  5 of 48 MoE layers\n"
         "  expert slots             2.25 GiB     2415919104 bytes  2 x 1207959552 bytes\n"
-        "  device total            15.20 GiB    16319185920 bytes\n"
+        "  device total            15.45 GiB    16587621376 bytes\n"
         "  streamed experts        48.38 GiB    51942260736 bytes  43 layers, pinned host memory, copied every forward\n"
         "  host: towers             2.22 GiB     2380427264 bytes  vision + audio on the CPU backend (--towers cpu)\n"
         "streamed: 1 2 3 4 5 6 7 8 10 11 12 13 14 15 16 17 18 20 21 22 23 24 25 26 27 29 30 31 32 33 34 35 36 37 39 40 "
@@ -198,7 +198,7 @@ static void test_towers_cpu(void **state) {
     /* a plan that does not fit with the towers on the CPU no longer suggests moving them */
     assert_int_equal(run("inspect --plan --synthetic full --gpu-memory 8G --towers cpu", &out, &err), 1);
     assert_non_null(strstr(err.data, "two expert slots 2.25 GiB); use --max-batch-tokens lower, a smaller format, or a "
-                                     "budget of at least 9.58 GiB\n"));
+                                     "budget of at least 9.83 GiB\n"));
     clef_buf_free(&out), clef_buf_free(&err);
 }
 

@@ -109,7 +109,7 @@ static void test_plan_no_budget(void **state) {
     assert_int_equal(p.streamed_bytes, 0);
     assert_int_equal(p.pinned_bytes, 0);
     assert_int_equal(p.device_bytes, fixed_of(&s) + 48 * 256 * MIB);
-    assert_string_equal(p.message, "plan: no GPU memory budget (--gpu-memory): all 48 layers resident, 16.59 GiB");
+    assert_string_equal(p.message, "plan: no GPU memory budget (--gpu-memory): all 48 layers resident, 16.84 GiB");
 }
 
 static void test_plan_boundary(void **state) {
@@ -122,7 +122,7 @@ static void test_plan_boundary(void **state) {
     assert_int_equal(p.n_streamed, 0);
     assert_int_equal(p.n_resident, 48);
     assert_int_equal(p.device_bytes, all);
-    assert_string_equal(p.message, "plan: all 48 layers resident, 16.59 GiB of 16.59 GiB");
+    assert_string_equal(p.message, "plan: all 48 layers resident, 16.84 GiB of 16.84 GiB");
     /* one byte under: two slots (512 MiB) are reserved, so 3 layers are streamed, spread evenly */
     clef_place_plan_make(&s, all - 1, ADV_ALL, &p);
     assert_int_equal(p.fits, 1);
@@ -150,7 +150,7 @@ static void test_plan_spread(void **state) {
     assert_int_equal(p.streamed_bytes, 3 * GIB);
     assert_int_equal(p.device_bytes, budget);
     assert_string_equal(p.message, "plan: 36 of 48 layers' experts resident, 12 streamed (3.00 GiB a forward from "
-                                   "pinned host memory), 14.09 GiB of 14.09 GiB");
+                                   "pinned host memory), 14.34 GiB of 14.34 GiB");
     /* one byte less: 13 streamed, floor((l + 1) 13 / 48) > floor(l 13 / 48) */
     clef_place_plan_make(&s, budget - 1, ADV_ALL, &p);
     const int thirteen[] = {3, 7, 11, 14, 18, 22, 25, 29, 33, 36, 40, 44, 47};
@@ -211,14 +211,14 @@ static void test_plan_does_not_fit(void **state) {
     (void)state;
     clef_place_sizes s = sizes48();
     clef_place_plan p;
-    /* smallest plan: 3 + 1 + 0.5859 + 0.5 = 5.0859 GiB -> 5.09 (rounded up) */
+    /* smallest plan: 3 + 1 + 0.8359 + 0.5 = 5.3359 GiB -> 5.34 (rounded up) */
     clef_place_plan_make(&s, 4 * GIB, ADV_ALL, &p);
     assert_int_equal(p.fits, 0);
     assert_int_equal(p.budget, 4 * GIB);
     assert_string_equal(p.message,
-                        "does not fit in 4.00 GiB: the smallest plan needs 5.09 GiB (non-expert weights 3.00 GiB, "
-                        "workspace for 16384 tokens 1.00 GiB, context 0.59 GiB, two expert slots 0.50 GiB); use "
-                        "--max-batch-tokens lower, a smaller format, or a budget of at least 5.09 GiB");
+                        "does not fit in 4.00 GiB: the smallest plan needs 5.34 GiB (non-expert weights 3.00 GiB, "
+                        "workspace for 16384 tokens 1.00 GiB, context 0.84 GiB, two expert slots 0.50 GiB); use "
+                        "--max-batch-tokens lower, a smaller format, or a budget of at least 5.34 GiB");
     /* one byte short of the smallest plan does not fit; the plan itself does */
     const size_t smallest = fixed_of(&s) + 2 * 256 * MIB;
     clef_place_plan_make(&s, smallest - 1, ADV_ALL, &p);
@@ -230,10 +230,10 @@ static void test_plan_does_not_fit(void **state) {
     clef_place_plan_make(&s, 6 * GIB, ADV_ALL, &p);
     assert_int_equal(p.fits, 0);
     assert_string_equal(p.message,
-                        "does not fit in 6.00 GiB: the smallest plan needs 7.29 GiB (non-expert weights 3.00 GiB, "
-                        "towers 2.20 GiB, workspace for 16384 tokens 1.00 GiB, context 0.59 GiB, two expert slots "
+                        "does not fit in 6.00 GiB: the smallest plan needs 7.54 GiB (non-expert weights 3.00 GiB, "
+                        "towers 2.20 GiB, workspace for 16384 tokens 1.00 GiB, context 0.84 GiB, two expert slots "
                         "0.50 GiB); use --max-batch-tokens lower, --text-only or --towers cpu, a smaller format, or "
-                        "a budget of at least 7.29 GiB");
+                        "a budget of at least 7.54 GiB");
 }
 
 /* ---- sizes of the fixture checkpoints ---- */
@@ -420,37 +420,37 @@ static void test_minimum_is_real(void **state) {
     const size_t fixed = 3365163520 + 2380427264 + 3870143232 + (size_t)CLEF_PLACE_CONTEXT_BYTES;
     assert_int_equal(clef_place_fixed_bytes(&s), fixed); /* 10244879616 */
     int streaming = -1;
-    /* 48 layers: two slots (10868126976 bytes) are less than all resident */
+    /* 48 layers: two slots (11136562432 bytes) are less than all resident */
     assert_int_equal(clef_place_min_bytes(&s, &streaming), fixed + 2 * 311623680);
     assert_int_equal(streaming, 1);
     clef_place_plan_make(&s, fixed + 2 * 311623680 - 1, CLEF_PLACE_ADVICE_INSPECT, &p);
     assert_int_equal(p.fits, 0);
     assert_string_equal(p.message,
-                        "does not fit in 10.12 GiB: the smallest plan needs 10.13 GiB (non-expert weights 3.13 GiB, "
-                        "towers 2.22 GiB, workspace for 16384 tokens 3.60 GiB, context 0.59 GiB, two expert slots "
+                        "does not fit in 10.37 GiB: the smallest plan needs 10.38 GiB (non-expert weights 3.13 GiB, "
+                        "towers 2.22 GiB, workspace for 16384 tokens 3.60 GiB, context 0.84 GiB, two expert slots "
                         "0.58 GiB); use --max-batch-tokens lower, --text-only or --towers cpu, a smaller format, or "
-                        "a budget of at least 10.13 GiB");
+                        "a budget of at least 10.38 GiB");
     clef_place_plan_make(&s, fixed + 2 * 311623680, CLEF_PLACE_ADVICE_INSPECT, &p);
     assert_int_equal(p.fits, 1);
     assert_int_equal(p.n_streamed, 48);
-    /* the same shapes cut to one MoE layer: all resident (10556503296) is less than two slots
-     * (10868126976), so that is the minimum; before, the message asked for the two slots */
+    /* the same shapes cut to one MoE layer: all resident (10824938752) is less than two slots
+     * (11136562432), so that is the minimum; before, the message asked for the two slots */
     s.n_layers = 1;
     assert_int_equal(clef_place_min_bytes(&s, &streaming), fixed + 311623680);
     assert_int_equal(streaming, 0);
     clef_place_plan_make(&s, 9 * GIB, CLEF_PLACE_ADVICE_INSPECT, &p);
     assert_int_equal(p.fits, 0);
     assert_string_equal(p.message,
-                        "does not fit in 9.00 GiB: the smallest plan needs 9.84 GiB (non-expert weights 3.13 GiB, "
-                        "towers 2.22 GiB, workspace for 16384 tokens 3.60 GiB, context 0.59 GiB, every layer's "
+                        "does not fit in 9.00 GiB: the smallest plan needs 10.09 GiB (non-expert weights 3.13 GiB, "
+                        "towers 2.22 GiB, workspace for 16384 tokens 3.60 GiB, context 0.84 GiB, every layer's "
                         "experts resident 0.29 GiB); use --max-batch-tokens lower, --text-only or --towers cpu, a "
-                        "smaller format, or a budget of at least 9.84 GiB");
+                        "smaller format, or a budget of at least 10.09 GiB");
     clef_place_plan_make(&s, fixed + 311623680 - 1, CLEF_PLACE_ADVICE_INSPECT, &p);
     assert_int_equal(p.fits, 0);
     clef_place_plan_make(&s, fixed + 311623680, CLEF_PLACE_ADVICE_INSPECT, &p);
     assert_int_equal(p.fits, 1);
     assert_int_equal(p.n_streamed, 0);
-    assert_string_equal(p.message, "plan: the 1 layer resident, 9.83 GiB of 9.83 GiB");
+    assert_string_equal(p.message, "plan: the 1 layer resident, 10.08 GiB of 10.08 GiB");
 }
 
 /* Item 5: the advice names only the flags of the command that loads the model. */
@@ -464,19 +464,19 @@ static void test_advice_per_command(void **state) {
     clef_place_plan_make(&s, 16 * GIB, CLEF_PLACE_ADVICE_DECIDE, &p); /* decide: --max-length, --towers */
     assert_int_equal(p.fits, 0);
     assert_string_equal(p.message,
-                        "does not fit in 16.00 GiB: the smallest plan needs 19.77 GiB (non-expert weights 3.13 GiB, "
-                        "towers 2.22 GiB, workspace for 64000 tokens 11.58 GiB, context 0.59 GiB, two expert slots "
+                        "does not fit in 16.00 GiB: the smallest plan needs 20.02 GiB (non-expert weights 3.13 GiB, "
+                        "towers 2.22 GiB, workspace for 64000 tokens 11.58 GiB, context 0.84 GiB, two expert slots "
                         "2.25 GiB); use --max-length lower, --towers cpu, a smaller format, or a budget of at least "
-                        "19.77 GiB");
+                        "20.02 GiB");
     clef_place_plan_make(&s, 16 * GIB, CLEF_PLACE_ADVICE_PARITY, &p); /* parity: --max-length only */
-    assert_non_null(strstr(p.message, "; use --max-length lower, a smaller format, or a budget of at least 19.77 GiB"));
+    assert_non_null(strstr(p.message, "; use --max-length lower, a smaller format, or a budget of at least 20.02 GiB"));
     tu_ok(clef_place_sizes_of_preset("full", NULL, 0, 16384, &s, &err), &err);
     clef_place_plan_make(&s, 8 * GIB, CLEF_PLACE_ADVICE_SERVE, &p); /* serve / eval */
     assert_string_equal(p.message,
-                        "does not fit in 8.00 GiB: the smallest plan needs 11.80 GiB (non-expert weights 3.13 GiB, "
-                        "towers 2.22 GiB, workspace for 16384 tokens 3.60 GiB, context 0.59 GiB, two expert slots "
+                        "does not fit in 8.00 GiB: the smallest plan needs 12.05 GiB (non-expert weights 3.13 GiB, "
+                        "towers 2.22 GiB, workspace for 16384 tokens 3.60 GiB, context 0.84 GiB, two expert slots "
                         "2.25 GiB); use --max-batch-tokens lower, --text-only or --towers cpu, a smaller format, or a "
-                        "budget of at least 11.80 GiB");
+                        "budget of at least 12.05 GiB");
     for (unsigned a = 0; a < 16; a++) { /* no set ever names a flag outside it */
         clef_place_plan_make(&s, 8 * GIB, a, &p);
         assert_int_equal(!!strstr(p.message, "--max-batch-tokens"), !!(a & CLEF_PLACE_ADV_MAX_BATCH_TOKENS));
@@ -515,7 +515,7 @@ static void test_wording(void **state) {
     s.batch_tokens = 16;
     clef_place_plan p;
     clef_place_plan_make(&s, 0, ADV_ALL, &p);
-    assert_string_equal(p.message, "plan: no GPU memory budget (--gpu-memory): the 1 layer resident, 1.59 GiB");
+    assert_string_equal(p.message, "plan: no GPU memory budget (--gpu-memory): the 1 layer resident, 1.84 GiB");
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
