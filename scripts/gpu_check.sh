@@ -214,12 +214,16 @@ EOF
             --runs 1x300,32x300,54x300 --iters 5
         grep -E "^(run |latency_ms_p50|tokens_per_s|records_per_s)" "$OUT/eval_bench.log" >> "$SUM"
         ;;
-    cpu_bench) # issue 20: the CPU path on this machine's cores: `small` BF16 and the full preset INT4 and
-        # BF16 at 300 tokens (CPU_BENCH_FULL="int4 bf16"; bf16 = no --quant)
-        OMP_NUM_THREADS=$(nproc) run_stage cpu_bench_small 300 "$BIN/clef" bench --synthetic small --seed 1 \
-            --device cpu --text-only --tokens 300 --iters 3
-        grep -E "^(run |latency_ms|cpu_ms|load_s)" "$OUT/cpu_bench_small.log" >> "$SUM"
-        for f in ${CPU_BENCH_FULL:-int4}; do
+    cpu_bench) # issue 20: the CPU path on this machine's cores: `small` per CPU_BENCH_SMALL format and the
+        # full preset per CPU_BENCH_FULL (default int4; "" = none) at 300 tokens (bf16 = no --quant)
+        for f in ${CPU_BENCH_SMALL:-bf16}; do # `small` per format (CPU_BENCH_SMALL="bf16 int4 nvfp4 fp8-block")
+            q=; [ "$f" != bf16 ] && q="--quant $f"
+            OMP_NUM_THREADS=$(nproc) run_stage "cpu_bench_small_$f" 300 "$BIN/clef" bench --synthetic small --seed 1 \
+                --device cpu --text-only --tokens 300 --iters 3 $q
+            { echo "== small $f"; grep -E "^(run |latency_ms|cpu_ms|load_s)" "$OUT/cpu_bench_small_$f.log"; } >> "$SUM"
+            rm -f "$OUT/cpu_bench_small_$f.log"
+        done
+        for f in ${CPU_BENCH_FULL-int4}; do
             q=; [ "$f" != bf16 ] && q="--quant $f"
             OMP_NUM_THREADS=$(nproc) run_stage "cpu_bench_full_$f" 500 "$BIN/clef" bench --synthetic full --seed 1 \
                 --device cpu --text-only --tokens 300 --iters 2 $q
