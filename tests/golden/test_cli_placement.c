@@ -45,7 +45,9 @@ static double now(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* `clef <args>` exits 2 with exactly `want` on stderr, in under 2 s. */
+/* `clef <args>` exits 2 with exactly `want` on stderr, in under 15 s.  The exact message is what
+ * shows nothing was loaded (the model paths do not exist, so a load would fail with another one);
+ * the bound only catches a hang: a 2 s bound failed under the CI's parallel load (2.1 s). */
 static void usage_error(const char *args, const char *want) {
     clef_buf out = {0}, err = {0};
     const double t0 = now();
@@ -53,7 +55,7 @@ static void usage_error(const char *args, const char *want) {
     const double dt = now() - t0;
     if (rc != 2 || strcmp(err.data, want))
         fail_msg("`clef %s`: exit %d (want 2), stderr:\n%s\n(want exactly:\n%s)", args, rc, err.data, want);
-    if (dt > 2.0) fail_msg("`clef %s`: %.1f s, want a refusal before loading", args, dt);
+    if (dt > 15.0) fail_msg("`clef %s`: %.1f s, want a refusal before loading", args, dt);
     assert_string_equal(out.data, "");
     clef_buf_free(&out), clef_buf_free(&err);
 }
