@@ -209,7 +209,7 @@ clef_engine *clef_engine_open(const clef_engine_options *opt, clef_err *err) {
             e->cache_off = "the state cache is off: the --gpu-memory budget leaves no room for one block of cached "
                            "state";
         else
-            e->cache = clef_state_cache_new(clef_model_backend(e->model), bound, clef_kv_block_floats(e->model));
+            e->cache = clef_state_cache_new(clef_model_backend(e->model), bound, block / sizeof(float));
         if (e->cache_off && opt->verbose) fprintf(stderr, "clef: %s\n", e->cache_off);
     }
     e->load_seconds = clef_now() - t0;

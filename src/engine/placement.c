@@ -570,13 +570,24 @@ size_t clef_place_fixed_bytes(const clef_place_sizes *s) {
     return sadd(sadd(s->dense_bytes, s->tower_bytes), sadd(s->workspace_bytes, s->context_bytes));
 }
 
-size_t clef_place_min_bytes(const clef_place_sizes *s, int *streaming) {
+/* The layers' experts: the layer count (n_layers clamped to [0, CLEF_MAX_LAYERS]), their bytes in
+ * all (saturating), the largest layer's (one slot) and how many layers have experts (MoE). */
+static int64_t expert_totals(const clef_place_sizes *s, size_t *total, size_t *slot, int64_t *moe) {
     const int64_t L = s->n_layers < 0 ? 0 : s->n_layers > CLEF_MAX_LAYERS ? CLEF_MAX_LAYERS : s->n_layers;
-    size_t total = 0, slot = 0;
+    *total = *slot = 0;
+    *moe = 0;
     for (int64_t l = 0; l < L; l++) {
-        total = sadd(total, s->expert_bytes[l]);
-        if (s->expert_bytes[l] > slot) slot = s->expert_bytes[l];
+        *total = sadd(*total, s->expert_bytes[l]);
+        if (s->expert_bytes[l] > *slot) *slot = s->expert_bytes[l];
+        *moe += s->expert_bytes[l] > 0;
     }
+    return L;
+}
+
+size_t clef_place_min_bytes(const clef_place_sizes *s, int *streaming) {
+    size_t total, slot;
+    int64_t moe;
+    expert_totals(s, &total, &slot, &moe);
     const size_t fixed = clef_place_fixed_bytes(s), all = sadd(fixed, total), slots = sadd(fixed, smul(2, slot));
     if (streaming) *streaming = slots < all;
     return slots < all ? slots : all;
@@ -604,16 +615,11 @@ static void advise(char *o, size_t cap, const clef_place_sizes *s, unsigned advi
 void clef_place_plan_make(const clef_place_sizes *s, size_t budget, unsigned advice, clef_place_plan *p) {
     memset(p, 0, sizeof *p);
     p->budget = budget;
-    const int64_t L = s->n_layers < 0 ? 0 : s->n_layers > CLEF_MAX_LAYERS ? CLEF_MAX_LAYERS : s->n_layers;
+    size_t total, slot;
+    int64_t m; /* MoE layers */
+    const int64_t L = expert_totals(s, &total, &slot, &m);
     p->n_layers = L;
     const size_t fixed = clef_place_fixed_bytes(s);
-    size_t total = 0, slot = 0;
-    int64_t m = 0; /* MoE layers */
-    for (int64_t l = 0; l < L; l++) {
-        total = sadd(total, s->expert_bytes[l]);
-        if (s->expert_bytes[l] > slot) slot = s->expert_bytes[l];
-        m += s->expert_bytes[l] > 0;
-    }
     const size_t all = sadd(fixed, total), need = sadd(fixed, smul(2, slot));
     char g1[32], g2[32], g3[32], g4[32], g5[32], g6[32], ln[32];
     /* SIZE_MAX is a saturated sum (a size past what size_t holds): it never fits */

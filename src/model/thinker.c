@@ -60,14 +60,35 @@ static void ws_layout(const clef_model *m, size_t n, float *a_be, model_ws *w, t
     t->pos = ws_take(w, 3 * n, sizeof(int32_t));
 }
 
+/* The rows of one reuse forward: full-pass segments `seg` (the K/V layout,
+ * as in the full pass), the computed rows' segments `sseg` (record s's rows
+ * [seg[s] + reuse[s], seg[s + 1]) packed back to back), the blocks. */
+typedef struct reuse_plan {
+    size_t n_seg;
+    const size_t *seg, *sseg, *reuse, *fill;
+    float *const *read, *const *write;
+    size_t *read_at, *write_at; /* [n_seg] first block of record s in read / write */
+    float *kk, *vv;             /* [n_total, kd] K and V of every row, full-pass layout */
+    size_t kd, B, L;
+    clef_copy *cp;              /* scratch: 2 x (blocks read + blocks filled) + n_seg copies */
+} reuse_plan;
+
+static int reuse_kv_in(clef_backend *be, const reuse_plan *p, size_t l, const float *k, const float *v,
+                       int64_t kv_stride, clef_err *err);
+
 /* Self-attention block: a = input_norm(h + pend) (h updated; pend is the
  * previous block's output not yet added, or NULL), then
  * h += o_proj(attn(rope(qnorm(q)), rope(knorm(k)), v)) and
  * a = post_norm(h), both by add_rmsnorm (the residual add fused with the
  * norm that follows it).  q, k, v come from one product on a fused_qkv
- * layer (column blocks of t->q's rows), else from three. */
+ * layer (column blocks of t->q's rows), else from three.  With a reuse plan
+ * `rp` (clef_thinker_forward_reuse; layer l) the n rows are the computed
+ * ones and attention reads every record's K/V in the full-pass layout
+ * (rp->kk / rp->vv, ad's k / v strides; its queries the last rows of each
+ * segment: backend.h causal_prefix). */
 static int attention_block(clef_model *m, const thinker_layer *L, thinker_ws *t, size_t n, const float *pend,
-                           const clef_attn_desc *ad, const clef_rope_desc *rd, clef_err *err) {
+                           const clef_attn_desc *ad, const clef_rope_desc *rd, const reuse_plan *rp, size_t l,
+                           clef_err *err) {
     clef_backend *be = m->be;
     const clef_text_config *c = &m->cfg->text;
     const int64_t T = (int64_t)n, H = c->hidden_size, D = c->head_dim, nh = c->num_attention_heads,
@@ -75,19 +96,25 @@ static int attention_block(clef_model *m, const thinker_layer *L, thinker_ws *t,
     const float eps = (float)c->rms_norm_eps;
     clef_attn_desc a = *ad;
     float *q = t->q, *k = t->k, *v = t->v;
+    int64_t ks = kd; /* row stride of k and v as the products leave them */
     if (be->ops->add_rmsnorm(be, t->h, pend, L->input_norm, t->a, T, H, eps, err)) return -1;
     if (L->fused_qkv) {
         k = q + qd, v = k + kd;
-        a.q_stride = a.k_stride = a.v_stride = qd + 2 * kd;
+        a.q_stride = ks = qd + 2 * kd;
+        if (!rp) a.k_stride = a.v_stride = ks;
         if (be->ops->matmul(be, t->a, T, &L->qkv_proj, NULL, q, err)) return -1;
     } else if (be->ops->matmul(be, t->a, T, &L->q_proj, NULL, q, err) ||
                be->ops->matmul(be, t->a, T, &L->k_proj, NULL, k, err) ||
                be->ops->matmul(be, t->a, T, &L->v_proj, NULL, v, err)) {
         return -1;
     }
-    if (be->ops->qk_norm_rope(be, q, a.q_stride, k, a.k_stride, T, nh, nkv, L->q_norm, L->k_norm, eps, t->pos, rd,
-                              err) ||
-        be->ops->attention(be, q, k, v, t->att, &a, err) ||
+    if (be->ops->qk_norm_rope(be, q, a.q_stride, k, ks, T, nh, nkv, L->q_norm, L->k_norm, eps, t->pos, rd, err))
+        return -1;
+    if (rp) {
+        if (reuse_kv_in(be, rp, l, k, v, ks, err)) return -1;
+        k = rp->kk, v = rp->vv;
+    }
+    if (be->ops->attention(be, q, k, v, t->att, &a, err) ||
         be->ops->matmul(be, t->att, T, &L->o_proj, NULL, t->o, err) ||
         be->ops->add_rmsnorm(be, t->h, t->o, L->post_norm, t->a, T, H, eps, err))
         return -1;
@@ -192,7 +219,7 @@ static int layers_body(void *ctx, clef_err *err) {
     thinker_ws *t = j->t;
     int rc = be->ops->gather(be, &m->embed, t->ids, (int64_t)j->n, t->h, err);
     for (int64_t l = 0; rc == 0 && l < c->num_hidden_layers; l++) {
-        rc = attention_block(m, &m->layers[l], t, j->n, l ? t->o : NULL, j->ad, j->rd, err);
+        rc = attention_block(m, &m->layers[l], t, j->n, l ? t->o : NULL, j->ad, j->rd, NULL, 0, err);
         if (rc == 0) rc = mlp_block(m, &m->layers[l], t, j->n, err);
     }
     /* the last MLP output joins h in the final norm */
@@ -255,7 +282,7 @@ static int run_layers(clef_model *m, thinker_ws *t, size_t n, const size_t *seg,
     if (rc == 0 && layer_hidden) rc = be->ops->download(be, layer_hidden, t->h, bytes, err);
     for (int64_t l = 0; rc == 0 && l < nl; l++) {
         /* h is complete after every layer here (deepstack rows, layer_hidden): the MLP output is added at once */
-        rc = attention_block(m, &m->layers[l], t, n, NULL, &ad, &rd, err);
+        rc = attention_block(m, &m->layers[l], t, n, NULL, &ad, &rd, NULL, 0, err);
         if (rc == 0) rc = mlp_block(m, &m->layers[l], t, n, err);
         if (rc == 0) rc = be->ops->add(be, t->h, t->o, t->h, (int64_t)n, (int64_t)H, (int64_t)H, err);
         /* deepstack: visual features added after the first decoder layers */
@@ -371,19 +398,6 @@ size_t clef_kv_block_floats(const clef_model *m) {
 
 int clef_model_can_reuse(const clef_model *m) { return m->be->ops->causal_prefix && m->be->ops->copy_2d; }
 
-/* The rows of one reuse forward: full-pass segments `seg` (the K/V layout,
- * as in the full pass), the computed rows' segments `sseg` (record s's rows
- * [seg[s] + reuse[s], seg[s + 1]) packed back to back), the blocks. */
-typedef struct reuse_plan {
-    size_t n_seg;
-    const size_t *seg, *sseg, *reuse, *fill;
-    float *const *read, *const *write;
-    size_t *read_at, *write_at; /* [n_seg] first block of record s in read / write */
-    float *kk, *vv;             /* [n_total, kd] K and V of every row, full-pass layout */
-    size_t kd, B, L;
-    clef_copy *cp;              /* scratch: 2 x (blocks read + blocks filled) + n_seg copies */
-} reuse_plan;
-
 /* Layer l's K/V of every record into the full-pass layout (cached prefix
  * rows from the read blocks, the computed rows from k / v: rows kv_stride
  * floats apart, kd or the fused q | k | v width), then the filled blocks'
@@ -415,39 +429,6 @@ static int reuse_kv_in(clef_backend *be, const reuse_plan *p, size_t l, const fl
             p->cp[n++] = (clef_copy){x + (2 * l + 1) * B * kd, p->vv + (at + b * B) * kd, blk};
         }
     return be->ops->copy_many(be, p->cp, n, err);
-}
-
-/* attention_block for a reuse forward: the same ops on the computed rows,
- * with attention reading every record's K/V in the full-pass layout (its
- * queries the last rows of each segment: backend.h causal_prefix). */
-static int attention_block_reuse(clef_model *m, const thinker_layer *L, thinker_ws *t, size_t n, const reuse_plan *p,
-                                 size_t l, const clef_attn_desc *ad, const clef_rope_desc *rd, clef_err *err) {
-    clef_backend *be = m->be;
-    const clef_text_config *c = &m->cfg->text;
-    const int64_t T = (int64_t)n, H = c->hidden_size, nh = c->num_attention_heads, nkv = c->num_key_value_heads;
-    const float eps = (float)c->rms_norm_eps;
-    const int64_t qd = nh * c->head_dim, kd = nkv * c->head_dim;
-    /* as attention_block: one q | k | v product on a fused_qkv layer (k and v then column blocks of q's
-     * rows), else three; attention reads q in that layout, K / V from the full-pass buffers */
-    clef_attn_desc a = *ad;
-    float *q = t->q, *k = t->k, *v = t->v;
-    int64_t ks = kd;
-    if (be->ops->add_rmsnorm(be, t->h, NULL, L->input_norm, t->a, T, H, eps, err)) return -1;
-    if (L->fused_qkv) {
-        k = q + qd, v = k + kd;
-        a.q_stride = ks = qd + 2 * kd;
-        if (be->ops->matmul(be, t->a, T, &L->qkv_proj, NULL, q, err)) return -1;
-    } else if (be->ops->matmul(be, t->a, T, &L->q_proj, NULL, q, err) ||
-               be->ops->matmul(be, t->a, T, &L->k_proj, NULL, k, err) ||
-               be->ops->matmul(be, t->a, T, &L->v_proj, NULL, v, err)) {
-        return -1;
-    }
-    if (be->ops->qk_norm_rope(be, q, a.q_stride, k, ks, T, nh, nkv, L->q_norm, L->k_norm, eps, t->pos, rd, err) ||
-        reuse_kv_in(be, p, l, k, v, ks, err) || be->ops->attention(be, q, p->kk, p->vv, t->att, &a, err) ||
-        be->ops->matmul(be, t->att, T, &L->o_proj, NULL, t->o, err) ||
-        be->ops->add_rmsnorm(be, t->h, t->o, L->post_norm, t->a, T, H, eps, err))
-        return -1;
-    return 0;
 }
 
 /* Media rows of the full pass moved to the computed rows (rows in a reused
@@ -514,7 +495,7 @@ static int reuse_body(void *ctx, clef_err *err) {
     if (rc == 0 && md && md->n_rows) rc = media_rows(m, t->h, md->rows, md->n_rows, md->embeds, 0, err);
     for (size_t l = 0; rc == 0 && l < L; l++) {
         /* h complete after every layer (as the media path): the MLP output is added at once */
-        rc = attention_block_reuse(m, &m->layers[l], t, n, p, l, j->ad, j->rd, err);
+        rc = attention_block(m, &m->layers[l], t, n, NULL, j->ad, j->rd, p, l, err);
         if (rc == 0) rc = mlp_block(m, &m->layers[l], t, n, err);
         if (rc == 0) rc = be->ops->add(be, t->h, t->o, t->h, (int64_t)n, (int64_t)H, (int64_t)H, err);
         if (rc == 0 && md && l < md->n_deepstack && md->n_ds_rows)
