@@ -31,6 +31,8 @@
 #   stream        issue 17: test_cuda_stream, then `clef bench` on the full preset resident and under
 #                 --gpu-memory budgets (STREAM_PLAN): streamed bytes, copy rate, peak
 #   quant_bench   `clef bench` per format (QUANT_BENCH_FORMATS): 300 / 1k tokens, 32x1k, GPU memory
+#   qtests        test_cuda_quant and test_cuda_ops alone
+#   qab           issue 18: `clef bench --profile` per format (QAB_FORMATS) and packed kernel (QAB_KERNELS, "v5 v3")
 #   qgemm_bench   per-layer expert GEMM times (test_cuda_quant, CLEF_QGEMM_BENCH=1) for each CLEF_CUDA_WGMMA
 #                 value in WGMMA_MODES (default "1 0")
 #   modes         `small` parity vs the CPU for each CLEF_CUDA_PRECISE part list in PARITY_MODES
@@ -301,6 +303,25 @@ EOF
                 --state-workload "$k" --state-cache 8G ${STATE_ARGS:-}
             { echo "== $p $k $nm"; grep -E "^(workload|requests|tokens_|cache_|speedup|state_cache|answers_identical|load_s|device|cuda_graphs)" \
                 "$OUT/state_${p}_${k}_$nm.log"; } >> "$SUM"
+        done
+        ;;
+    qtests) # the packed-weight suite and the op suite alone (test_cuda_quant, test_cuda_ops)
+        for t in test_cuda_quant test_cuda_ops; do run_stage "$t" 200 "$BIN/$t"; done
+        grep -E "v5|bitwise|PASSED|FAILED|Error|error" "$OUT/test_cuda_quant.log" | tail -40 >> "$SUM"
+        grep -E "PASSED|FAILED" "$OUT/test_cuda_ops.log" >> "$SUM"
+        ;;
+    qab) # issue 18: the packed expert kernels A/B per format (QAB_FORMATS, default "int4 nvfp4") and kernel in
+        # QAB_KERNELS (default "v5 v3": `clef bench --kernel CLEF_CUDA_QGEMM_INT4=K --kernel CLEF_CUDA_QGEMM_NVFP4=K`,
+        # plus QAB_EXTRA, e.g. "--kernel CLEF_CUDA_V5_ROWS=64") at QAB_RUNS, with the per-op profile
+        for f in ${QAB_FORMATS:-int4 nvfp4}; do
+            for kv in ${QAB_KERNELS:-v5 v3}; do
+                run_stage "qab_${f}_$kv${QAB_TAG:-}" ${QAB_TIMEOUT:-200} "$BIN/clef" bench --synthetic full --seed 1 \
+                    --quant "$f" --device cuda --text-only --runs "${QAB_RUNS:-1x300,1x1000,32x1000}" --iters 5 \
+                    --profile --kernel "CLEF_CUDA_QGEMM_INT4=$kv" --kernel "CLEF_CUDA_QGEMM_NVFP4=$kv" ${QAB_EXTRA:-}
+                note "qab $f $kv ${QAB_EXTRA:-}:"
+                grep -E "^run |^device_detail|latency_ms_p50|tokens_per_s|peak|GEMM|attention \(tensor" \
+                    "$OUT/qab_${f}_$kv${QAB_TAG:-}.log" | head -40 >> "$SUM"
+            done
         done
         ;;
     quant_bench)

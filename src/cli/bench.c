@@ -28,7 +28,7 @@ static void bench_usage(FILE *f) {
             "usage: clef bench (--model DIR | --synthetic tiny|small|full [--seed N] [--tokenizer PATH])\n"
             "                  [--tokens N] [--batch N] [--runs BxT,...] [--iters N] [--threads N]\n"
             "                  [--device D] [--numerics M] [--profile] [--image-mp X] [--audio-s S]\n"
-            "                  [--gpu-memory SIZE] [--towers cpu|gpu] [--towers-only]\n"
+            "                  [--gpu-memory SIZE] [--towers cpu|gpu] [--towers-only] [--kernel NAME=VALUE]\n"
             "  Builds --batch triage-style requests whose states are cut so each record is --tokens\n"
             "  tokens (default 300), packs them into one forward (the engine's batch path), runs it\n"
             "  twice to warm up (CUDA: the second records the batch's CUDA graph) and --iters times\n"
@@ -49,6 +49,10 @@ static void bench_usage(FILE *f) {
             "  --profile       CUDA: after each run's timing, 3 more forwards with per-op GPU timing and\n"
             "                  a table of where the time goes (\"profile BxT\" block); with\n"
             "                  --state-workload, one more cached request so timed\n"
+            "  --kernel NAME=VALUE\n"
+            "                  CUDA: set a kernel switch for an A/B run (repeatable; the switches give the\n"
+            "                  default's results at another speed: e.g. CLEF_CUDA_QGEMM_INT4=v3,\n"
+            "                  CLEF_CUDA_V5_ROWS=64; README \"CUDA kernel switches\"); printed in device_detail\n"
             "  --synthetic P   random weights of preset P drawn in memory (no files; full needs ~61 GB)\n"
             "  --seed N        seed of the synthetic weights (default 1)\n"
             "  --image-mp X    also time the vision tower on one image of about X megapixels (a square\n"
@@ -198,6 +202,25 @@ static int parse_args(int argc, char **argv, bench_args *a) {
             (r = arg_bytes(argc, argv, &i, "--gpu-memory", &a->gpu_memory)) ||
             (r = arg_towers(argc, argv, &i, &a->towers))) {
             if (r < 0) return 2;
+        } else if (!strcmp(argv[i], "--kernel")) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "clef bench: --kernel needs NAME=VALUE (e.g. CLEF_CUDA_QGEMM_INT4=v3)\n");
+                return 2;
+            }
+            char kv[128];
+            const char *eq = strchr(argv[++i], '=');
+            if (!eq || eq == argv[i] || strlen(argv[i]) >= sizeof kv) {
+                fprintf(stderr, "clef bench: --kernel needs NAME=VALUE (got '%s')\n", argv[i]);
+                return 2;
+            }
+            memcpy(kv, argv[i], (size_t)(eq - argv[i]));
+            kv[eq - argv[i]] = 0;
+            clef_err kerr;
+            clef_err_clear(&kerr);
+            if (clef_cuda_set_switch(kv, eq + 1, &kerr)) {
+                fprintf(stderr, "clef bench: --kernel: %s\n", kerr.message);
+                return 2;
+            }
         } else if (!strcmp(argv[i], "--profile")) {
             a->profile = 1;
         } else if (!strcmp(argv[i], "--towers-only")) {

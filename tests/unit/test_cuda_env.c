@@ -15,7 +15,7 @@ static const char *const VARS[] = {"CLEF_CUDA_PRECISE", "CLEF_CUDA_NUMERICS", "C
                                    "CLEF_CUDA_QWGMMA",  "CLEF_CUDA_QGEMM_INT4", "CLEF_CUDA_QGEMM_NVFP4",
                                    "CLEF_CUDA_LT_SPLITK", "CLEF_CUDA_ATTN",    "CLEF_CUDA_GRAPHS",
                                    "CLEF_CUDA_FP8_MMA", "CLEF_CUDA_WGMMA_ROWS", "CLEF_CUDA_QWGMMA_ROWS",
-                                   "CLEF_CUDA_TMA",     "CLEF_CUDA_WGMMA_WS"};
+                                   "CLEF_CUDA_TMA",     "CLEF_CUDA_WGMMA_WS", "CLEF_CUDA_V5_ROWS"};
 
 static int clear_env(void **state) {
     (void)state;
@@ -79,8 +79,8 @@ static void test_defaults(void **state) {
     assert_int_equal(k.tune, 7);
     assert_int_equal(k.wgmma, 2);
     assert_int_equal(k.qwgmma, 1);
-    assert_int_equal(k.int4, 3);
-    assert_int_equal(k.nvfp4, 3);
+    assert_int_equal(k.int4, 6); /* v5 */
+    assert_int_equal(k.nvfp4, 5);
     assert_int_equal(k.lt_splitk, 1);
     assert_int_equal(k.attn, 0);
     assert_int_equal(k.tma, 1);
@@ -185,17 +185,17 @@ static void test_kernel_switches(void **state) {
     assert_int_equal(e.wgmma_ws, 2);
     expect_knob_error("CLEF_CUDA_WGMMA_WS", "on", "CUDA settings: CLEF_CUDA_WGMMA_WS must be an integer from 0 to 2 (got 'on')");
     expect_knob_error("CLEF_CUDA_WGMMA_WS", "3", "CUDA settings: CLEF_CUDA_WGMMA_WS must be an integer from 0 to 2 (got '3')");
-    const char *int4[] = {"v2", "v3", "v3-2blk", "v4"};
-    const int int4_want[] = {2, 3, 4, 5};
-    for (int i = 0; i < 4; i++) {
+    const char *int4[] = {"v2", "v3", "v3-2blk", "v4", "v5"};
+    const int int4_want[] = {2, 3, 4, 5, 6};
+    for (int i = 0; i < 5; i++) {
         assert_int_equal(knobs_with("CLEF_CUDA_QGEMM_INT4", int4[i], &e, &err), 0);
         assert_int_equal(e.int4, int4_want[i]);
     }
-    const char *nvfp4[] = {"v2", "v3", "v4"};
-    for (int i = 0; i < 3; i++) {
+    const char *nvfp4[] = {"v2", "v3", "v4", "v5"};
+    for (int i = 0; i < 4; i++) {
         assert_int_equal(knobs_with("CLEF_CUDA_QGEMM_NVFP4", nvfp4[i], &e, &err), 0);
         assert_int_equal(e.nvfp4, i + 2);
-        assert_int_equal(e.int4, 3); /* the INT4 switch is its own */
+        assert_int_equal(e.int4, 6); /* the INT4 switch is its own (default v5) */
     }
     const char *attn[] = {"v1", "v2", "v2w"};
     for (int i = 0; i < 3; i++) {
@@ -219,14 +219,18 @@ static void test_kernel_switches(void **state) {
     assert_int_equal(e.qwgmma_rows, 2048);
     expect_knob_error("CLEF_CUDA_WGMMA_ROWS", "0",
                  "CUDA settings: CLEF_CUDA_WGMMA_ROWS must be an integer from 1 to 1073741824 (got '0')");
+    assert_int_equal(knobs_with("CLEF_CUDA_V5_ROWS", "64", &e, &err), 0);
+    assert_int_equal(e.v5_rows, 64);
+    expect_knob_error("CLEF_CUDA_V5_ROWS", "0",
+                 "CUDA settings: CLEF_CUDA_V5_ROWS must be an integer from 1 to 1048576 (got '0')");
     expect_knob_error("CLEF_CUDA_TMA", "2", "CUDA settings: CLEF_CUDA_TMA must be an integer from 0 to 1 (got '2')");
     expect_error("CLEF_CUDA_GRAPHS", "yes", "CUDA settings: CLEF_CUDA_GRAPHS must be an integer from 0 to 1 (got 'yes')");
     expect_knob_error("CLEF_CUDA_ATTN", "v3", "CUDA settings: CLEF_CUDA_ATTN must be v1, v2 or v2w (got 'v3')");
     expect_knob_error("CLEF_CUDA_QGEMM_INT4", "marlin",
-                 "CUDA settings: CLEF_CUDA_QGEMM_INT4 must be v2, v3, v3-2blk or v4 (got 'marlin')");
+                 "CUDA settings: CLEF_CUDA_QGEMM_INT4 must be v2, v3, v3-2blk, v4 or v5 (got 'marlin')");
     expect_knob_error("CLEF_CUDA_QGEMM_NVFP4", "v3-2blk",
-                 "CUDA settings: CLEF_CUDA_QGEMM_NVFP4 must be v2, v3 or v4 (got 'v3-2blk')");
-    expect_knob_error("CLEF_CUDA_QGEMM_NVFP4", "V3", "CUDA settings: CLEF_CUDA_QGEMM_NVFP4 must be v2, v3 or v4 (got 'V3')");
+                 "CUDA settings: CLEF_CUDA_QGEMM_NVFP4 must be v2, v3, v4 or v5 (got 'v3-2blk')");
+    expect_knob_error("CLEF_CUDA_QGEMM_NVFP4", "V3", "CUDA settings: CLEF_CUDA_QGEMM_NVFP4 must be v2, v3, v4 or v5 (got 'V3')");
     expect_knob_error("CLEF_CUDA_GEMM", "cublas", "CUDA settings: CLEF_CUDA_GEMM must be cublaslt or custom (got 'cublas')");
 }
 

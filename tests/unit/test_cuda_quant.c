@@ -1106,14 +1106,23 @@ static void moe_case(fx *f, enum qkind kind) {
         {
             char desc[256];
             char *prof = profile_take(g, desc, sizeof desc);
-            const int want = (kind == Q_INT4_SYM || kind == Q_INT4_ASYM)   ? strstr(desc, "packed INT4 v4") != NULL
-                             : (kind == Q_NVFP4_CT || kind == Q_NVFP4_MO) ? strstr(desc, "packed NVFP4 v4") != NULL
-                                                                          : 0,
+            const int int4 = kind == Q_INT4_SYM || kind == Q_INT4_ASYM, nvf = kind == Q_NVFP4_CT || kind == Q_NVFP4_MO;
+            const int want = int4 ? strstr(desc, "packed INT4 v4") != NULL
+                             : nvf ? strstr(desc, "packed NVFP4 v4") != NULL
+                                   : 0,
                       got = strstr(prof, "GEMM (SwiGLU, v4)") != NULL && strstr(prof, "down GEMM (v4)") != NULL;
             if (want != got)
                 fail_msg("%s (%s): 40 tokens %s packed v4 (device: %s):\n%s", what, MODE[gi],
                          got ? "ran" : "did not run", desc, prof);
-            printf("  %-40s %-8s 40 tokens: %s\n", what, MODE[gi], got ? "packed v4 (loading warp)" : "packed v3 / v2");
+            /* kernel v5 (the default for fast passes of 32-row tiles unless a switch names another kernel) */
+            const int want5 = gi == 0 && !want && (int4 || nvf) && !strstr(desc, int4 ? "packed INT4 v3" : "packed NVFP4 v3"),
+                      got5 = strstr(prof, "GEMM (SwiGLU, v5)") != NULL && strstr(prof, "down GEMM (v5)") != NULL;
+            if (want5 != got5)
+                fail_msg("%s (%s): 40 tokens %s packed v5 (device: %s):\n%s", what, MODE[gi],
+                         got5 ? "ran" : "did not run", desc, prof);
+            printf("  %-40s %-8s 40 tokens: %s\n", what, MODE[gi],
+                   got ? "packed v4 (loading warp)" : got5 ? "packed v5 (swapped operands), = the batch's v3 bitwise"
+                                                           : "packed v3 / v2");
             free(prof);
         }
         float *ys = tu_dget(g, dy1, (size_t)(40 * H));
@@ -1196,6 +1205,112 @@ static void moe_case(fx *f, enum qkind kind) {
             free_q(&h[j][e]);
         }
     free(x), free(logits), free(idx), free(rw), free(ref);
+}
+
+/* Kernel v5 (fast passes of 32-row tiles, cuda_qgemm.cu) at shapes that cut its blocks: hidden 384 (the
+ * down product's second column block half empty), intermediate 208 (the gate/up product's second column
+ * block 80 of 128 columns; the down product's K ends 16 into a 64-wide stage), INT4 groups of 16 and
+ * NVFP4; 100 tokens over 16 experts, top 4 (25 rows per expert on average, some experts past 32: two
+ * tiles).  Against the CPU within the fast tolerance, bitwise against the v2 reference backend, a token
+ * alone bitwise the batch, and the profile names v5. */
+static void moe_v5_case(fx *f, enum qkind kind) {
+    clef_err err;
+    enum { E = 16 };
+    const int64_t H = 384, NI = 208, k = 4, T = 100;
+    hq h[3][E];
+    clef_weight wc[3][E];
+    for (int j = 0; j < 3; j++)
+        for (int e = 0; e < E; e++) {
+            const int64_t rows = j == 2 ? H : NI, cols = j == 2 ? NI : H;
+            if (kind == Q_INT4_SYM || kind == Q_INT4_ASYM) {
+                float *w = rand_vec((size_t)(rows * cols), 1.0f / sqrtf((float)cols));
+                memset(&h[j][e], 0, sizeof h[j][e]);
+                h[j][e].q.rows = rows, h[j][e].q.cols = cols;
+                make_int4(&h[j][e], w, rows, cols, 16, kind == Q_INT4_ASYM);
+                h[j][e].q.data = h[j][e].data;
+                h[j][e].q.quant.scale = h[j][e].scale;
+                free(w);
+            } else {
+                make_q(&h[j][e], kind, rows, cols);
+            }
+            tu_ok(f->cpu->ops->weight_init_packed(f->cpu, &wc[j][e], &h[j][e].q, &err), &err);
+        }
+    clef_moe_weights mc = {.n_experts = E, .hidden = H, .inter = NI, .gate = wc[0], .up = wc[1], .down = wc[2]};
+    float *x = rand_vec((size_t)(T * H), 1.0f), *logits = rand_vec((size_t)(T * E), 2.0f);
+    int32_t *idx = malloc((size_t)(T * k) * 4);
+    float *rw = malloc((size_t)(T * k) * 4);
+    tu_ok(f->cpu->ops->router_topk(f->cpu, logits, T, E, k, 1, idx, rw, &err), &err);
+    int cnt[E] = {0}, most = 0;
+    for (int64_t i = 0; i < T * k; i++) cnt[idx[i]]++;
+    for (int e = 0; e < E; e++) most = cnt[e] > most ? cnt[e] : most;
+    float *ref = malloc((size_t)(T * H) * 4);
+    tu_ok(f->cpu->ops->moe(f->cpu, x, T, idx, rw, k, &mc, ref, &err), &err);
+    char what[96];
+    snprintf(what, sizeof what, "moe v5 %s", QNAME[kind]);
+    float *got[2] = {NULL, NULL};
+    for (int b = 0; b < 2; b++) { /* 0: the default backend (fast), 1: the v2 reference (fast) */
+        clef_backend *g = b == 0 ? f->gpu[0] : f->gpu_v2[0];
+        clef_weight wg[3][E];
+        for (int j = 0; j < 3; j++)
+            for (int e = 0; e < E; e++) tu_ok(g->ops->weight_init_packed(g, &wg[j][e], &h[j][e].q, &err), &err);
+        clef_moe_weights mg = {.n_experts = E, .hidden = H, .inter = NI, .gate = wg[0], .up = wg[1], .down = wg[2]};
+        float *dx = tu_dput(g, x, (size_t)(T * H) * 4), *dw = tu_dput(g, rw, (size_t)(T * k) * 4);
+        int32_t *di = tu_dput(g, idx, (size_t)(T * k) * 4);
+        float *dy = tu_dnan(g, (size_t)(T * H));
+        if (b == 0) {
+            clef_cuda_set_profile(g, 1);
+            clef_cuda_profile_dump(g, NULL);
+        }
+        tu_ok(g->ops->moe(g, dx, T, di, dw, k, &mg, dy, &err), &err);
+        got[b] = tu_dget(g, dy, (size_t)(T * H));
+        if (b == 0) {
+            char desc[256];
+            char *prof = profile_take(g, desc, sizeof desc);
+            if (!strstr(prof, "GEMM (SwiGLU, v5)") || !strstr(prof, "down GEMM (v5)"))
+                fail_msg("%s: the default fast backend did not run packed v5 (device: %s):\n%s", what, desc, prof);
+            free(prof);
+            check(what, "fast", got[0], ref, (size_t)(T * H), TOL_FAST);
+            for (int i = 0; i < 2; i++) {
+                const int64_t t = i ? T - 1 : 37;
+                tu_ok(g->ops->moe(g, dx + t * H, 1, di + t * k, dw + t * k, k, &mg, dy, &err), &err);
+                float *y1 = tu_dget(g, dy, (size_t)H);
+                if (memcmp(y1, got[0] + t * H, (size_t)H * 4) != 0)
+                    fail_msg("%s: token %lld alone differs from the batch", what, (long long)t);
+                free(y1);
+            }
+        }
+        g->ops->free(g, dx), g->ops->free(g, dw), g->ops->free(g, di), g->ops->free(g, dy);
+        for (int j = 0; j < 3; j++)
+            for (int e = 0; e < E; e++) g->ops->weight_release(g, &wg[j][e]);
+    }
+    int64_t bad = 0, first = -1;
+    for (int64_t i = 0; i < T * H; i++)
+        if (memcmp(&got[0][i], &got[1][i], 4) != 0) {
+            if (first < 0) first = i;
+            bad++;
+        }
+    if (bad)
+        fail_msg("%s: v5 differs from kernel v2 in %lld of %lld outputs (first: token %lld, column %lld: %.9g vs "
+                 "%.9g)", what, (long long)bad, (long long)(T * H), (long long)(first / H), (long long)(first % H),
+                 (double)got[0][first], (double)got[1][first]);
+    printf("  %-40s fast     H %lld, inter %lld, %lld tokens (busiest expert %d rows): v5 = v2 bitwise, within %.0e "
+           "of the CPU, a token alone = the batch\n", what, (long long)H, (long long)NI, (long long)T, most, TOL_FAST);
+    free(got[0]), free(got[1]);
+    for (int j = 0; j < 3; j++)
+        for (int e = 0; e < E; e++) {
+            f->cpu->ops->weight_release(f->cpu, &wc[j][e]);
+            free_q(&h[j][e]);
+        }
+    free(x), free(logits), free(idx), free(rw), free(ref);
+}
+
+static void test_moe_v5(void **state) {
+    TU_NEED_GPU(state);
+    fx *f = *state;
+    moe_v5_case(f, Q_INT4_SYM);
+    moe_v5_case(f, Q_INT4_ASYM);
+    moe_v5_case(f, Q_NVFP4_CT);
+    moe_v5_case(f, Q_NVFP4_MO);
 }
 
 static void test_moe_nvfp4_ct(void **state) {
@@ -1972,7 +2087,8 @@ int main(void) {
         cmocka_unit_test(test_refuses_bad_shapes), cmocka_unit_test(test_matmul_packed),
         cmocka_unit_test(test_moe_nvfp4_ct),       cmocka_unit_test(test_moe_nvfp4_modelopt),
         cmocka_unit_test(test_moe_fp8),            cmocka_unit_test(test_moe_int4_sym),
-        cmocka_unit_test(test_moe_int4_asym),      cmocka_unit_test(test_fp8_quant_rows),
+        cmocka_unit_test(test_moe_int4_asym),      cmocka_unit_test(test_moe_v5),
+        cmocka_unit_test(test_fp8_quant_rows),
         cmocka_unit_test(test_moe_fp8_w8a8),       cmocka_unit_test(test_fixtures),
         cmocka_unit_test(test_bench_full_shapes),
     };

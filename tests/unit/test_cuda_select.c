@@ -89,30 +89,52 @@ static void test_bf16_experts(void **state) {
     expect_experts(&H200, &k, 2400, H, 1, 1, CK_EXPERTS_MMA, 64);
 }
 
+static void expect_packed_split(const ck_caps *caps, const clef_cuda_knobs *k, int qt, int64_t rows, int split,
+                                int fits, int fp8, int fp8_fits, ck_packed_kernel kernel, int bm) {
+    const ck_packed_pick p = ck_pick_packed(caps, k, qt, rows, E, split, fits, fp8, fp8_fits);
+    if (p.kernel != kernel || p.bm != bm)
+        fail_msg("cc %d.%d qtype %d rows %lld split %d fits %d fp8 %d/%d: kernel %d bm %d, want kernel %d bm %d",
+                 caps->cc_major, caps->cc_minor, qt, (long long)rows, split, fits, fp8, fp8_fits, p.kernel, p.bm,
+                 kernel, bm);
+}
+/* a fast pass (split 1) */
 static void expect_packed(const ck_caps *caps, const clef_cuda_knobs *k, int qt, int64_t rows, int fits, int fp8,
                           int fp8_fits, ck_packed_kernel kernel, int bm) {
-    const ck_packed_pick p = ck_pick_packed(caps, k, qt, rows, E, fits, fp8, fp8_fits);
-    if (p.kernel != kernel || p.bm != bm)
-        fail_msg("cc %d.%d qtype %d rows %lld fits %d fp8 %d/%d: kernel %d bm %d, want kernel %d bm %d",
-                 caps->cc_major, caps->cc_minor, qt, (long long)rows, fits, fp8, fp8_fits, p.kernel, p.bm, kernel, bm);
+    expect_packed_split(caps, k, qt, rows, 1, fits, fp8, fp8_fits, kernel, bm);
 }
 
 static void test_packed_experts(void **state) {
     (void)state;
     clef_cuda_knobs k;
     clef_cuda_knobs_default(&k);
-    /* below the wgmma threshold: v3 (mma.sync) by default; v4 (a loading warp) on Hopper when its switch
-     * asks for it, INT4 and NVFP4 each by its own switch, 32- and 64-row tiles */
-    expect_packed(&H200, &k, CK_QT_NVFP4, 2400, 1, 0, 0, CK_PACKED_MMA, 32);
+    /* below the wgmma threshold: v5 (swapped operands) for fast INT4 / NVFP4 passes of 32-row tiles on
+     * every device, v3 (mma.sync) for the rest; v4 (a loading warp) on Hopper when its switch asks for it,
+     * INT4 and NVFP4 each by its own switch, 32- and 64-row tiles */
+    expect_packed(&H200, &k, CK_QT_NVFP4, 2400, 1, 0, 0, CK_PACKED_SKINNY, 32);
+    expect_packed(&A100, &k, CK_QT_NVFP4, 2400, 1, 0, 0, CK_PACKED_SKINNY, 32);
+    expect_packed(&RTX5090, &k, CK_QT_INT4, 2400, 1, 0, 0, CK_PACKED_SKINNY, 32);
+    expect_packed_split(&H200, &k, CK_QT_INT4, 2400, 2, 1, 0, 0, CK_PACKED_MMA, 32); /* precise: v3 */
     expect_packed(&H200, &k, CK_QT_NVFP4, 8000, 1, 0, 0, CK_PACKED_MMA, 64);
-    expect_packed(&H200, &k, CK_QT_INT4, 2400, 1, 0, 0, CK_PACKED_MMA, 32);
+    expect_packed(&H200, &k, CK_QT_INT4, 2400, 1, 0, 0, CK_PACKED_SKINNY, 32);
+    expect_packed(&H200, &k, CK_QT_INT4, 4097, 1, 0, 0, CK_PACKED_MMA, 64); /* 64-row tiles: v3 */
+    k.v5_rows = 64; /* CLEF_CUDA_V5_ROWS=64: v5 on 32-row tiles up to 64 rows per expert */
+    expect_packed(&H200, &k, CK_QT_INT4, 8000, 1, 0, 0, CK_PACKED_SKINNY, 32);
+    expect_packed(&H200, &k, CK_QT_INT4, 8193, 0, 0, 0, CK_PACKED_MMA, 64); /* past 64 per expert, no wgmma fit */
+    expect_packed(&H200, &k, CK_QT_INT4, 8192, 1, 0, 0, CK_PACKED_WGMMA, 128); /* wgmma first */
+    k.v5_rows = 32;
     expect_packed(&H200, &k, CK_QT_FP8, 2400, 1, 0, 0, CK_PACKED_MMA, 32);
+    k.int4 = 3; /* CLEF_CUDA_QGEMM_INT4=v3 */
+    expect_packed(&H200, &k, CK_QT_INT4, 2400, 1, 0, 0, CK_PACKED_MMA, 32);
+    expect_packed(&H200, &k, CK_QT_NVFP4, 2400, 1, 0, 0, CK_PACKED_SKINNY, 32); /* NVFP4 has its own switch */
+    k.nvfp4 = 3;
+    expect_packed(&H200, &k, CK_QT_NVFP4, 2400, 1, 0, 0, CK_PACKED_MMA, 32);
+    clef_cuda_knobs_default(&k);
     assert_int_equal(ck_packed_tma(&H200, &k, CK_QT_INT4, 64), 0);
     k.int4 = 5; /* CLEF_CUDA_QGEMM_INT4=v4 */
     expect_packed(&H200, &k, CK_QT_INT4, 2400, 1, 0, 0, CK_PACKED_TMA, 32);
     expect_packed(&H200, &k, CK_QT_INT4, 8000, 1, 0, 0, CK_PACKED_TMA, 64);
     expect_packed(&H200, &k, CK_QT_INT4, 32000, 0, 0, 0, CK_PACKED_TMA, 64); /* does not fit wgmma */
-    expect_packed(&H200, &k, CK_QT_NVFP4, 2400, 1, 0, 0, CK_PACKED_MMA, 32);
+    expect_packed(&H200, &k, CK_QT_NVFP4, 2400, 1, 0, 0, CK_PACKED_SKINNY, 32);
     expect_packed(&A100, &k, CK_QT_INT4, 2400, 1, 0, 0, CK_PACKED_MMA, 32);   /* Hopper only */
     expect_packed(&RTX5090, &k, CK_QT_INT4, 2400, 1, 0, 0, CK_PACKED_MMA, 32);
     assert_int_equal(ck_packed_tma(&H200, &k, CK_QT_INT4, 128), 0); /* v4 has 32- and 64-row tiles */
@@ -130,7 +152,7 @@ static void test_packed_experts(void **state) {
     /* W8A8 where asked for, on Hopper only, at every pass size */
     expect_packed(&H200, &k, CK_QT_FP8, 300, 1, 1, 1, CK_PACKED_FP8MMA, 128);
     expect_packed(&H200, &k, CK_QT_FP8, 32000, 1, 1, 0, CK_PACKED_MMA, 64); /* blocks do not fit */
-    expect_packed(&H200, &k, CK_QT_INT4, 300, 1, 1, 1, CK_PACKED_MMA, 32);  /* W8A8 is for FP8 blocks */
+    expect_packed(&H200, &k, CK_QT_INT4, 300, 1, 1, 1, CK_PACKED_SKINNY, 32); /* W8A8 is for FP8 blocks */
     expect_packed(&L40S, &k, CK_QT_FP8, 32000, 1, 1, 1, CK_PACKED_MMA, 64);
     k.qwgmma = 2;
     expect_packed(&H200, &k, CK_QT_FP8, 32000, 1, 0, 0, CK_PACKED_WGMMA, 128);

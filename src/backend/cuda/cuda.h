@@ -182,6 +182,13 @@ typedef struct clef_cuda_options {
 clef_backend *clef_cuda_backend_create(int device, clef_numerics numerics, clef_err *err);
 clef_backend *clef_cuda_backend_create_ex(const clef_cuda_options *opt, clef_err *err);
 
+/* Sets one kernel switch (cuda_env.h: NAME as its variable, e.g. "CLEF_CUDA_QGEMM_INT4", "v3") for every
+ * backend clef_cuda_backend_create makes afterwards in this process (`clef bench --kernel`: A/B runs; the
+ * switches give the default's results).  Not thread-safe: call before any backend is made.  Returns 0, or
+ * -1 with err (400 param "kernel" for an unknown name; 500 "settings" for a bad value, cuda_env.h's
+ * messages).  Works in a build without CUDA too (the switch then has no backend to reach). */
+int clef_cuda_set_switch(const char *name, const char *value, clef_err *err);
+
 /* The device and the settings that shape results or speed, e.g. "NVIDIA
  * H200, 132 SMs, 139.8 GiB, CUDA runtime 13.0, precise, cuBLASLt dense GEMM,
  * wgmma experts from 8000 rows (packed 8192), persistent wgmma experts, TMA expert kernel below"

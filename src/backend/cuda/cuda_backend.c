@@ -15,6 +15,24 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The kernel switches of the backends clef_cuda_backend_create makes (clef_cuda_set_switch: `clef
+ * bench --kernel`); the defaults until one is set. */
+static clef_cuda_knobs g_switches;
+static int g_switches_set;
+
+int clef_cuda_set_switch(const char *name, const char *value, clef_err *err) {
+    if (!g_switches_set) clef_cuda_knobs_default(&g_switches);
+    const int r = clef_cuda_knobs_set(&g_switches, name, value, err);
+    if (r == 0)
+        return clef_fail(err, 400, CLEF_E_REQUEST, "kernel",
+                         "'%s' is not a CUDA kernel switch (CLEF_CUDA_GEMM, _TUNE, _WGMMA, _QWGMMA, _QGEMM_INT4, "
+                         "_QGEMM_NVFP4, _LT_SPLITK, _ATTN, _WGMMA_ROWS, _QWGMMA_ROWS, _TMA, _WGMMA_WS, _V5_ROWS)",
+                         name);
+    if (r < 0) return -1;
+    g_switches_set = 1;
+    return 0;
+}
+
 #ifdef CLEF_HAVE_CUDA
 
 #include <cublasLt.h>
@@ -1563,9 +1581,10 @@ static int moe_pass_packed(cuda_ctx *c, const float *x, int64_t T, const int32_t
                   fd = {.mode = CK_GEMM_DOWN, .lda = NI * split, .K = NI, .split = split, .N = H};
     qargs_format(c, &fg, &ex->gate[0]);
     qargs_format(c, &fd, &ex->down[0]);
-    const ck_packed_pick pick = ck_pick_packed(&c->caps, &c->k, fmt.qtype, TK, E,
+    const ck_packed_pick pick = ck_pick_packed(&c->caps, &c->k, fmt.qtype, TK, E, split,
                                                ck_qgemm_wgmma_fits(&fg) && ck_qgemm_wgmma_fits(&fd), 0, 0);
-    const int wg = pick.kernel == CK_PACKED_WGMMA, tma = pick.kernel == CK_PACKED_TMA, BM = pick.bm;
+    const int wg = pick.kernel == CK_PACKED_WGMMA, tma = pick.kernel == CK_PACKED_TMA,
+              v5 = pick.kernel == CK_PACKED_SKINNY, BM = pick.bm;
     moe_plan pl;
     const uint16_t *a16 = moe_pass_begin(c, x, T, idx, k, E, H, BM, split, &pl, err);
     if (!a16) return -1;
@@ -1576,6 +1595,7 @@ static int moe_pass_packed(cuda_ctx *c, const float *x, int64_t T, const int32_t
     op_begin(c,
              wg    ? "moe: packed gate+up GEMM (SwiGLU, wgmma)"
              : tma ? "moe: packed gate+up GEMM (SwiGLU, v4)"
+             : v5  ? "moe: packed gate+up GEMM (SwiGLU, v5)"
                    : "moe: packed gate+up GEMM (SwiGLU)",
              1);
     uint16_t *hbuf = cu_slot(c, SLOT_MOE_H, (size_t)TK * (size_t)(NI * split) * 2, err);
@@ -1586,10 +1606,16 @@ static int moe_pass_packed(cuda_ctx *c, const float *x, int64_t T, const int32_t
     qargs_format(c, &g, &ex->gate[0]);
     g.bm = BM;
     g.tma = tma;
+    g.skinny = v5;
     if (cu_check(wg ? ck_qgemm_wgmma(&g, c->st) : ck_qgemm(&g, c->st), "moe packed gate/up", err)) return op_end(c, -1);
     op_end(c, 0);
 
-    op_begin(c, wg ? "moe: packed down GEMM (wgmma)" : tma ? "moe: packed down GEMM (v4)" : "moe: packed down GEMM", 1);
+    op_begin(c,
+             wg    ? "moe: packed down GEMM (wgmma)"
+             : tma ? "moe: packed down GEMM (v4)"
+             : v5  ? "moe: packed down GEMM (v5)"
+                   : "moe: packed down GEMM",
+             1);
     float *yp = cu_slot(c, SLOT_MOE_Y, (size_t)TK * (size_t)H * sizeof(float), err);
     if (!yp) return op_end(c, -1);
     ck_qgemm_args d = {.mode = CK_GEMM_DOWN, .A = hbuf, .lda = NI * split, .K = NI, .split = split, .N = H,
@@ -1598,6 +1624,7 @@ static int moe_pass_packed(cuda_ctx *c, const float *x, int64_t T, const int32_t
     qargs_format(c, &d, &ex->down[0]);
     d.bm = BM;
     d.tma = tma;
+    d.skinny = v5;
     if (cu_check(wg ? ck_qgemm_wgmma(&d, c->st) : ck_qgemm(&d, c->st), "moe packed down", err)) return op_end(c, -1);
     op_end(c, 0);
 
@@ -1663,7 +1690,7 @@ static int fp8mma_layer(const cuda_ctx *c, const clef_moe_weights *ex) {
     if (g->quant.type != CLEF_QT_FP8_BLOCK) return 0;
     const int fits = ck_fp8mma_fits(ex->hidden, ex->inter, g->quant.block_r, g->quant.block_c) &&
                      ck_fp8mma_fits(ex->inter, ex->hidden, d->quant.block_r, d->quant.block_c);
-    return ck_pick_packed(&c->caps, &c->k, CK_QT_FP8, 0, ex->n_experts, 0, c->fp8_mma, fits).kernel ==
+    return ck_pick_packed(&c->caps, &c->k, CK_QT_FP8, 0, ex->n_experts, 1, 0, c->fp8_mma, fits).kernel ==
            CK_PACKED_FP8MMA;
 }
 
@@ -2196,7 +2223,8 @@ clef_backend *clef_cuda_backend_create_ex(const clef_cuda_options *opt, clef_err
 }
 
 clef_backend *clef_cuda_backend_create(int device, clef_numerics numerics, clef_err *err) {
-    clef_cuda_options o = {.device = device, .precise = -1, .numerics = numerics, .gemm = -1, .profile = -1};
+    clef_cuda_options o = {.device = device, .precise = -1, .numerics = numerics, .gemm = -1, .profile = -1,
+                           .knobs = g_switches_set ? &g_switches : NULL};
     return clef_cuda_backend_create_ex(&o, err);
 }
 
@@ -2226,7 +2254,9 @@ void clef_cuda_describe(clef_backend *be, char *buf, size_t cap) {
     if (hopper && c->k.wgmma == 1) snprintf(wg, sizeof wg, ", wgmma experts");
     else if (hopper && c->k.wgmma == 2)
         snprintf(wg, sizeof wg, ", wgmma experts from %d rows (packed %d)", c->k.wgmma_rows, c->k.qwgmma_rows);
-    snprintf(buf, cap, "%s, %s kernels%s%s%s%s%s%s%s%s%s%s%s%s%s%s", c->desc, clef_cuda_kernel_path(be),
+    char v5[64] = "";
+    if (c->k.v5_rows != 32) snprintf(v5, sizeof v5, ", packed v5 up to %d rows per expert", c->k.v5_rows);
+    snprintf(buf, cap, "%s, %s kernels%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s", c->desc, clef_cuda_kernel_path(be),
              c->precise ? ", precise" : !c->precise_parts ? ", fast (bf16)" : "",
              !c->precise && (c->precise_parts & PRECISE_DENSE) ? ", precise dense" : "",
              !c->precise && (c->precise_parts & PRECISE_EXPERTS) ? ", precise experts" : "",
@@ -2237,7 +2267,8 @@ void clef_cuda_describe(clef_backend *be, char *buf, size_t cap) {
                                                                         : ", persistent wgmma experts")
                                                    : "",
              c->expert_maps_on && c->k.tma ? ", TMA expert kernel below" : "",
-             hopper && c->k.int4 == 5 ? ", packed INT4 v4" : "", hopper && c->k.nvfp4 == 4 ? ", packed NVFP4 v4" : "",
+             hopper && c->k.int4 == 5 ? ", packed INT4 v4" : c->k.int4 == 3 ? ", packed INT4 v3" : "",
+             hopper && c->k.nvfp4 == 4 ? ", packed NVFP4 v4" : c->k.nvfp4 == 3 ? ", packed NVFP4 v3" : "", v5,
              c->fp8_mma ? ", fp8-block experts W8A8 (fp8 wgmma)" : "",
              c->k.attn == 1   ? ", attention v1"
              : c->k.attn == 2 ? ", attention v2"
@@ -2292,7 +2323,8 @@ clef_backend *clef_cuda_backend_create_ex(const clef_cuda_options *opt, clef_err
 }
 
 clef_backend *clef_cuda_backend_create(int device, clef_numerics numerics, clef_err *err) {
-    clef_cuda_options o = {.device = device, .precise = -1, .numerics = numerics, .gemm = -1, .profile = -1};
+    clef_cuda_options o = {.device = device, .precise = -1, .numerics = numerics, .gemm = -1, .profile = -1,
+                           .knobs = g_switches_set ? &g_switches : NULL};
     return clef_cuda_backend_create_ex(&o, err);
 }
 

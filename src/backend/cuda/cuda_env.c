@@ -103,8 +103,8 @@ typedef struct knob_def {
 } knob_def;
 
 static const char *const GEMM_NAMES[] = {"cublaslt", "custom"};
-static const char *const INT4_NAMES[] = {NULL, NULL, "v2", "v3", "v3-2blk", "v4"};
-static const char *const NVFP4_NAMES[] = {NULL, NULL, "v2", "v3", "v4"};
+static const char *const INT4_NAMES[] = {NULL, NULL, "v2", "v3", "v3-2blk", "v4", "v5"};
+static const char *const NVFP4_NAMES[] = {NULL, NULL, "v2", "v3", "v4", "v5"};
 static const char *const ATTN_NAMES[] = {NULL, "v1", "v2", "v2w"};
 
 #define KNOB_INT(n, lo, hi, d, f) {n, lo, hi, d, NULL, 0, NULL, offsetof(clef_cuda_knobs, f)}
@@ -114,14 +114,15 @@ static const knob_def KNOBS[] = {
     KNOB_INT("CLEF_CUDA_TUNE", 0, 7, 7, tune),
     KNOB_INT("CLEF_CUDA_WGMMA", 0, 2, 2, wgmma),
     KNOB_INT("CLEF_CUDA_QWGMMA", 0, 2, 1, qwgmma),
-    KNOB_NAMES("CLEF_CUDA_QGEMM_INT4", INT4_NAMES, 6, 3, "v2, v3, v3-2blk or v4", int4),
-    KNOB_NAMES("CLEF_CUDA_QGEMM_NVFP4", NVFP4_NAMES, 5, 3, "v2, v3 or v4", nvfp4),
+    KNOB_NAMES("CLEF_CUDA_QGEMM_INT4", INT4_NAMES, 7, 6, "v2, v3, v3-2blk, v4 or v5", int4),
+    KNOB_NAMES("CLEF_CUDA_QGEMM_NVFP4", NVFP4_NAMES, 6, 5, "v2, v3, v4 or v5", nvfp4),
     KNOB_INT("CLEF_CUDA_LT_SPLITK", 0, 2, 1, lt_splitk),
     KNOB_NAMES("CLEF_CUDA_ATTN", ATTN_NAMES, 4, 0, "v1, v2 or v2w", attn),
     KNOB_INT("CLEF_CUDA_WGMMA_ROWS", 1, 1 << 30, 8000, wgmma_rows),
     KNOB_INT("CLEF_CUDA_QWGMMA_ROWS", 1, 1 << 30, 8192, qwgmma_rows),
     KNOB_INT("CLEF_CUDA_TMA", 0, 1, 1, tma),
     KNOB_INT("CLEF_CUDA_WGMMA_WS", 0, 2, 1, wgmma_ws),
+    KNOB_INT("CLEF_CUDA_V5_ROWS", 1, 1 << 20, 32, v5_rows),
 };
 enum { N_KNOBS = sizeof KNOBS / sizeof *KNOBS };
 

@@ -45,9 +45,10 @@ typedef struct clef_cuda_knobs {
     int tune;        /* CLEF_CUDA_TUNE: 0..7, kernel-shape bits; default 7 (cuda_select.h) */
     int wgmma;       /* CLEF_CUDA_WGMMA: 0 = never, 1 = every pass, 2 (default) = from wgmma_rows / qwgmma_rows */
     int qwgmma;      /* CLEF_CUDA_QWGMMA: 0, 1 (default: NVFP4 and INT4) or 2 (every format) */
-    int int4;        /* CLEF_CUDA_QGEMM_INT4: 3 = v3 (default), 2 = v2, 4 = v3-2blk, 5 = v4 (v3 fed by a
+    int int4;        /* CLEF_CUDA_QGEMM_INT4: 6 = v5 (default: kernel v5 for fast passes of 32-row tiles,
+                      * v3 for the rest), 3 = v3 everywhere, 2 = v2, 4 = v3-2blk, 5 = v4 (v3 fed by a
                       * loading warp on Hopper: measured slower, kept for A/B; cuda_qgemm.cu) */
-    int nvfp4;       /* CLEF_CUDA_QGEMM_NVFP4: 3 = v3 (default), 2 = v2, 4 = v4 (as INT4) */
+    int nvfp4;       /* CLEF_CUDA_QGEMM_NVFP4: 5 = v5 (default, as INT4), 3 = v3, 2 = v2, 4 = v4 (as INT4) */
     int lt_splitk;   /* CLEF_CUDA_LT_SPLITK: 0, 1 (default) or 2 */
     int attn;        /* CLEF_CUDA_ATTN: 0 = per mode and segment length (default), 1 = v1, 2 = v2, 3 = v2w */
     int wgmma_rows;  /* CLEF_CUDA_WGMMA_ROWS: expert rows per pass from which wgmma = 2 uses wgmma (BF16); 8000 */
@@ -56,6 +57,8 @@ typedef struct clef_cuda_knobs {
     int wgmma_ws;    /* CLEF_CUDA_WGMMA_WS: 0 = off, 1 (default) = BF16 wgmma passes of 128-row tiles on the
                       * persistent warp-specialised kernel (ck_gemm_wgmma_ws), 2 = the same in CTA pairs
                       * sharing weight tiles (CK_WS_PAIRS) */
+    int v5_rows;     /* CLEF_CUDA_V5_ROWS: packed INT4 / NVFP4 fast passes averaging up to this many rows per
+                      * expert run kernel v5 on 32-row tiles (default 32: where ck_qgemm_bm picks 32 anyway) */
 } clef_cuda_knobs;
 
 /* Reads the user settings above from the process environment into *e (an

@@ -222,6 +222,9 @@ typedef struct ck_qgemm_args {
                            bitwise v3) where it fits: reordered INT4 / NVFP4, bm 32 or 64, K % 128 == 0,
                            lda % 8 == 0, A 16-byte aligned (else v3).  Set only on a Hopper device with an
                            sm_90a build (ck_packed_tma) */
+    int skinny;         /* 1 = kernel v5 (cuda_qgemm.cu: swapped operands, two stripes per warp, the SwiGLU in
+                           registers; bitwise v3) where it fits: grouped, split 1, bm 32, reordered INT4 / NVFP4,
+                           lda % 8 == 0, A 16-byte aligned (else v3 / v4).  Any device from sm_80 */
 } ck_qgemm_args;
 
 /* (Rows per M tile of the packed-weight GEMM: ck_qgemm_bm, cuda_select.h.  Every

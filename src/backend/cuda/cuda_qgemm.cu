@@ -842,6 +842,281 @@ template <int QT, int BM> cudaError_t launch_v4(const ck_qgemm_args *a, cudaStre
 }
 #endif /* CLEF_CUDA_WGMMA */
 
+/* ---- kernel v5: skinny grouped products (a few rows per expert) ----------
+ * For the grouped modes (GATEUP, DOWN) of passes with 32-row tiles (at most
+ * ~32 rows per expert: 1 x 300 tokens is ~19), fast numerics (split 1), INT4
+ * and NVFP4 in the reordered layouts of cuda_qbits.h.  At these shapes the
+ * products stream their weights once and the work per weight byte is the
+ * limit (docs/BENCHMARKS.md, issue 18), so v5 is v3 rearranged to spend the
+ * fewest instructions per packed byte:
+ *  - swapped operands: the decoded weights are the A operand of
+ *    mma.m16n8k16 (16 output columns x 16 K), the activation rows the B
+ *    operand (8 rows per n8 tile), so a 19-row tile costs 3 MMAs per 16 x 16
+ *    weights instead of 4, and n8 tiles past the tile's rows are skipped.
+ *    The v3 atoms need no new layout: lane l's word of chunk kc holds its
+ *    B-fragment registers p = 2 ni + j (column half ni, K half j), which are
+ *    exactly its A-fragment registers a0 = p0, a1 = p2, a2 = p1, a3 = p3;
+ *  - each warp owns two 16-column stripes (GATEUP: the gate and the up
+ *    stripe of the same 16 intermediate columns, so the SwiGLU is done in
+ *    registers, no shared-memory epilogue; DOWN: two adjacent stripes), and
+ *    every activation fragment it loads feeds both;
+ *  - the block's 8 warps share one activation tile per 64-wide K stage
+ *    (32 rows x 64, rows past the tile zero-filled without reading), in a
+ *    6-stage cp.async ring with v3's one barrier per stage; each thread
+ *    copies its own lane's 16 bytes of its warp's two atoms (8 KiB of packed
+ *    weights per stage per block; NVFP4 also the two scale atoms).
+ * Bitwise v3 (and so v2): every output element is the same sum — the same
+ * exact bf16 weight codes (the same decode functions), the same bf16
+ * activations, the products of each 16-wide K chunk added to the same f32
+ * accumulator in ascending chunk order (the tensor core's sum of a chunk
+ * does not depend on which operand holds which factor: the products are
+ * exact), the INT4 fold at the same K positions with the same scale
+ * (acc = fma(part, scale, acc)), the same NVFP4 global and SwiGLU
+ * expressions.  tests/unit/test_cuda_quant.c checks v5 against v3 and v2. */
+constexpr int Q5_WARPS = 8, Q5_THREADS = Q5_WARPS * 32, Q5_BM = 32, Q5_STAGES = 6, Q5_NT = Q5_BM / 8;
+constexpr int Q5_XPITCH = QBK + 8;                                      /* bf16 row pitch of the activation tile */
+constexpr int Q5_XBYTES = Q5_BM * Q5_XPITCH * 2;                        /* 4608 */
+constexpr int Q5_WBYTES = Q5_WARPS * 2 * CK_INT4R_ATOM_BYTES;           /* 8192: 2 atoms per warp */
+constexpr int Q5_SBYTES = Q5_WARPS * 2 * CK_NVF4R_SC_ATOM_BYTES;        /* 1024: NVFP4 scale atoms */
+/* INT4: the f16 scales and zero words of the (at most 4) groups a 64-wide stage overlaps, per warp and
+ * stripe: [warp][stripe][group][16 columns] halves, [warp][stripe][group][2] words */
+constexpr int Q5_GSLOTS = 4;
+constexpr int Q5_ISBYTES = Q5_WARPS * 2 * Q5_GSLOTS * 16 * 2; /* 2048 */
+constexpr int Q5_IZBYTES = Q5_WARPS * 2 * Q5_GSLOTS * 2 * 4;  /* 512 */
+template <int QT> __host__ __device__ constexpr int q5_stage_bytes() {
+    return Q5_XBYTES + Q5_WBYTES + (QT == CK_QT_NVFP4 ? Q5_SBYTES : Q5_ISBYTES + Q5_IZBYTES);
+}
+template <int QT> __host__ __device__ constexpr int q5_smem() { return Q5_STAGES * q5_stage_bytes<QT>(); }
+static_assert(2 * (q5_smem<CK_QT_NVFP4>() + 1024) <= 228 * 1024 && 2 * (q5_smem<CK_QT_INT4>() + 1024) <= 228 * 1024,
+              "v5 fits two blocks per SM");
+static_assert(Q5_BM * QBK / 8 == Q5_THREADS, "one 16-byte activation copy per thread per stage");
+/* output columns per block: GATEUP 16 intermediate columns per warp (gate + up stripes), DOWN 32 */
+__host__ __device__ constexpr int q5_block_cols(int mode) { return mode == CK_GEMM_GATEUP ? Q5_WARPS * 16 : Q5_WARPS * 32; }
+
+template <int QT>
+__global__ void __launch_bounds__(Q5_THREADS, 2) qgemm5_kernel(const ck_qgemm_args a) {
+    constexpr bool FOLD = QT == CK_QT_INT4, NVF = QT == CK_QT_NVFP4;
+    constexpr int SB = q5_stage_bytes<QT>();
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tig = lane & 3;
+    const bool gateup = a.mode == CK_GEMM_GATEUP;
+    const int64_t K = a.K, N = a.N, K64 = (K + 63) / 64;
+    const int64_t ncol = (N + q5_block_cols(a.mode) - 1) / q5_block_cols(a.mode);
+    const int64_t mt = blockIdx.x / ncol, nb = blockIdx.x % ncol;
+    int64_t row0, rows;
+    int e;
+    if (!gemm_tile_rows(a, Q5_BM, mt, row0, rows, e)) return;
+    const int ntu = (int)((rows + 7) / 8); /* n8 tiles with rows (warp-uniform) */
+    const bf16 *A = reinterpret_cast<const bf16 *>(a.A);
+
+    /* the warp's two stripes: matrix, first column */
+    const ck_qmat *m[2];
+    int64_t col[2];
+    if (gateup) {
+        col[0] = col[1] = nb * (Q5_WARPS * 16) + warp * 16;
+        m[0] = &a.W0[e], m[1] = &a.W1[e];
+    } else {
+        col[0] = nb * (Q5_WARPS * 32) + warp * 32, col[1] = col[0] + 16;
+        m[0] = m[1] = &a.W0[e];
+    }
+    const unsigned char *wsrc[2], *ssrc[2] = {nullptr, nullptr};
+    bool wok[2];
+#pragma unroll
+    for (int s = 0; s < 2; s++) {
+        wok[s] = col[s] < N;
+        wsrc[s] = static_cast<const unsigned char *>(m[s]->q) + (wok[s] ? CK_INT4R_ATOM_OFF(col[s] / 16, (int64_t)0, K64) : 0) +
+                  lane * 16;
+        if (NVF)
+            ssrc[s] = static_cast<const unsigned char *>(m[s]->scale) +
+                      (wok[s] ? CK_NVF4R_SC_ATOM_OFF(col[s] / 16, (int64_t)0, K64) : 0) + (lane & 3) * 16;
+    }
+    const bf16 *x_src[1];
+    int x_dst[1], x_col[1];
+    gemm_a_chunks<1, Q5_THREADS, QBK, Q5_XPITCH>(a, A, tid, row0, rows, x_src, x_dst, x_col);
+    /* INT4: each stripe's scales f16 [K / G, R] and zero words [K / G, R / 8] (NULL: symmetric) */
+    const int64_t G = FOLD ? a.group : 1, R = N;
+    const __half *scl[2];
+    const uint32_t *zrw[2];
+#pragma unroll
+    for (int s = 0; s < 2; s++) {
+        scl[s] = static_cast<const __half *>(m[s]->scale);
+        zrw[s] = FOLD && a.has_zeros ? static_cast<const uint32_t *>(m[s]->zeros) : nullptr;
+    }
+
+    auto load_stage = [&](int kt, int stage) {
+        unsigned char *sb = smem_raw + stage * SB;
+        gemm_a_load<1, 1>(reinterpret_cast<bf16 *>(sb), 0, x_src, x_dst, x_col, (int64_t)kt * QBK, K, A);
+        unsigned char *wb = sb + Q5_XBYTES + warp * 2 * CK_INT4R_ATOM_BYTES;
+#pragma unroll
+        for (int s = 0; s < 2; s++)
+            cp_async16(wb + s * CK_INT4R_ATOM_BYTES + lane * 16,
+                       wok[s] ? wsrc[s] + (int64_t)kt * CK_INT4R_ATOM_BYTES : wsrc[s], wok[s]);
+        if (NVF && lane < 8) { /* lanes 0..7: 16-byte piece lane % 4 of stripe lane / 4's scale atom */
+            const int s = lane >> 2; /* (selects, not indices: a lane-dependent index would put the arrays in local memory) */
+            const bool ok = s ? wok[1] : wok[0];
+            const unsigned char *src = s ? ssrc[1] : ssrc[0];
+            cp_async16(sb + Q5_XBYTES + Q5_WBYTES + (warp * 2 + s) * CK_NVF4R_SC_ATOM_BYTES + (lane & 3) * 16,
+                       ok ? src + (int64_t)kt * CK_NVF4R_SC_ATOM_BYTES : src, ok);
+        }
+        if (FOLD) { /* the scales (lanes 0..15) and zero words (16..31) of the groups g0 .. g1 this stage overlaps */
+            const int64_t k0 = (int64_t)kt * 64, k1 = (k0 + 63 < K ? k0 + 63 : K - 1);
+            const int64_t g0 = k0 / G, g1 = k1 / G;
+            if (lane < 16) { /* stripe lane / 8, group g0 + (lane / 2) % 4, columns 8 (lane % 2) .. + 7 */
+                const int st = lane >> 3, gl = (lane >> 1) & 3, hh = lane & 1;
+                const int64_t n = (st ? col[1] : col[0]) + 8 * hh;
+                const __half *sc = st ? scl[1] : scl[0];
+                const bool ok = g0 + gl <= g1 && n < R;
+                cp_async16(sb + Q5_XBYTES + Q5_WBYTES + (((warp * 2 + st) * Q5_GSLOTS + gl) * 16 + 8 * hh) * 2,
+                           ok ? sc + (g0 + gl) * R + n : sc, ok);
+            } else if (a.has_zeros) { /* stripe (lane - 16) / 8, group g0 + ((lane - 16) / 2) % 4, word lane % 2 */
+                const int st = (lane - 16) >> 3, gl = ((lane - 16) >> 1) & 3, w = lane & 1;
+                const int64_t zc = (st ? col[1] : col[0]) / 8 + w;
+                const uint32_t *zr = st ? zrw[1] : zrw[0];
+                const bool ok = g0 + gl <= g1 && zc < R / 8;
+                cp_async4(sb + Q5_XBYTES + Q5_WBYTES + Q5_ISBYTES + (((warp * 2 + st) * Q5_GSLOTS + gl) * 2 + w) * 4,
+                          ok ? zr + (g0 + gl) * (R / 8) + zc : zr, ok);
+            }
+        }
+    };
+
+    float acc[2][Q5_NT][4], part[2][Q5_NT][4];
+    zero_frags(acc);
+    zero_frags(part);
+    /* INT4 fold state (v3's q3_fold, per stripe; accumulator rows = columns col + g + 8 h): the scales and
+     * zeros come through the ring with the weights (a group's values in the stage of its first / last
+     * chunk), not as loads of their own whose latency the fold would wait for */
+    uint32_t zz[2][2];
+    int gpos = 0, grp = 0;
+    if (FOLD)
+#pragma unroll
+        for (int s = 0; s < 2; s++) zz[s][0] = zz[s][1] = 0x43084308u; /* symmetric: 136 = 128 + 8 */
+
+    cp_ring<Q5_STAGES>((int)K64, load_stage, [&](int kt, int stage) {
+        const unsigned char *sb = smem_raw + stage * SB;
+        const bf16 *xs = reinterpret_cast<const bf16 *>(sb);
+        const int grp0 = grp; /* the group of the stage's first K: slot 0 of its scales / zeros */
+        const __half *ss = reinterpret_cast<const __half *>(sb + Q5_XBYTES + Q5_WBYTES) + warp * 2 * Q5_GSLOTS * 16;
+        const uint32_t *zs =
+            reinterpret_cast<const uint32_t *>(sb + Q5_XBYTES + Q5_WBYTES + Q5_ISBYTES) + warp * 2 * Q5_GSLOTS * 2;
+        uint4 bw[2];
+        uint2 sw[2];
+#pragma unroll
+        for (int s = 0; s < 2; s++) {
+            bw[s] = *reinterpret_cast<const uint4 *>(sb + Q5_XBYTES + (warp * 2 + s) * CK_INT4R_ATOM_BYTES + lane * 16);
+            if (NVF)
+                sw[s] = *reinterpret_cast<const uint2 *>(sb + Q5_XBYTES + Q5_WBYTES +
+                                                         (warp * 2 + s) * CK_NVF4R_SC_ATOM_BYTES + g * 8);
+        }
+#pragma unroll
+        for (int ks = 0; ks < 4; ks++) {
+            const int64_t kk = (int64_t)kt * 64 + ks * 16;
+            if (kk >= K) break;
+            if (FOLD && a.has_zeros && gpos == 0) { /* first chunk of a group: its zeros (this stage's slot) */
+#pragma unroll
+                for (int s = 0; s < 2; s++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++)
+                        zz[s][h] = qdec_int4r_zero(1, (zs[(s * Q5_GSLOTS + grp - grp0) * 2 + h] >> (4 * g)) & 15u);
+            }
+            /* B fragments of the activation rows: n8 tiles 2 jp, 2 jp + 1 from one ldmatrix.x4 (matrices:
+             * rows 16 jp + 0..7 at K 0..7, 8..15, then rows 16 jp + 8..15) */
+            uint32_t bx[Q5_NT][2];
+#pragma unroll
+            for (int jp = 0; jp < Q5_NT / 2; jp++)
+                if (2 * jp < ntu)
+                    ldsm_x4(bx[2 * jp][0], bx[2 * jp][1], bx[2 * jp + 1][0], bx[2 * jp + 1][1],
+                            xs + (16 * jp + (lane >> 4) * 8 + (lane & 7)) * Q5_XPITCH + ks * 16 + ((lane >> 3) & 1) * 8);
+#pragma unroll
+            for (int s = 0; s < 2; s++) {
+                const uint32_t w = ks == 0 ? bw[s].x : ks == 1 ? bw[s].y : ks == 2 ? bw[s].z : bw[s].w;
+                uint32_t r4[4], af[4];
+                if (NVF) {
+                    uint32_t sh[2];
+                    qdec_nvf4r_scales((ks < 2 ? sw[s].x : sw[s].y) >> (16 * (ks & 1)), sh);
+                    qdec_nvf4r(w, sh, r4);
+                } else {
+#pragma unroll
+                    for (int p = 0; p < 4; p++) r4[p] = qdec_int4r(w, p, zz[s][p >> 1]);
+                }
+                af[0] = r4[0], af[1] = r4[2], af[2] = r4[1], af[3] = r4[3];
+#pragma unroll
+                for (int j = 0; j < Q5_NT; j++)
+                    if (j < ntu) mma16816(FOLD ? part[s][j] : acc[s][j], af, bx[j][0], bx[j][1]);
+            }
+            if (FOLD) {
+                gpos += 16;
+                if (gpos == G || kk + 16 == K) { /* last chunk of a group: fold (as v3) */
+#pragma unroll
+                    for (int s = 0; s < 2; s++) {
+                        float scn[2];
+#pragma unroll
+                        for (int h = 0; h < 2; h++)
+                            scn[h] = __half2float(ss[(s * Q5_GSLOTS + grp - grp0) * 16 + 8 * h + g]);
+#pragma unroll
+                        for (int j = 0; j < Q5_NT; j++)
+#pragma unroll
+                            for (int q = 0; q < 4; q++) {
+                                acc[s][j][q] = fmaf(part[s][j][q], scn[q >> 1], acc[s][j][q]);
+                                part[s][j][q] = 0.0f;
+                            }
+                    }
+                    grp++, gpos = 0;
+                }
+            }
+        }
+    });
+    cp_async_wait<0>();
+
+    /* epilogue: element q of n8 tile j is row 8 j + 2 tig + (q & 1), column col + g + 8 (q >> 1) */
+    float gs[2] = {1.0f, 1.0f};
+    if (NVF) gs[0] = m[0]->global, gs[1] = m[1]->global;
+    auto fin = [&](float v, int s) { return NVF ? (a.global_div ? v / gs[s] : v * gs[s]) : v; };
+    if (gateup) {
+        bf16 *H = reinterpret_cast<bf16 *>(a.H);
+#pragma unroll
+        for (int j = 0; j < Q5_NT; j++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const int r = 8 * j + 2 * tig + (q & 1);
+                const int64_t c = col[0] + g + 8 * (q >> 1);
+                if (r < rows && c < N)
+                    put_bf16(H + (row0 + r) * N, N, 1, c, silu_mul(fin(acc[0][j][q], 0), fin(acc[1][j][q], 1)));
+            }
+    } else {
+#pragma unroll
+        for (int s = 0; s < 2; s++)
+#pragma unroll
+            for (int j = 0; j < Q5_NT; j++)
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    const int r = 8 * j + 2 * tig + (q & 1);
+                    const int64_t c = col[s] + g + 8 * (q >> 1);
+                    if (r < rows && c < N) a.Y[(row0 + r) * a.ldy + c] = fin(acc[s][j][q], s);
+                }
+    }
+}
+
+/* Whether kernel v5 runs the product a: grouped, split 1, 32-row tiles, reordered INT4 or NVFP4, K % 16 == 0,
+ * lda % 8 == 0, A 16-byte aligned (its activation copies). */
+static bool v5_fits(const ck_qgemm_args *a) {
+    if (!a->skinny || a->mode == CK_GEMM_DENSE || a->split != 1 || a->bm != Q5_BM || a->lda % 8 ||
+        ((uintptr_t)a->A & 15))
+        return false;
+    if (a->qtype == CK_QT_INT4) return a->int4_reordered && a->group >= 16 && a->group % 16 == 0 && a->N % 8 == 0;
+    return a->qtype == CK_QT_NVFP4 && a->nvfp4_reordered;
+}
+
+template <int QT> cudaError_t launch_v5(const ck_qgemm_args *a, cudaStream_t st) {
+    static unsigned done = 0; /* devices whose limit is raised */
+    cudaError_t e = allow_smem(qgemm5_kernel<QT>, q5_smem<QT>(), &done);
+    if (e != cudaSuccess) return e;
+    const int64_t b = a->max_tiles * ((a->N + q5_block_cols(a->mode) - 1) / q5_block_cols(a->mode));
+    if (b > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+    if (b <= 0) return cudaSuccess;
+    qgemm5_kernel<QT><<<(unsigned)b, Q5_THREADS, q5_smem<QT>(), st>>>(*a);
+    return cudaGetLastError();
+}
+
 /* The reorder of cuda_qbits.h: one thread per u32 word of the reordered array. */
 __global__ void int4_reorder_kernel(const uint32_t *src, int64_t K, int64_t N, uint32_t *dst, int64_t words) {
     const int64_t w = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -886,6 +1161,7 @@ cudaError_t ck_qgemm(const ck_qgemm_args *a, cudaStream_t st) {
     if (a->K < 16 || a->K % 16 || a->split < 1 || a->split > 2 || a->N < 1 || a->N > 0x7fff0000LL)
         return cudaErrorInvalidValue;
     const int bm = a->bm;
+    if (v5_fits(a)) return a->qtype == CK_QT_INT4 ? launch_v5<CK_QT_INT4>(a, st) : launch_v5<CK_QT_NVFP4>(a, st);
 #ifdef CLEF_CUDA_WGMMA
     if (a->tma && (bm == 32 || bm == 64) && a->K % Q4_KS == 0 && a->lda % 8 == 0 && ((uintptr_t)a->A & 15) == 0) {
         if (a->qtype == CK_QT_INT4 && a->int4_reordered && a->group >= 16 && a->group % 16 == 0 && a->N % 8 == 0)

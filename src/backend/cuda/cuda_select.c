@@ -39,7 +39,7 @@ ck_experts_pick ck_pick_experts(const ck_caps *caps, const clef_cuda_knobs *k, i
 }
 
 ck_packed_pick ck_pick_packed(const ck_caps *caps, const clef_cuda_knobs *k, int qtype, int64_t rows,
-                              int64_t n_experts, int wgmma_fits, int fp8_mma, int fp8mma_fits) {
+                              int64_t n_experts, int split, int wgmma_fits, int fp8_mma, int fp8mma_fits) {
     ck_packed_pick p;
     if (fp8_mma && qtype == CK_QT_FP8 && fp8mma_fits && ck_caps_hopper(caps)) {
         p.kernel = CK_PACKED_FP8MMA; /* one 128-row tile shape at every pass size */
@@ -50,6 +50,11 @@ ck_packed_pick ck_pick_packed(const ck_caps *caps, const clef_cuda_knobs *k, int
     p.kernel = wg ? CK_PACKED_WGMMA : CK_PACKED_MMA;
     p.bm = wg ? 128 : ck_qgemm_bm(qtype, rows, n_experts);
     if (!wg && ck_packed_tma(caps, k, qtype, p.bm)) p.kernel = CK_PACKED_TMA;
+    if (!wg && split == 1 && rows <= (int64_t)k->v5_rows * n_experts &&
+        ((qtype == CK_QT_INT4 && k->int4 == 6) || (qtype == CK_QT_NVFP4 && k->nvfp4 == 5))) {
+        p.kernel = CK_PACKED_SKINNY;
+        p.bm = 32;
+    }
     return p;
 }
 

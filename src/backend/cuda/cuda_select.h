@@ -83,6 +83,8 @@ typedef enum ck_packed_kernel {
     CK_PACKED_FP8MMA = 2, /* ck_fp8mma: W8A8 on Hopper's FP8 tensor cores (opt-in: changes numerics) */
     CK_PACKED_TMA = 3,    /* ck_qgemm with ck_qgemm_args.tma: v4, v3's warps fed by a loading warp (Hopper bulk
                            * copies), bitwise v3; ck_qgemm runs v3 where v4 does not fit (K % 128) */
+    CK_PACKED_SKINNY = 4, /* ck_qgemm with ck_qgemm_args.skinny: v5 (swapped operands, two stripes per warp),
+                           * bitwise v3, every device from sm_80; ck_qgemm runs v3 where v5 does not fit */
 } ck_packed_kernel;
 
 typedef struct ck_packed_pick {
@@ -91,14 +93,18 @@ typedef struct ck_packed_pick {
 } ck_packed_pick;
 
 /* The kernel and tile of one packed expert pass: `qtype` a CK_QT_* format,
- * `wgmma_fits` both products fit ck_qgemm_wgmma (ck_qgemm_wgmma_fits),
- * `fp8_mma` the user asked for W8A8 (CLEF_CUDA_FP8_MMA) and `fp8mma_fits`
- * the layer's FP8 blocks fit ck_fp8mma.  W8A8 when asked for and it fits on
- * Hopper (128-row tiles); else wgmma (128 rows) by the BF16 rule with
- * knobs->qwgmma_rows, for NVFP4 and INT4 (knobs->qwgmma = 1) or every
- * format (2); else ck_qgemm_bm's tile. */
+ * activations in `split` bf16 halves (1 fast, 2 precise), `wgmma_fits` both
+ * products fit ck_qgemm_wgmma (ck_qgemm_wgmma_fits), `fp8_mma` the user
+ * asked for W8A8 (CLEF_CUDA_FP8_MMA) and `fp8mma_fits` the layer's FP8
+ * blocks fit ck_fp8mma.  W8A8 when asked for and it fits on Hopper (128-row
+ * tiles); else wgmma (128 rows) by the BF16 rule with knobs->qwgmma_rows,
+ * for NVFP4 and INT4 (knobs->qwgmma = 1) or every format (2); else
+ * ck_qgemm_bm's tile, on v4 where ck_packed_tma says, else ck_qgemm's v3 /
+ * v2; but kernel v5 (CK_PACKED_SKINNY, 32-row tiles) for INT4 / NVFP4 passes
+ * with split 1 averaging <= knobs->v5_rows rows per expert (knobs->int4 = 6,
+ * knobs->nvfp4 = 5: the defaults). */
 ck_packed_pick ck_pick_packed(const ck_caps *caps, const clef_cuda_knobs *k, int qtype, int64_t rows,
-                              int64_t n_experts, int wgmma_fits, int fp8_mma, int fp8mma_fits);
+                              int64_t n_experts, int split, int wgmma_fits, int fp8_mma, int fp8mma_fits);
 /* Whether a packed product of `qtype` with `bm`-row tiles that would run ck_qgemm (mma.sync) runs it as
  * kernel v4 (ck_qgemm_args.tma = 1): Hopper (ck_caps_hopper), INT4 with knobs->int4 = 5 or NVFP4 with
  * knobs->nvfp4 = 4 (opt-in A/B switches: v4 measured slower than v3, docs/BENCHMARKS.md), bm 32 or 64.  ck_pick_packed's CK_PACKED_TMA and the dense packed
