@@ -860,11 +860,15 @@ template <int QT, int BM> cudaError_t launch_v4(const ck_qgemm_args *a, cudaStre
  *    stripe of the same 16 intermediate columns, so the SwiGLU is done in
  *    registers, no shared-memory epilogue; DOWN: two adjacent stripes), and
  *    every activation fragment it loads feeds both;
- *  - the block's 8 warps share one activation tile per 64-wide K stage
- *    (32 rows x 64, rows past the tile zero-filled without reading), in a
- *    6-stage cp.async ring with v3's one barrier per stage; each thread
- *    copies its own lane's 16 bytes of its warp's two atoms (8 KiB of packed
- *    weights per stage per block; NVFP4 also the two scale atoms).
+ *  - the block's 8 warps share one activation tile per 128-wide K stage
+ *    (32 rows x 128, rows past the tile zero-filled without reading), in a
+ *    3-stage cp.async ring with v3's one barrier per stage; each thread
+ *    copies its own lane's 16 bytes of its warp's four atoms (16 KiB of
+ *    packed weights per stage per block; NVFP4 also their scale atoms, INT4
+ *    the scales and zeros of the stage's groups: no load of its own in the K
+ *    loop);
+ *  - the tile's n8 row tiles are a compile-time count (four bodies, one
+ *    picked per block), so its MMAs are straight-line code.
  * Bitwise v3 (and so v2): every output element is the same sum — the same
  * exact bf16 weight codes (the same decode functions), the same bf16
  * activations, the products of each 16-wide K chunk added to the same f32
@@ -873,40 +877,38 @@ template <int QT, int BM> cudaError_t launch_v4(const ck_qgemm_args *a, cudaStre
  * exact), the INT4 fold at the same K positions with the same scale
  * (acc = fma(part, scale, acc)), the same NVFP4 global and SwiGLU
  * expressions.  tests/unit/test_cuda_quant.c checks v5 against v3 and v2. */
-constexpr int Q5_WARPS = 8, Q5_THREADS = Q5_WARPS * 32, Q5_BM = 32, Q5_STAGES = 6, Q5_NT = Q5_BM / 8;
-constexpr int Q5_XPITCH = QBK + 8;                                      /* bf16 row pitch of the activation tile */
-constexpr int Q5_XBYTES = Q5_BM * Q5_XPITCH * 2;                        /* 4608 */
-constexpr int Q5_WBYTES = Q5_WARPS * 2 * CK_INT4R_ATOM_BYTES;           /* 8192: 2 atoms per warp */
-constexpr int Q5_SBYTES = Q5_WARPS * 2 * CK_NVF4R_SC_ATOM_BYTES;        /* 1024: NVFP4 scale atoms */
-/* INT4: the f16 scales and zero words of the (at most 4) groups a 64-wide stage overlaps, per warp and
- * stripe: [warp][stripe][group][16 columns] halves, [warp][stripe][group][2] words */
-constexpr int Q5_GSLOTS = 4;
-constexpr int Q5_ISBYTES = Q5_WARPS * 2 * Q5_GSLOTS * 16 * 2; /* 2048 */
-constexpr int Q5_IZBYTES = Q5_WARPS * 2 * Q5_GSLOTS * 2 * 4;  /* 512 */
+constexpr int Q5_WARPS = 8, Q5_THREADS = Q5_WARPS * 32, Q5_BM = 32, Q5_STAGES = 3;
+constexpr int Q5_KS = 128;                        /* K per stage: two atoms per stripe */
+constexpr int Q5_XPITCH = Q5_KS + 8;              /* bf16 row pitch of the activation tile */
+constexpr int Q5_XBYTES = Q5_BM * Q5_XPITCH * 2;  /* 8704 */
+constexpr int Q5_WBYTES = Q5_WARPS * 2 * 2 * CK_INT4R_ATOM_BYTES;    /* 16384: [warp][stripe][atom][lane 16 B] */
+constexpr int Q5_SBYTES = Q5_WARPS * 2 * 2 * CK_NVF4R_SC_ATOM_BYTES; /* 2048: NVFP4 scale atoms, same order */
+/* INT4: the f16 scales and zero words of the (at most 8) groups a 128-wide stage overlaps (G = 16: 8; a G
+ * that does not divide 128 is >= 48: at most 4), per warp and stripe: [warp][stripe][group][16 columns]
+ * halves, [warp][stripe][group][2] words */
+constexpr int Q5_GSLOTS = 8;
+constexpr int Q5_ISBYTES = Q5_WARPS * 2 * Q5_GSLOTS * 16 * 2; /* 4096 */
+constexpr int Q5_IZBYTES = Q5_WARPS * 2 * Q5_GSLOTS * 2 * 4;  /* 1024 */
 template <int QT> __host__ __device__ constexpr int q5_stage_bytes() {
     return Q5_XBYTES + Q5_WBYTES + (QT == CK_QT_NVFP4 ? Q5_SBYTES : Q5_ISBYTES + Q5_IZBYTES);
 }
 template <int QT> __host__ __device__ constexpr int q5_smem() { return Q5_STAGES * q5_stage_bytes<QT>(); }
 static_assert(2 * (q5_smem<CK_QT_NVFP4>() + 1024) <= 228 * 1024 && 2 * (q5_smem<CK_QT_INT4>() + 1024) <= 228 * 1024,
               "v5 fits two blocks per SM");
-static_assert(Q5_BM * QBK / 8 == Q5_THREADS, "one 16-byte activation copy per thread per stage");
+static_assert(Q5_BM * Q5_KS / 8 == 2 * Q5_THREADS, "two 16-byte activation copies per thread per stage");
 /* output columns per block: GATEUP 16 intermediate columns per warp (gate + up stripes), DOWN 32 */
 __host__ __device__ constexpr int q5_block_cols(int mode) { return mode == CK_GEMM_GATEUP ? Q5_WARPS * 16 : Q5_WARPS * 32; }
 
-template <int QT>
-__global__ void __launch_bounds__(Q5_THREADS, 2) qgemm5_kernel(const ck_qgemm_args a) {
+/* The block's work for a tile of NT n8 row tiles (rows <= 8 NT): NT a compile-time constant, so the MMAs
+ * and fragment loads of the tile's row tiles are straight-line code (no per-MMA branch). */
+template <int QT, int NT>
+__device__ __forceinline__ void q5_body(const ck_qgemm_args &a, int64_t nb, int64_t row0, int64_t rows, int e,
+                                        unsigned char *smem_raw) {
     constexpr bool FOLD = QT == CK_QT_INT4, NVF = QT == CK_QT_NVFP4;
     constexpr int SB = q5_stage_bytes<QT>();
-    extern __shared__ __align__(16) unsigned char smem_raw[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tig = lane & 3;
     const bool gateup = a.mode == CK_GEMM_GATEUP;
     const int64_t K = a.K, N = a.N, K64 = (K + 63) / 64;
-    const int64_t ncol = (N + q5_block_cols(a.mode) - 1) / q5_block_cols(a.mode);
-    const int64_t mt = blockIdx.x / ncol, nb = blockIdx.x % ncol;
-    int64_t row0, rows;
-    int e;
-    if (!gemm_tile_rows(a, Q5_BM, mt, row0, rows, e)) return;
-    const int ntu = (int)((rows + 7) / 8); /* n8 tiles with rows (warp-uniform) */
     const bf16 *A = reinterpret_cast<const bf16 *>(a.A);
 
     /* the warp's two stripes: matrix, first column */
@@ -924,15 +926,15 @@ __global__ void __launch_bounds__(Q5_THREADS, 2) qgemm5_kernel(const ck_qgemm_ar
 #pragma unroll
     for (int s = 0; s < 2; s++) {
         wok[s] = col[s] < N;
-        wsrc[s] = static_cast<const unsigned char *>(m[s]->q) + (wok[s] ? CK_INT4R_ATOM_OFF(col[s] / 16, (int64_t)0, K64) : 0) +
-                  lane * 16;
+        wsrc[s] = static_cast<const unsigned char *>(m[s]->q) +
+                  (wok[s] ? CK_INT4R_ATOM_OFF(col[s] / 16, (int64_t)0, K64) : 0) + lane * 16;
         if (NVF)
             ssrc[s] = static_cast<const unsigned char *>(m[s]->scale) +
                       (wok[s] ? CK_NVF4R_SC_ATOM_OFF(col[s] / 16, (int64_t)0, K64) : 0) + (lane & 3) * 16;
     }
-    const bf16 *x_src[1];
-    int x_dst[1], x_col[1];
-    gemm_a_chunks<1, Q5_THREADS, QBK, Q5_XPITCH>(a, A, tid, row0, rows, x_src, x_dst, x_col);
+    const bf16 *x_src[2];
+    int x_dst[2], x_col[2];
+    gemm_a_chunks<2, Q5_THREADS, Q5_KS, Q5_XPITCH>(a, A, tid, row0, rows, x_src, x_dst, x_col);
     /* INT4: each stripe's scales f16 [K / G, R] and zero words [K / G, R / 8] (NULL: symmetric) */
     const int64_t G = FOLD ? a.group : 1, R = N;
     const __half *scl[2];
@@ -945,72 +947,80 @@ __global__ void __launch_bounds__(Q5_THREADS, 2) qgemm5_kernel(const ck_qgemm_ar
 
     auto load_stage = [&](int kt, int stage) {
         unsigned char *sb = smem_raw + stage * SB;
-        gemm_a_load<1, 1>(reinterpret_cast<bf16 *>(sb), 0, x_src, x_dst, x_col, (int64_t)kt * QBK, K, A);
-        unsigned char *wb = sb + Q5_XBYTES + warp * 2 * CK_INT4R_ATOM_BYTES;
+        gemm_a_load<2, 1>(reinterpret_cast<bf16 *>(sb), 0, x_src, x_dst, x_col, (int64_t)kt * Q5_KS, K, A);
+        unsigned char *wb = sb + Q5_XBYTES + warp * 4 * CK_INT4R_ATOM_BYTES;
 #pragma unroll
         for (int s = 0; s < 2; s++)
-            cp_async16(wb + s * CK_INT4R_ATOM_BYTES + lane * 16,
-                       wok[s] ? wsrc[s] + (int64_t)kt * CK_INT4R_ATOM_BYTES : wsrc[s], wok[s]);
-        if (NVF && lane < 8) { /* lanes 0..7: 16-byte piece lane % 4 of stripe lane / 4's scale atom */
-            const int s = lane >> 2; /* (selects, not indices: a lane-dependent index would put the arrays in local memory) */
-            const bool ok = s ? wok[1] : wok[0];
+#pragma unroll
+            for (int i = 0; i < 2; i++) { /* atom 2 kt + i of the stripe (none past K) */
+                const bool ok = wok[s] && 2 * kt + i < K64;
+                cp_async16(wb + (2 * s + i) * CK_INT4R_ATOM_BYTES + lane * 16,
+                           ok ? wsrc[s] + (int64_t)(2 * kt + i) * CK_INT4R_ATOM_BYTES : wsrc[s], ok);
+            }
+        /* (lane-dependent stripe choices are selects, not indices: an index would put the arrays in local memory) */
+        if (NVF && lane < 16) { /* lanes 0..15: piece lane % 4 of atom (lane / 4) % 2 of stripe lane / 8's scales */
+            const int s = lane >> 3, i = (lane >> 2) & 1;
+            const bool ok = (s ? wok[1] : wok[0]) && 2 * kt + i < K64;
             const unsigned char *src = s ? ssrc[1] : ssrc[0];
-            cp_async16(sb + Q5_XBYTES + Q5_WBYTES + (warp * 2 + s) * CK_NVF4R_SC_ATOM_BYTES + (lane & 3) * 16,
-                       ok ? src + (int64_t)kt * CK_NVF4R_SC_ATOM_BYTES : src, ok);
+            cp_async16(sb + Q5_XBYTES + Q5_WBYTES + ((warp * 2 + s) * 2 + i) * CK_NVF4R_SC_ATOM_BYTES + (lane & 3) * 16,
+                       ok ? src + (int64_t)(2 * kt + i) * CK_NVF4R_SC_ATOM_BYTES : src, ok);
         }
-        if (FOLD) { /* the scales (lanes 0..15) and zero words (16..31) of the groups g0 .. g1 this stage overlaps */
-            const int64_t k0 = (int64_t)kt * 64, k1 = (k0 + 63 < K ? k0 + 63 : K - 1);
+        if (FOLD) { /* the scales and zero words of the groups g0 .. g1 this stage overlaps: lane = stripe (lane /
+                     * 16), group g0 + (lane / 2) % 8, half (lane % 2: columns 8 h .. 8 h + 7 / zero word h) */
+            const int64_t k0 = (int64_t)kt * Q5_KS, k1 = (k0 + Q5_KS - 1 < K ? k0 + Q5_KS - 1 : K - 1);
             const int64_t g0 = k0 / G, g1 = k1 / G;
-            if (lane < 16) { /* stripe lane / 8, group g0 + (lane / 2) % 4, columns 8 (lane % 2) .. + 7 */
-                const int st = lane >> 3, gl = (lane >> 1) & 3, hh = lane & 1;
-                const int64_t n = (st ? col[1] : col[0]) + 8 * hh;
-                const __half *sc = st ? scl[1] : scl[0];
-                const bool ok = g0 + gl <= g1 && n < R;
-                cp_async16(sb + Q5_XBYTES + Q5_WBYTES + (((warp * 2 + st) * Q5_GSLOTS + gl) * 16 + 8 * hh) * 2,
-                           ok ? sc + (g0 + gl) * R + n : sc, ok);
-            } else if (a.has_zeros) { /* stripe (lane - 16) / 8, group g0 + ((lane - 16) / 2) % 4, word lane % 2 */
-                const int st = (lane - 16) >> 3, gl = ((lane - 16) >> 1) & 3, w = lane & 1;
-                const int64_t zc = (st ? col[1] : col[0]) / 8 + w;
+            const int st = lane >> 4, gl = (lane >> 1) & 7, hh = lane & 1;
+            const int64_t c0 = st ? col[1] : col[0];
+            const bool gok = g0 + gl <= g1;
+            const __half *sc = st ? scl[1] : scl[0];
+            const bool sok = gok && c0 + 8 * hh < R;
+            cp_async16(sb + Q5_XBYTES + Q5_WBYTES + (((warp * 2 + st) * Q5_GSLOTS + gl) * 16 + 8 * hh) * 2,
+                       sok ? sc + (g0 + gl) * R + c0 + 8 * hh : sc, sok);
+            if (a.has_zeros) {
                 const uint32_t *zr = st ? zrw[1] : zrw[0];
-                const bool ok = g0 + gl <= g1 && zc < R / 8;
-                cp_async4(sb + Q5_XBYTES + Q5_WBYTES + Q5_ISBYTES + (((warp * 2 + st) * Q5_GSLOTS + gl) * 2 + w) * 4,
-                          ok ? zr + (g0 + gl) * (R / 8) + zc : zr, ok);
+                const bool zok = gok && c0 / 8 + hh < R / 8;
+                cp_async4(sb + Q5_XBYTES + Q5_WBYTES + Q5_ISBYTES + (((warp * 2 + st) * Q5_GSLOTS + gl) * 2 + hh) * 4,
+                          zok ? zr + (g0 + gl) * (R / 8) + c0 / 8 + hh : zr, zok);
             }
         }
     };
 
-    float acc[2][Q5_NT][4], part[2][Q5_NT][4];
+    float acc[2][NT][4], part[2][NT][4];
     zero_frags(acc);
     zero_frags(part);
     /* INT4 fold state (v3's q3_fold, per stripe; accumulator rows = columns col + g + 8 h): the scales and
      * zeros come through the ring with the weights (a group's values in the stage of its first / last
      * chunk), not as loads of their own whose latency the fold would wait for */
     uint32_t zz[2][2];
-    int gpos = 0, grp = 0;
+    int64_t gpos = 0;
+    int grp = 0;
     if (FOLD)
 #pragma unroll
         for (int s = 0; s < 2; s++) zz[s][0] = zz[s][1] = 0x43084308u; /* symmetric: 136 = 128 + 8 */
 
-    cp_ring<Q5_STAGES>((int)K64, load_stage, [&](int kt, int stage) {
+    cp_ring<Q5_STAGES>((int)((K + Q5_KS - 1) / Q5_KS), load_stage, [&](int kt, int stage) {
         const unsigned char *sb = smem_raw + stage * SB;
         const bf16 *xs = reinterpret_cast<const bf16 *>(sb);
         const int grp0 = grp; /* the group of the stage's first K: slot 0 of its scales / zeros */
         const __half *ss = reinterpret_cast<const __half *>(sb + Q5_XBYTES + Q5_WBYTES) + warp * 2 * Q5_GSLOTS * 16;
         const uint32_t *zs =
             reinterpret_cast<const uint32_t *>(sb + Q5_XBYTES + Q5_WBYTES + Q5_ISBYTES) + warp * 2 * Q5_GSLOTS * 2;
-        uint4 bw[2];
+        uint4 bw[2]; /* this lane's 16 bytes of the current atom of each stripe (read at its first chunk) */
         uint2 sw[2];
 #pragma unroll
-        for (int s = 0; s < 2; s++) {
-            bw[s] = *reinterpret_cast<const uint4 *>(sb + Q5_XBYTES + (warp * 2 + s) * CK_INT4R_ATOM_BYTES + lane * 16);
-            if (NVF)
-                sw[s] = *reinterpret_cast<const uint2 *>(sb + Q5_XBYTES + Q5_WBYTES +
-                                                         (warp * 2 + s) * CK_NVF4R_SC_ATOM_BYTES + g * 8);
-        }
-#pragma unroll
-        for (int ks = 0; ks < 4; ks++) {
-            const int64_t kk = (int64_t)kt * 64 + ks * 16;
+        for (int ks = 0; ks < Q5_KS / 16; ks++) {
+            const int64_t kk = (int64_t)kt * Q5_KS + ks * 16;
             if (kk >= K) break;
+            const int i = ks >> 2, kc = ks & 3; /* atom, chunk in the atom */
+            if (kc == 0)
+#pragma unroll
+                for (int s = 0; s < 2; s++) {
+                    bw[s] = *reinterpret_cast<const uint4 *>(sb + Q5_XBYTES +
+                                                             (warp * 4 + 2 * s + i) * CK_INT4R_ATOM_BYTES + lane * 16);
+                    if (NVF)
+                        sw[s] = *reinterpret_cast<const uint2 *>(sb + Q5_XBYTES + Q5_WBYTES +
+                                                                 ((warp * 2 + s) * 2 + i) * CK_NVF4R_SC_ATOM_BYTES + g * 8);
+                }
             if (FOLD && a.has_zeros && gpos == 0) { /* first chunk of a group: its zeros (this stage's slot) */
 #pragma unroll
                 for (int s = 0; s < 2; s++)
@@ -1019,20 +1029,20 @@ __global__ void __launch_bounds__(Q5_THREADS, 2) qgemm5_kernel(const ck_qgemm_ar
                         zz[s][h] = qdec_int4r_zero(1, (zs[(s * Q5_GSLOTS + grp - grp0) * 2 + h] >> (4 * g)) & 15u);
             }
             /* B fragments of the activation rows: n8 tiles 2 jp, 2 jp + 1 from one ldmatrix.x4 (matrices:
-             * rows 16 jp + 0..7 at K 0..7, 8..15, then rows 16 jp + 8..15) */
-            uint32_t bx[Q5_NT][2];
+             * rows 16 jp + 0..7 at K 0..7, 8..15, then rows 16 jp + 8..15); an odd NT's last tile by .x4 too
+             * (the rows past it are zero-filled) */
+            uint32_t bx[(NT + 1) / 2 * 2][2];
 #pragma unroll
-            for (int jp = 0; jp < Q5_NT / 2; jp++)
-                if (2 * jp < ntu)
-                    ldsm_x4(bx[2 * jp][0], bx[2 * jp][1], bx[2 * jp + 1][0], bx[2 * jp + 1][1],
-                            xs + (16 * jp + (lane >> 4) * 8 + (lane & 7)) * Q5_XPITCH + ks * 16 + ((lane >> 3) & 1) * 8);
+            for (int jp = 0; jp < (NT + 1) / 2; jp++)
+                ldsm_x4(bx[2 * jp][0], bx[2 * jp][1], bx[2 * jp + 1][0], bx[2 * jp + 1][1],
+                        xs + (16 * jp + (lane >> 4) * 8 + (lane & 7)) * Q5_XPITCH + ks * 16 + ((lane >> 3) & 1) * 8);
 #pragma unroll
             for (int s = 0; s < 2; s++) {
-                const uint32_t w = ks == 0 ? bw[s].x : ks == 1 ? bw[s].y : ks == 2 ? bw[s].z : bw[s].w;
+                const uint32_t w = kc == 0 ? bw[s].x : kc == 1 ? bw[s].y : kc == 2 ? bw[s].z : bw[s].w;
                 uint32_t r4[4], af[4];
                 if (NVF) {
                     uint32_t sh[2];
-                    qdec_nvf4r_scales((ks < 2 ? sw[s].x : sw[s].y) >> (16 * (ks & 1)), sh);
+                    qdec_nvf4r_scales((kc < 2 ? sw[s].x : sw[s].y) >> (16 * (kc & 1)), sh);
                     qdec_nvf4r(w, sh, r4);
                 } else {
 #pragma unroll
@@ -1040,8 +1050,7 @@ __global__ void __launch_bounds__(Q5_THREADS, 2) qgemm5_kernel(const ck_qgemm_ar
                 }
                 af[0] = r4[0], af[1] = r4[2], af[2] = r4[1], af[3] = r4[3];
 #pragma unroll
-                for (int j = 0; j < Q5_NT; j++)
-                    if (j < ntu) mma16816(FOLD ? part[s][j] : acc[s][j], af, bx[j][0], bx[j][1]);
+                for (int j = 0; j < NT; j++) mma16816(FOLD ? part[s][j] : acc[s][j], af, bx[j][0], bx[j][1]);
             }
             if (FOLD) {
                 gpos += 16;
@@ -1053,7 +1062,7 @@ __global__ void __launch_bounds__(Q5_THREADS, 2) qgemm5_kernel(const ck_qgemm_ar
                         for (int h = 0; h < 2; h++)
                             scn[h] = __half2float(ss[(s * Q5_GSLOTS + grp - grp0) * 16 + 8 * h + g]);
 #pragma unroll
-                        for (int j = 0; j < Q5_NT; j++)
+                        for (int j = 0; j < NT; j++)
 #pragma unroll
                             for (int q = 0; q < 4; q++) {
                                 acc[s][j][q] = fmaf(part[s][j][q], scn[q >> 1], acc[s][j][q]);
@@ -1074,7 +1083,7 @@ __global__ void __launch_bounds__(Q5_THREADS, 2) qgemm5_kernel(const ck_qgemm_ar
     if (gateup) {
         bf16 *H = reinterpret_cast<bf16 *>(a.H);
 #pragma unroll
-        for (int j = 0; j < Q5_NT; j++)
+        for (int j = 0; j < NT; j++)
 #pragma unroll
             for (int q = 0; q < 4; q++) {
                 const int r = 8 * j + 2 * tig + (q & 1);
@@ -1086,13 +1095,29 @@ __global__ void __launch_bounds__(Q5_THREADS, 2) qgemm5_kernel(const ck_qgemm_ar
 #pragma unroll
         for (int s = 0; s < 2; s++)
 #pragma unroll
-            for (int j = 0; j < Q5_NT; j++)
+            for (int j = 0; j < NT; j++)
 #pragma unroll
                 for (int q = 0; q < 4; q++) {
                     const int r = 8 * j + 2 * tig + (q & 1);
                     const int64_t c = col[s] + g + 8 * (q >> 1);
                     if (r < rows && c < N) a.Y[(row0 + r) * a.ldy + c] = fin(acc[s][j][q], s);
                 }
+    }
+}
+
+template <int QT>
+__global__ void __launch_bounds__(Q5_THREADS, 2) qgemm5_kernel(const ck_qgemm_args a) {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const int64_t ncol = (a.N + q5_block_cols(a.mode) - 1) / q5_block_cols(a.mode);
+    const int64_t mt = blockIdx.x / ncol, nb = blockIdx.x % ncol;
+    int64_t row0, rows;
+    int e;
+    if (!gemm_tile_rows(a, Q5_BM, mt, row0, rows, e)) return;
+    switch ((rows + 7) / 8) { /* the tile's n8 row tiles (block-uniform) */
+    case 1: q5_body<QT, 1>(a, nb, row0, rows, e, smem_raw); break;
+    case 2: q5_body<QT, 2>(a, nb, row0, rows, e, smem_raw); break;
+    case 3: q5_body<QT, 3>(a, nb, row0, rows, e, smem_raw); break;
+    default: q5_body<QT, 4>(a, nb, row0, rows, e, smem_raw); break;
     }
 }
 
