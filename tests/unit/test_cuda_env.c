@@ -219,6 +219,12 @@ static void test_kernel_switches(void **state) {
     assert_int_equal(e.qwgmma_rows, 2048);
     expect_knob_error("CLEF_CUDA_WGMMA_ROWS", "0",
                  "CUDA settings: CLEF_CUDA_WGMMA_ROWS must be an integer from 1 to 1073741824 (got '0')");
+    char names[512];
+    clef_cuda_knob_names(names, sizeof names);
+    assert_non_null(strstr(names, "CLEF_CUDA_GEMM, CLEF_CUDA_TUNE, "));
+    assert_non_null(strstr(names, ", CLEF_CUDA_WGMMA_WS, CLEF_CUDA_V5_ROWS"));
+    clef_cuda_knob_names(names, 10); /* truncated, terminated */
+    assert_int_equal(strlen(names), 9);
     assert_int_equal(knobs_with("CLEF_CUDA_V5_ROWS", "64", &e, &err), 0);
     assert_int_equal(e.v5_rows, 64);
     expect_knob_error("CLEF_CUDA_V5_ROWS", "0",

@@ -316,8 +316,9 @@ static void make_int4(hq *h, const float *w, int64_t rows, int64_t cols, int64_t
 }
 
 /* Quantize a random weight (values ~ 1/sqrt(cols)) with clef's quantizers;
- * asymmetric INT4 gets random zero nibbles on top of the symmetric codes. */
-static void make_q(hq *h, enum qkind kind, int64_t rows, int64_t cols) {
+ * asymmetric INT4 gets random zero nibbles on top of the symmetric codes;
+ * INT4 groups of int4_group columns (0: 128 symmetric, 64 asymmetric). */
+static void make_q_group(hq *h, enum qkind kind, int64_t rows, int64_t cols, int64_t int4_group) {
     float *w = rand_vec((size_t)(rows * cols), 1.0f / sqrtf((float)cols));
     memset(h, 0, sizeof *h);
     h->q.rows = rows, h->q.cols = cols;
@@ -344,13 +345,14 @@ static void make_q(hq *h, enum qkind kind, int64_t rows, int64_t cols) {
         break;
     }
     default:
-        make_int4(h, w, rows, cols, kind == Q_INT4_SYM ? 128 : 64, kind == Q_INT4_ASYM);
+        make_int4(h, w, rows, cols, int4_group ? int4_group : kind == Q_INT4_SYM ? 128 : 64, kind == Q_INT4_ASYM);
         break;
     }
     h->q.data = h->data;
     h->q.quant.scale = h->scale;
     free(w);
 }
+static void make_q(hq *h, enum qkind kind, int64_t rows, int64_t cols) { make_q_group(h, kind, rows, cols, 0); }
 
 static void free_q(hq *h) {
     free(h->data), free(h->scale), free(h->zeros);
@@ -1221,18 +1223,7 @@ static void moe_v5_case(fx *f, enum qkind kind) {
     clef_weight wc[3][E];
     for (int j = 0; j < 3; j++)
         for (int e = 0; e < E; e++) {
-            const int64_t rows = j == 2 ? H : NI, cols = j == 2 ? NI : H;
-            if (kind == Q_INT4_SYM || kind == Q_INT4_ASYM) {
-                float *w = rand_vec((size_t)(rows * cols), 1.0f / sqrtf((float)cols));
-                memset(&h[j][e], 0, sizeof h[j][e]);
-                h[j][e].q.rows = rows, h[j][e].q.cols = cols;
-                make_int4(&h[j][e], w, rows, cols, 16, kind == Q_INT4_ASYM);
-                h[j][e].q.data = h[j][e].data;
-                h[j][e].q.quant.scale = h[j][e].scale;
-                free(w);
-            } else {
-                make_q(&h[j][e], kind, rows, cols);
-            }
+            make_q_group(&h[j][e], kind, j == 2 ? H : NI, j == 2 ? NI : H, 16); /* INT4: groups of 16 */
             tu_ok(f->cpu->ops->weight_init_packed(f->cpu, &wc[j][e], &h[j][e].q, &err), &err);
         }
     clef_moe_weights mc = {.n_experts = E, .hidden = H, .inter = NI, .gate = wc[0], .up = wc[1], .down = wc[2]};

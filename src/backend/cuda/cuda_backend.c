@@ -23,11 +23,11 @@ static int g_switches_set;
 int clef_cuda_set_switch(const char *name, const char *value, clef_err *err) {
     if (!g_switches_set) clef_cuda_knobs_default(&g_switches);
     const int r = clef_cuda_knobs_set(&g_switches, name, value, err);
-    if (r == 0)
-        return clef_fail(err, 400, CLEF_E_REQUEST, "kernel",
-                         "'%s' is not a CUDA kernel switch (CLEF_CUDA_GEMM, _TUNE, _WGMMA, _QWGMMA, _QGEMM_INT4, "
-                         "_QGEMM_NVFP4, _LT_SPLITK, _ATTN, _WGMMA_ROWS, _QWGMMA_ROWS, _TMA, _WGMMA_WS, _V5_ROWS)",
-                         name);
+    if (r == 0) {
+        char names[512];
+        clef_cuda_knob_names(names, sizeof names);
+        return clef_fail(err, 400, CLEF_E_REQUEST, "kernel", "'%s' is not a CUDA kernel switch (%s)", name, names);
+    }
     if (r < 0) return -1;
     g_switches_set = 1;
     return 0;

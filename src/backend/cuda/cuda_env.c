@@ -4,6 +4,7 @@
 #include "backend/cuda/cuda_env.h"
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -141,6 +142,16 @@ int clef_cuda_knobs_set(clef_cuda_knobs *k, const char *name, const char *value,
     for (int i = 0; i < N_KNOBS; i++)
         if (!strcmp(name, KNOBS[i].name)) return knob_apply(&KNOBS[i], k, value, err) ? -1 : 1;
     return 0;
+}
+
+void clef_cuda_knob_names(char *buf, size_t cap) {
+    size_t n = 0;
+    if (cap) buf[0] = 0;
+    for (int i = 0; i < N_KNOBS && n < cap; i++) {
+        const int w = snprintf(buf + n, cap - n, "%s%s", i ? ", " : "", KNOBS[i].name);
+        if (w < 0) break;
+        n += (size_t)w;
+    }
 }
 
 int clef_cuda_knobs_from_env(clef_cuda_knobs *k, clef_err *err) {

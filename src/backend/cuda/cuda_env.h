@@ -78,6 +78,9 @@ void clef_cuda_knobs_default(clef_cuda_knobs *k);
  * "settings", the same messages as clef_cuda_env_read) for a bad value. */
 int clef_cuda_knobs_set(clef_cuda_knobs *k, const char *name, const char *value, clef_err *err);
 
+/* The switches' names, ", "-separated, into buf (cap bytes, truncated, NUL-terminated when cap > 0). */
+void clef_cuda_knob_names(char *buf, size_t cap);
+
 /* For test and bench programs: the defaults, then every switch whose
  * variable is set in the process environment.  Returns 0 or -1 + err. */
 int clef_cuda_knobs_from_env(clef_cuda_knobs *k, clef_err *err);

@@ -383,16 +383,17 @@ __global__ void __launch_bounds__(QTHREADS, q2_min_blocks<QT, BM, SPLIT>()) qgem
                                                });
 }
 
-/* Host: one launch of a packed-weight kernel over BM x QBN block tiles (gemm_grid: DENSE ceil(M / BM)
- * row tiles, grouped the plan's max_tiles), with `smem` bytes of dynamic shared memory (the limit raised
- * once per device: *done, the kernel's own mask) and `threads` threads; v2, v3 and v4 all launch here. */
+/* Host: one launch of a packed-weight kernel over BM x BN block tiles (gemm_grid: DENSE ceil(M / BM)
+ * row tiles, grouped the plan's max_tiles; BN = QBN but for v5), with `smem` bytes of dynamic shared
+ * memory (the limit raised once per device: *done, the kernel's own mask) and `threads` threads; v2, v3,
+ * v4 and v5 all launch here. */
 template <class Kernel>
 static cudaError_t launch_packed(Kernel *kernel, int bm, int threads, int smem, unsigned *done, const ck_qgemm_args *a,
-                                 cudaStream_t st) {
+                                 cudaStream_t st, int bn = QBN) {
     cudaError_t e = allow_smem(kernel, smem, done);
     if (e != cudaSuccess) return e;
     unsigned blocks;
-    e = gemm_grid(a->mode, a->mode == CK_GEMM_DENSE ? (a->M + bm - 1) / bm : a->max_tiles, a->N, QBN, &blocks);
+    e = gemm_grid(a->mode, a->mode == CK_GEMM_DENSE ? (a->M + bm - 1) / bm : a->max_tiles, a->N, bn, &blocks);
     if (e != cudaSuccess || !blocks) return e;
     kernel<<<blocks, threads, smem, st>>>(*a);
     return cudaGetLastError();
@@ -896,13 +897,14 @@ template <int QT> __host__ __device__ constexpr int q5_smem() { return Q5_STAGES
 static_assert(2 * (q5_smem<CK_QT_NVFP4>() + 1024) <= 228 * 1024 && 2 * (q5_smem<CK_QT_INT4>() + 1024) <= 228 * 1024,
               "v5 fits two blocks per SM");
 static_assert(Q5_BM * Q5_KS / 8 == 2 * Q5_THREADS, "two 16-byte activation copies per thread per stage");
-/* output columns per block: GATEUP 16 intermediate columns per warp (gate + up stripes), DOWN 32 */
-__host__ __device__ constexpr int q5_block_cols(int mode) { return mode == CK_GEMM_GATEUP ? Q5_WARPS * 16 : Q5_WARPS * 32; }
+/* Block columns in gemm_col_tiles' terms: 32 weight rows per warp (GATEUP: 16 gate + 16 up rows of 16
+ * intermediate columns, so 128 per block; DOWN: 32 output columns, 256 per block) */
+constexpr int Q5_BN = Q5_WARPS * 32;
 
 /* The block's work for a tile of NT n8 row tiles (rows <= 8 NT): NT a compile-time constant, so the MMAs
  * and fragment loads of the tile's row tiles are straight-line code (no per-MMA branch). */
 template <int QT, int NT>
-__device__ __forceinline__ void q5_body(const ck_qgemm_args &a, int64_t nb, int64_t row0, int64_t rows, int e,
+__device__ __forceinline__ void q5_body(const ck_qgemm_args &a, int64_t nt, int64_t row0, int64_t rows, int e,
                                         unsigned char *smem_raw) {
     constexpr bool FOLD = QT == CK_QT_INT4, NVF = QT == CK_QT_NVFP4;
     constexpr int SB = q5_stage_bytes<QT>();
@@ -915,10 +917,10 @@ __device__ __forceinline__ void q5_body(const ck_qgemm_args &a, int64_t nb, int6
     const ck_qmat *m[2];
     int64_t col[2];
     if (gateup) {
-        col[0] = col[1] = nb * (Q5_WARPS * 16) + warp * 16;
+        col[0] = col[1] = nt * (Q5_BN / 2) + warp * 16;
         m[0] = &a.W0[e], m[1] = &a.W1[e];
     } else {
-        col[0] = nb * (Q5_WARPS * 32) + warp * 32, col[1] = col[0] + 16;
+        col[0] = nt * Q5_BN + warp * 32, col[1] = col[0] + 16;
         m[0] = m[1] = &a.W0[e];
     }
     const unsigned char *wsrc[2], *ssrc[2] = {nullptr, nullptr};
@@ -1108,16 +1110,14 @@ __device__ __forceinline__ void q5_body(const ck_qgemm_args &a, int64_t nb, int6
 template <int QT>
 __global__ void __launch_bounds__(Q5_THREADS, 2) qgemm5_kernel(const ck_qgemm_args a) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    const int64_t ncol = (a.N + q5_block_cols(a.mode) - 1) / q5_block_cols(a.mode);
-    const int64_t mt = blockIdx.x / ncol, nb = blockIdx.x % ncol;
-    int64_t row0, rows;
+    int64_t nt, row0, rows;
     int e;
-    if (!gemm_tile_rows(a, Q5_BM, mt, row0, rows, e)) return;
+    if (!gemm_block_tile(a, Q5_BM, Q5_BN, nt, row0, rows, e)) return;
     switch ((rows + 7) / 8) { /* the tile's n8 row tiles (block-uniform) */
-    case 1: q5_body<QT, 1>(a, nb, row0, rows, e, smem_raw); break;
-    case 2: q5_body<QT, 2>(a, nb, row0, rows, e, smem_raw); break;
-    case 3: q5_body<QT, 3>(a, nb, row0, rows, e, smem_raw); break;
-    default: q5_body<QT, 4>(a, nb, row0, rows, e, smem_raw); break;
+    case 1: q5_body<QT, 1>(a, nt, row0, rows, e, smem_raw); break;
+    case 2: q5_body<QT, 2>(a, nt, row0, rows, e, smem_raw); break;
+    case 3: q5_body<QT, 3>(a, nt, row0, rows, e, smem_raw); break;
+    default: q5_body<QT, 4>(a, nt, row0, rows, e, smem_raw); break;
     }
 }
 
@@ -1133,13 +1133,7 @@ static bool v5_fits(const ck_qgemm_args *a) {
 
 template <int QT> cudaError_t launch_v5(const ck_qgemm_args *a, cudaStream_t st) {
     static unsigned done = 0; /* devices whose limit is raised */
-    cudaError_t e = allow_smem(qgemm5_kernel<QT>, q5_smem<QT>(), &done);
-    if (e != cudaSuccess) return e;
-    const int64_t b = a->max_tiles * ((a->N + q5_block_cols(a->mode) - 1) / q5_block_cols(a->mode));
-    if (b > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
-    if (b <= 0) return cudaSuccess;
-    qgemm5_kernel<QT><<<(unsigned)b, Q5_THREADS, q5_smem<QT>(), st>>>(*a);
-    return cudaGetLastError();
+    return launch_packed(qgemm5_kernel<QT>, Q5_BM, Q5_THREADS, q5_smem<QT>(), &done, a, st, Q5_BN);
 }
 
 /* The reorder of cuda_qbits.h: one thread per u32 word of the reordered array. */
