@@ -167,6 +167,9 @@ static void test_bad_record_fails_alone(void **state) {
 typedef struct sched_stats {
     atomic_int batches, records, multi;
     int delay_ms;
+    /* when set: every on_batch waits (up to 60 s) until *gate != 0, so the engine thread takes no second
+     * batch before the test opens it (what reaches the queue meanwhile does not depend on timing) */
+    atomic_int *gate;
 } sched_stats;
 
 static void count_batch(void *ctx, size_t n_records, size_t n_tokens, double seconds) {
@@ -176,6 +179,10 @@ static void count_batch(void *ctx, size_t n_records, size_t n_tokens, double sec
     if (n_records > 1) atomic_fetch_add(&st->multi, 1);
     if (st->delay_ms) {
         struct timespec ts = {0, st->delay_ms * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    for (int ms = 0; st->gate && !atomic_load(st->gate) && ms < 60000; ms++) {
+        struct timespec ts = {0, 1000000L};
         nanosleep(&ts, NULL);
     }
 }
@@ -288,7 +295,9 @@ static void test_scheduler_stop_drains(void **state) {
 
 /* ---- clef_scheduler_submit_async ----------------------------------------- */
 
-#define N_ASYNC 24
+/* More than the engine can hold before the gate opens: its first batch (at most the 16 queued) plus a
+ * full queue of 16, so at least 8 are refused whatever the timing */
+#define N_ASYNC 40
 
 typedef struct async_slot {
     clef_job job;
@@ -320,7 +329,8 @@ static void on_async_done(void *ctx, clef_job *job, const clef_err *err) {
 }
 
 static void test_scheduler_async(void **state) {
-    sched_stats st = {.delay_ms = 5};
+    atomic_int gate = 0;
+    sched_stats st = {.delay_ms = 5, .gate = &gate};
     clef_scheduler_options o = {.max_queue = 16, .max_batch_tokens = 2048, .on_batch = count_batch, .ctx = &st};
     clef_err err;
     clef_scheduler *s = clef_scheduler_start(engine, &o, &err);
@@ -330,8 +340,8 @@ static void test_scheduler_async(void **state) {
     the_run = run;
     pthread_mutex_init(&run->lock, NULL);
     pthread_cond_init(&run->all_done, NULL);
-    /* encoded first, then submitted from this one thread without waiting: the queue of 16 fills faster than
-     * a forward ends, and the rest are refused at once */
+    /* encoded first, then submitted from this one thread without waiting while the engine thread is held
+     * after its first batch (the gate): the queue of 16 fills, and the rest are refused at once */
     for (int i = 0; i < N_ASYNC; i++) {
         run->slot[i].ref = small[(size_t)(i * 7) % n_small];
         prepare(run->slot[i].ref, &run->slot[i].job);
@@ -351,6 +361,7 @@ static void test_scheduler_async(void **state) {
             refused++;
         }
     }
+    atomic_store(&gate, 1);
     pthread_mutex_lock(&run->lock);
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
@@ -361,8 +372,9 @@ static void test_scheduler_async(void **state) {
     printf("async: %d queued, %d refused, %d called back in %d forwards (%d packed several)\n", queued, refused,
            atomic_load(&run->done), atomic_load(&st.batches), atomic_load(&st.multi));
     assert_int_equal(atomic_load(&run->done), queued);
-    assert_true(queued >= 16);
-    assert_true(refused > 0);
+    assert_true(queued >= 16 && queued <= 32); /* a full queue, plus the first batch (0 .. 16 records) */
+    assert_int_equal(queued + refused, N_ASYNC);
+    assert_true(refused >= 8);
     assert_true(atomic_load(&st.multi) > 0); /* records submitted without waiting were packed */
     for (int i = 0; i < N_ASYNC; i++) {
         async_slot *a = &run->slot[i];
