@@ -52,7 +52,7 @@ static void bench_usage(FILE *f) {
             "  --kernel NAME=VALUE\n"
             "                  CUDA: set a kernel switch for an A/B run (repeatable; the switches give the\n"
             "                  default's results at another speed: e.g. CLEF_CUDA_QGEMM_INT4=v3,\n"
-            "                  CLEF_CUDA_V5_ROWS=64; README \"CUDA kernel switches\"); printed in device_detail\n"
+            "                  CLEF_CUDA_V5_ROWS=32; README \"CUDA kernel switches\"); printed in device_detail\n"
             "  --synthetic P   random weights of preset P drawn in memory (no files; full needs ~61 GB)\n"
             "  --seed N        seed of the synthetic weights (default 1)\n"
             "  --image-mp X    also time the vision tower on one image of about X megapixels (a square\n"

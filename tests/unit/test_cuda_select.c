@@ -107,21 +107,24 @@ static void test_packed_experts(void **state) {
     (void)state;
     clef_cuda_knobs k;
     clef_cuda_knobs_default(&k);
-    /* below the wgmma threshold: v5 (swapped operands) for fast INT4 / NVFP4 passes of 32-row tiles on
-     * every device, v3 (mma.sync) for the rest; v4 (a loading warp) on Hopper when its switch asks for it,
-     * INT4 and NVFP4 each by its own switch, 32- and 64-row tiles */
+    /* below the wgmma threshold: v5 (swapped operands, 32-row tiles) for fast INT4 / NVFP4 passes averaging
+     * up to 64 rows per expert on every device, v3 (mma.sync) for the rest; v4 (a loading warp) on Hopper
+     * when its switch asks for it, INT4 and NVFP4 each by its own switch, 32- and 64-row tiles */
     expect_packed(&H200, &k, CK_QT_NVFP4, 2400, 1, 0, 0, CK_PACKED_SKINNY, 32);
     expect_packed(&A100, &k, CK_QT_NVFP4, 2400, 1, 0, 0, CK_PACKED_SKINNY, 32);
     expect_packed(&RTX5090, &k, CK_QT_INT4, 2400, 1, 0, 0, CK_PACKED_SKINNY, 32);
     expect_packed_split(&H200, &k, CK_QT_INT4, 2400, 2, 1, 0, 0, CK_PACKED_MMA, 32); /* precise: v3 */
-    expect_packed(&H200, &k, CK_QT_NVFP4, 8000, 1, 0, 0, CK_PACKED_MMA, 64);
+    expect_packed(&H200, &k, CK_QT_NVFP4, 8000, 1, 0, 0, CK_PACKED_SKINNY, 32); /* 1 x 1,000: 62.5 per expert */
     expect_packed(&H200, &k, CK_QT_INT4, 2400, 1, 0, 0, CK_PACKED_SKINNY, 32);
-    expect_packed(&H200, &k, CK_QT_INT4, 4097, 1, 0, 0, CK_PACKED_MMA, 64); /* 64-row tiles: v3 */
-    k.v5_rows = 64; /* CLEF_CUDA_V5_ROWS=64: v5 on 32-row tiles up to 64 rows per expert */
+    expect_packed(&H200, &k, CK_QT_INT4, 4097, 1, 0, 0, CK_PACKED_SKINNY, 32); /* ck_qgemm_bm's 64: still v5 */
     expect_packed(&H200, &k, CK_QT_INT4, 8000, 1, 0, 0, CK_PACKED_SKINNY, 32);
     expect_packed(&H200, &k, CK_QT_INT4, 8193, 0, 0, 0, CK_PACKED_MMA, 64); /* past 64 per expert, no wgmma fit */
     expect_packed(&H200, &k, CK_QT_INT4, 8192, 1, 0, 0, CK_PACKED_WGMMA, 128); /* wgmma first */
-    k.v5_rows = 32;
+    k.v5_rows = 32; /* CLEF_CUDA_V5_ROWS=32 (the default before 2026-12-03): v3 on 64-row tiles past 32 */
+    expect_packed(&H200, &k, CK_QT_INT4, 4097, 1, 0, 0, CK_PACKED_MMA, 64);
+    expect_packed(&H200, &k, CK_QT_NVFP4, 8000, 1, 0, 0, CK_PACKED_MMA, 64);
+    expect_packed(&H200, &k, CK_QT_INT4, 4096, 1, 0, 0, CK_PACKED_SKINNY, 32);
+    k.v5_rows = 64;
     expect_packed(&H200, &k, CK_QT_FP8, 2400, 1, 0, 0, CK_PACKED_MMA, 32);
     k.int4 = 3; /* CLEF_CUDA_QGEMM_INT4=v3 */
     expect_packed(&H200, &k, CK_QT_INT4, 2400, 1, 0, 0, CK_PACKED_MMA, 32);
