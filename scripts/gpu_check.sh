@@ -36,6 +36,7 @@
 #   qgemm_bench   per-layer expert GEMM times (test_cuda_quant, CLEF_QGEMM_BENCH=1) for each CLEF_CUDA_WGMMA
 #                 value in WGMMA_MODES (default "1 0")
 #   modes         `small` parity vs the CPU for each CLEF_CUDA_PRECISE part list in PARITY_MODES
+#   sass          cuobjdump -sass of SASS_KERNEL's kernels (default qgemm5) and their opcode histograms
 #   ncu           Nsight Compute sections of NCU_KERNEL's launches in one `clef bench` run (NCU_RUN)
 #   expert_gemm   bench/expert_gemm per "tokens split tile" in EXPERT_GEMM_RUNS: the BF16 expert GEMM
 #                 kernels (mma.sync, TMA, wgmma) alone on one layer, times and bitwise agreement
@@ -369,10 +370,25 @@ EOF
         run_stage ncu ${NCU_TIMEOUT:-300} ncu --clock-control none -k "regex:${NCU_KERNEL:-qgemm3}" \
             --launch-skip "${NCU_SKIP:-40}" --launch-count "${NCU_COUNT:-2}" \
             --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
-            --section SchedulerStats --section MemoryWorkloadAnalysis \
+            --section SchedulerStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+            --section InstructionStats \
             "$BIN/clef" bench ${NCU_RUN:---synthetic full --seed 1 --quant int4 --device cuda --text-only --runs 1x300 --iters 1}
-        grep -E "^  [a-zA-Z_0-9<>, ]+\(|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Issued Warp|No Eligible|Stall|Warp Cycles Per Issued|L2 Hit|L1/TEX Hit|Block Limit" \
-            "$OUT/ncu.log" | head -80 >> "$SUM"
+        grep -E "^  [a-zA-Z_0-9<>, ]+\(|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Issued Warp|No Eligible|Stall|Warp Cycles Per Issued|L2 Hit|L1/TEX Hit|Block Limit|Executed Ipc|Pipe|Executed Instructions" \
+            "$OUT/ncu.log" | head -100 >> "$SUM"
+        ;;
+    sass) # the machine code of the kernels matching SASS_KERNEL (regex on the mangled name, default qgemm5) in
+        # the clef binary (cuobjdump of this machine's CUDA), xz-compressed in $OUT/sass.txt.xz, and an opcode
+        # histogram per kernel in the summary (the instructions a packed byte costs, counted statically)
+        CUOBJ=$(command -v cuobjdump || ls /usr/local/cuda*/bin/cuobjdump 2>/dev/null | head -1)
+        if [ -z "$CUOBJ" ]; then note "stage sass: no cuobjdump on this machine"; continue; fi
+        "$CUOBJ" -sass "$BIN/clef" 2> "$OUT/sass.err" | awk -v re="${SASS_KERNEL:-qgemm5}" \
+            '/Function :/ {keep = ($0 ~ re)} keep' > "$OUT/sass.txt"
+        awk '/Function :/ {if (f) for (o in h) print f, h[o], o; delete h; f = $3; next}
+             /\/\*[0-9a-f]+\*\// {for (i = 1; i <= NF; i++) if ($i ~ /^\/\*[0-9a-f]+\*\/$/) {o = $(i + 1); if (o ~ /^@/) o = $(i + 2);
+             sub(/;$/, "", o); split(o, q, "."); h[q[1]]++; break}}
+             END {if (f) for (o in h) print f, h[o], o}' "$OUT/sass.txt" | sort -k1,1 -k2,2nr > "$OUT/sass_hist.txt"
+        head -c 20000 "$OUT/sass_hist.txt" >> "$SUM"
+        xz -9 -f "$OUT/sass.txt"
         ;;
     *) echo "unknown stage $st" >&2 ;;
     esac
