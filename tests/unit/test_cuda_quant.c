@@ -1213,17 +1213,19 @@ static void moe_case(fx *f, enum qkind kind) {
  * down product's second column block half empty), intermediate 208 (the gate/up product's second column
  * block 80 of 128 columns; the down product's K ends 16 into a 64-wide stage), INT4 groups of 16 and
  * NVFP4; 100 tokens over 16 experts, top 4 (25 rows per expert on average, some experts past 32: two
- * tiles).  Against the CPU within the fast tolerance, bitwise against the v2 reference backend, a token
- * alone bitwise the batch, and the profile names v5. */
-static void moe_v5_case(fx *f, enum qkind kind) {
+ * tiles).  INT4 also in groups of 128 with intermediate 256: every K a multiple of 128, v5's whole-stage
+ * kernel (NVFP4 takes it for the gate/up product, K = 384, and the general one for the down product).
+ * Against the CPU within the fast tolerance, bitwise against the v2 reference backend, a token alone
+ * bitwise the batch, and the profile names v5. */
+static void moe_v5_case(fx *f, enum qkind kind, int64_t group, int64_t NI) {
     clef_err err;
     enum { E = 16 };
-    const int64_t H = 384, NI = 208, k = 4, T = 100;
+    const int64_t H = 384, k = 4, T = 100;
     hq h[3][E];
     clef_weight wc[3][E];
     for (int j = 0; j < 3; j++)
         for (int e = 0; e < E; e++) {
-            make_q_group(&h[j][e], kind, j == 2 ? H : NI, j == 2 ? NI : H, 16); /* INT4: groups of 16 */
+            make_q_group(&h[j][e], kind, j == 2 ? H : NI, j == 2 ? NI : H, group);
             tu_ok(f->cpu->ops->weight_init_packed(f->cpu, &wc[j][e], &h[j][e].q, &err), &err);
         }
     clef_moe_weights mc = {.n_experts = E, .hidden = H, .inter = NI, .gate = wc[0], .up = wc[1], .down = wc[2]};
@@ -1237,7 +1239,10 @@ static void moe_v5_case(fx *f, enum qkind kind) {
     float *ref = malloc((size_t)(T * H) * 4);
     tu_ok(f->cpu->ops->moe(f->cpu, x, T, idx, rw, k, &mc, ref, &err), &err);
     char what[96];
-    snprintf(what, sizeof what, "moe v5 %s", QNAME[kind]);
+    if (kind == Q_INT4_SYM || kind == Q_INT4_ASYM)
+        snprintf(what, sizeof what, "moe v5 %s G %lld", QNAME[kind], (long long)group);
+    else
+        snprintf(what, sizeof what, "moe v5 %s", QNAME[kind]);
     float *got[2] = {NULL, NULL};
     for (int b = 0; b < 2; b++) { /* 0: the default backend (fast), 1: the v2 reference (fast) */
         clef_backend *g = b == 0 ? f->gpu[0] : f->gpu_v2[0];
@@ -1298,10 +1303,12 @@ static void moe_v5_case(fx *f, enum qkind kind) {
 static void test_moe_v5(void **state) {
     TU_NEED_GPU(state);
     fx *f = *state;
-    moe_v5_case(f, Q_INT4_SYM);
-    moe_v5_case(f, Q_INT4_ASYM);
-    moe_v5_case(f, Q_NVFP4_CT);
-    moe_v5_case(f, Q_NVFP4_MO);
+    moe_v5_case(f, Q_INT4_SYM, 16, 208);
+    moe_v5_case(f, Q_INT4_ASYM, 16, 208);
+    moe_v5_case(f, Q_INT4_SYM, 128, 256);
+    moe_v5_case(f, Q_INT4_ASYM, 128, 256);
+    moe_v5_case(f, Q_NVFP4_CT, 16, 208);
+    moe_v5_case(f, Q_NVFP4_MO, 16, 208);
 }
 
 static void test_moe_nvfp4_ct(void **state) {

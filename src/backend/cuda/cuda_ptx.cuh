@@ -56,6 +56,15 @@ static __device__ __forceinline__ void mma16816(float *d, const uint32_t *a, uin
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+/* d = a . b + 0 for one m16n8k16 tile: mma16816 on accumulators that hold +0, without setting them. */
+static __device__ __forceinline__ void mma16816_c0(float *d, const uint32_t *a, uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%10,%10,%10,%10};\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.0f));
+}
+
 /* Value v as the bf16 rows the tensor-core products read (ck_rows_to_bf16's split): hi = bf16(v) at
  * d[i], and with split 2 the rest lo = bf16(v - hi) at d[K + i]. */
 static __device__ __forceinline__ void put_bf16(__nv_bfloat16 *d, int64_t K, int split, int64_t i, float v) {
@@ -160,8 +169,9 @@ static __device__ __forceinline__ void gemm_a_chunks(const Args &a, const __nv_b
  * the K stage starting at column k0 into the stage's tiles at `as`: the hi
  * tile, and with SPLIT = 2 the lo tile (columns K.. of each row) a_tile
  * elements later, hi then lo per chunk; chunks past the row or past K
- * zero-filled (A: any valid address for the skipped source). */
-template <int CHUNKS, int SPLIT>
+ * zero-filled (A: any valid address for the skipped source).  KCHECK =
+ * false: the caller knows the stage lies inside K (no comparison). */
+template <int CHUNKS, int SPLIT, bool KCHECK = true>
 static __device__ __forceinline__ void gemm_a_load(__nv_bfloat16 *as, int a_tile,
                                                    const __nv_bfloat16 *const (&src)[CHUNKS],
                                                    const int (&dst)[CHUNKS], const int (&col)[CHUNKS], int64_t k0,
@@ -169,7 +179,7 @@ static __device__ __forceinline__ void gemm_a_load(__nv_bfloat16 *as, int a_tile
 #pragma unroll
     for (int i = 0; i < CHUNKS; i++) {
         const int64_t kc = k0 + col[i];
-        const bool ok = src[i] && kc < K;
+        const bool ok = src[i] && (!KCHECK || kc < K);
 #pragma unroll
         for (int h = 0; h < SPLIT; h++) cp_async16(as + h * a_tile + dst[i], ok ? src[i] + h * K + kc : A, ok);
     }

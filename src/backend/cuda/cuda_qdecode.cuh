@@ -66,9 +66,16 @@ static __device__ __forceinline__ uint32_t qdec_int4r_zero(int has_zeros, uint32
     const uint32_t z = 128u + nibble + 1u; /* 129..144, exact in bf16 */
     return u32_of(__floats2bfloat162_rn((float)z, (float)z));
 }
+/* CK_INT4R_REG's (v & 0x000F000F) | 0x43004300 as one lop3 (the compiler emits an AND and an OR for the
+ * two constants; lop3 takes one from a register). */
+static __device__ __forceinline__ uint32_t int4r_bits(uint32_t v) {
+    uint32_t d;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(d) : "r"(v), "n"(0x000F000F), "n"(0x43004300));
+    return d;
+}
 /* Register p of a reordered word minus the bf16x2 (128 + zero): (q - zero) x 2, exact. */
 static __device__ __forceinline__ uint32_t qdec_int4r(uint32_t word, int p, uint32_t zz) {
-    return u32_of(__hsub2(bf2(CK_INT4R_REG(word, p)), bf2(zz)));
+    return u32_of(__hsub2(bf2(int4r_bits(word >> (4 * p))), bf2(zz)));
 }
 
 /* NVFP4 reordered (cuda_qbits.h, kernel v3): the scale pair of a chunk (low
@@ -94,6 +101,32 @@ static __device__ __forceinline__ void qdec_nvf4r(uint32_t word, const uint32_t 
             out[2 * h + j] = u32_of(__hmul2(bf2(mag | CK_NVF4R_SIGN(word, 2 * h + j)), bf2(sh[h])));
         }
     }
+}
+
+/* NVFP4 reordered, kernel v5's form: every value scaled by 2^-9 (v5 multiplies its f32 sums by 2^9: the
+ * same bits as qdec_nvf4r's sums unless a product falls below 2^-117, every product and partial sum
+ * scaled by one power of two), so one bf16x2 multiply per register decodes it.  The E2M1 magnitude bits
+ * (e1 e0 m) of a nibble set as bf16 bits 8..6 (the exponent's two low bits and the top mantissa bit), the
+ * sign as bit 15, read as fp4 x 2^-126 for every code (code 1, 0.5, is the subnormal 2^-127: the two formats' subnormal steps
+ * line up); times bf16 (scale x 2^117) (qdec_nvf4r9_scales) that is fp4 x scale x 2^-9 exactly (at most
+ * 6 significant bits, within 2^-19 .. 2^12).  Register p = 2 ni + j of a word holds nibbles p and p + 4
+ * (CK_NVF4R_SEL's order); sh[ni] the scale of its column half. */
+static __device__ __forceinline__ void qdec_nvf4r9(uint32_t word, const uint32_t (&sh)[2], uint32_t (&out)[4]) {
+#pragma unroll
+    for (int p = 0; p < 4; p++) {
+        const uint32_t mag = (p < 2 ? word << (6 - 4 * p) : word >> (4 * p - 6)) & 0x01C001C0u;
+        uint32_t bits; /* mag | (sign bits 3 + 4p, 19 + 4p moved to 15, 31) */
+        asm("lop3.b32 %0, %1, %2, %3, 0xF8;\n" : "=r"(bits) : "r"(mag), "r"(word << (12 - 4 * p)), "n"(0x80008000));
+        out[p] = u32_of(__hmul2(bf2(bits), bf2(sh[p >> 1])));
+    }
+}
+/* The scale pair of a chunk (qdec_nvf4r_scales' pair) -> bf16x2 (scale x 2^117, scale x 2^117) of each
+ * half: E4M3 -> f16 -> f32 exactly, times 2^117 exactly (<= 448 x 2^117 < 2^126), -> bf16 exactly. */
+static __device__ __forceinline__ void qdec_nvf4r9_scales(uint32_t pair, uint32_t (&sh)[2]) {
+    const float2 sf = __half22float2(__nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(pair & 0xFFFFu), __NV_E4M3));
+    const float s0 = __fmul_rn(sf.x, 0x1p117f), s1 = __fmul_rn(sf.y, 0x1p117f);
+    sh[0] = u32_of(__floats2bfloat162_rn(s0, s0));
+    sh[1] = u32_of(__floats2bfloat162_rn(s1, s1));
 }
 
 #endif

@@ -870,15 +870,26 @@ template <int QT, int BM> cudaError_t launch_v4(const ck_qgemm_args *a, cudaStre
  *    the scales and zeros of the stage's groups: no load of its own in the K
  *    loop);
  *  - the tile's n8 row tiles are a compile-time count (four bodies, one
- *    picked per block), so its MMAs are straight-line code.
+ *    picked per block), so its MMAs are straight-line code;
+ *  - when K % 128 == 0 and INT4 groups are 128 wide (the checkpoints'
+ *    shapes), a second kernel of whole stages (q5_body's CPG): no K bound
+ *    checks, fixed fold positions, copy sources advanced by fixed strides
+ *    (the general kernel spent ~3 instructions of overhead per MMA on
+ *    them: 1,465 SASS instructions per INT4 stage, 534 in the whole-stage
+ *    kernel);
+ *  - NVFP4 decoded as fp4 x scale x 2^-9 in one bf16x2 multiply per register
+ *    (qdec_nvf4r9), the sums multiplied by 2^9 before the global scale.
  * Bitwise v3 (and so v2): every output element is the same sum — the same
- * exact bf16 weight codes (the same decode functions), the same bf16
- * activations, the products of each 16-wide K chunk added to the same f32
- * accumulator in ascending chunk order (the tensor core's sum of a chunk
- * does not depend on which operand holds which factor: the products are
- * exact), the INT4 fold at the same K positions with the same scale
- * (acc = fma(part, scale, acc)), the same NVFP4 global and SwiGLU
- * expressions.  tests/unit/test_cuda_quant.c checks v5 against v3 and v2. */
+ * exact bf16 weight codes (INT4: the same decode; NVFP4: the same codes
+ * times 2^-9, so every product and partial sum of the tensor core times the
+ * same power of two, undone exactly: the same bits unless a product falls
+ * below 2^-117), the same bf16 activations, the products of each 16-wide K
+ * chunk added to the same f32 accumulator in ascending chunk order (the
+ * tensor core's sum of a chunk does not depend on which operand holds which
+ * factor: the products are exact), the INT4 fold at the same K positions
+ * with the same scale (acc = fma(part, scale, acc)), the same NVFP4 global
+ * and SwiGLU expressions.  tests/unit/test_cuda_quant.c checks v5 against
+ * v3 and v2, both kernels. */
 constexpr int Q5_WARPS = 8, Q5_THREADS = Q5_WARPS * 32, Q5_BM = 32, Q5_STAGES = 3;
 constexpr int Q5_KS = 128;                        /* K per stage: two atoms per stripe */
 constexpr int Q5_XPITCH = Q5_KS + 8;              /* bf16 row pitch of the activation tile */
@@ -903,11 +914,19 @@ static_assert(Q5_BM * Q5_KS / 8 == 2 * Q5_THREADS, "two 16-byte activation copie
 constexpr int Q5_BN = Q5_WARPS * 32;
 
 /* The block's work for a tile of NT n8 row tiles (rows <= 8 NT): NT a compile-time constant, so the MMAs
- * and fragment loads of the tile's row tiles are straight-line code (no per-MMA branch). */
-template <int QT, int NT>
+ * and fragment loads of the tile's row tiles are straight-line code (no per-MMA branch).
+ * CPG > 0, the whole-stage body: K % 128 == 0 and (INT4) groups of 16 CPG K values (CPG 1, 2, 4 or 8:
+ * G 16 .. 128; NVFP4 passes 8), so every stage is whole and a group's first and last chunk are fixed
+ * chunks of the stage: the K loop has no bound checks, no group counter, no division (the stage's
+ * groups are kt 8 / CPG ..), and a group's first MMA adds to a zero C instead of zeroing its partial
+ * sums after the previous fold (the same +0 start, so the same sums).  CPG = 0: any K % 16 == 0 and
+ * group (the general body, a run-time group counter). */
+template <int QT, int NT, int CPG>
 __device__ __forceinline__ void q5_body(const ck_qgemm_args &a, int64_t nt, int64_t row0, int64_t rows, int e,
                                         unsigned char *smem_raw) {
-    constexpr bool FOLD = QT == CK_QT_INT4, NVF = QT == CK_QT_NVFP4;
+    constexpr bool FOLD = QT == CK_QT_INT4, NVF = QT == CK_QT_NVFP4, WHOLE = CPG > 0;
+    constexpr int CPG1 = WHOLE ? CPG : 1, GPS = Q5_KS / 16 / CPG1; /* INT4 whole stages: groups per stage */
+    static_assert(CPG == 0 || (CPG <= 8 && 8 % CPG1 == 0), "a whole stage holds whole groups");
     constexpr int SB = q5_stage_bytes<QT>();
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tig = lane & 3;
     const bool gateup = a.mode == CK_GEMM_GATEUP;
@@ -948,33 +967,105 @@ __device__ __forceinline__ void q5_body(const ck_qgemm_args &a, int64_t nt, int6
         zrw[s] = FOLD && a.has_zeros ? static_cast<const uint32_t *>(m[s]->zeros) : nullptr;
     }
 
+    /* Whole stages: every copy of a stage is its copy of the previous stage advanced by a fixed stride
+     * (cp_ring loads the stages in order), so the sources are set once here and load_stage adds the
+     * strides: 64-bit source, its validity and its stride per copy (stride 0 where invalid, so the
+     * source stays an address inside its array).  x: the two activation chunks (128 bf16 a stage);
+     * w: each stripe's atom pair (two atoms a stage); sc: NVFP4 lanes 0..15's scale piece (two scale
+     * atoms a stage), INT4 the lane's group scales (GPS groups a stage); zr: INT4 zero words. */
+    const unsigned char *xp[2] = {nullptr, nullptr}, *wp[2] = {nullptr, nullptr}, *sp = nullptr, *zp = nullptr;
+    bool xok[2] = {false, false}, sok = false, zok = false;
+    int64_t sinc = 0, zinc = 0;
+    int sdst = 0, zdst = 0;
+    if (WHOLE) {
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            xok[i] = x_src[i] != nullptr;
+            xp[i] = reinterpret_cast<const unsigned char *>(xok[i] ? x_src[i] + x_col[i] : A);
+            wp[i] = wsrc[i];
+        }
+        if (NVF) {
+            const int st = lane >> 3, i = (lane >> 2) & 1;
+            sok = st ? wok[1] : wok[0];
+            sp = (st ? ssrc[1] : ssrc[0]) + (sok ? i * CK_NVF4R_SC_ATOM_BYTES : 0);
+            sinc = sok ? 2 * CK_NVF4R_SC_ATOM_BYTES : 0;
+            sdst = Q5_XBYTES + Q5_WBYTES + ((warp * 2 + st) * 2 + i) * CK_NVF4R_SC_ATOM_BYTES + (lane & 3) * 16;
+        }
+        if (FOLD) {
+            const int st = lane >> 4, gl = (lane >> 1) & 7, hh = lane & 1;
+            const int64_t c0 = st ? col[1] : col[0];
+            sok = gl < GPS && c0 + 8 * hh < R;
+            sp = reinterpret_cast<const unsigned char *>((st ? scl[1] : scl[0]) + (sok ? gl * R + c0 + 8 * hh : 0));
+            sinc = sok ? (int64_t)GPS * R * 2 : 0;
+            sdst = Q5_XBYTES + Q5_WBYTES + (((warp * 2 + st) * Q5_GSLOTS + gl) * 16 + 8 * hh) * 2;
+            if (a.has_zeros) {
+                zok = gl < GPS && c0 / 8 + hh < R / 8;
+                zp = reinterpret_cast<const unsigned char *>((st ? zrw[1] : zrw[0]) +
+                                                             (zok ? gl * (R / 8) + c0 / 8 + hh : 0));
+                zinc = zok ? (int64_t)GPS * (R / 8) * 4 : 0;
+                zdst = Q5_XBYTES + Q5_WBYTES + Q5_ISBYTES + (((warp * 2 + st) * Q5_GSLOTS + gl) * 2 + hh) * 4;
+            }
+        }
+    }
+
     auto load_stage = [&](int kt, int stage) {
         unsigned char *sb = smem_raw + stage * SB;
-        gemm_a_load<2, 1>(reinterpret_cast<bf16 *>(sb), 0, x_src, x_dst, x_col, (int64_t)kt * Q5_KS, K, A);
+        if (WHOLE) {
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                cp_async16(sb + 2 * x_dst[i], xp[i], xok[i]);
+                xp[i] += xok[i] ? Q5_KS * 2 : 0;
+            }
+            unsigned char *wb = sb + Q5_XBYTES + warp * 4 * CK_INT4R_ATOM_BYTES + lane * 16;
+#pragma unroll
+            for (int st = 0; st < 2; st++) {
+#pragma unroll
+                for (int i = 0; i < 2; i++)
+                    cp_async16(wb + (2 * st + i) * CK_INT4R_ATOM_BYTES, wp[st] + i * CK_INT4R_ATOM_BYTES, wok[st]);
+                wp[st] += wok[st] ? 2 * CK_INT4R_ATOM_BYTES : 0;
+            }
+            if (FOLD || (NVF && lane < 16)) { /* (NVFP4 lanes 16..31 copy nothing: their slots are the next warp's) */
+                cp_async16(sb + sdst, sp, sok);
+                sp += sinc;
+            }
+            if (FOLD && a.has_zeros) {
+                cp_async4(sb + zdst, zp, zok);
+                zp += zinc;
+            }
+            return;
+        }
+        gemm_a_load<2, 1, !WHOLE>(reinterpret_cast<bf16 *>(sb), 0, x_src, x_dst, x_col, (int64_t)kt * Q5_KS, K, A);
         unsigned char *wb = sb + Q5_XBYTES + warp * 4 * CK_INT4R_ATOM_BYTES;
 #pragma unroll
         for (int s = 0; s < 2; s++)
 #pragma unroll
             for (int i = 0; i < 2; i++) { /* atom 2 kt + i of the stripe (none past K) */
-                const bool ok = wok[s] && 2 * kt + i < K64;
+                const bool ok = wok[s] && (WHOLE || 2 * kt + i < K64);
                 cp_async16(wb + (2 * s + i) * CK_INT4R_ATOM_BYTES + lane * 16,
                            ok ? wsrc[s] + (int64_t)(2 * kt + i) * CK_INT4R_ATOM_BYTES : wsrc[s], ok);
             }
         /* (lane-dependent stripe choices are selects, not indices: an index would put the arrays in local memory) */
         if (NVF && lane < 16) { /* lanes 0..15: piece lane % 4 of atom (lane / 4) % 2 of stripe lane / 8's scales */
             const int s = lane >> 3, i = (lane >> 2) & 1;
-            const bool ok = (s ? wok[1] : wok[0]) && 2 * kt + i < K64;
+            const bool ok = (s ? wok[1] : wok[0]) && (WHOLE || 2 * kt + i < K64);
             const unsigned char *src = s ? ssrc[1] : ssrc[0];
             cp_async16(sb + Q5_XBYTES + Q5_WBYTES + ((warp * 2 + s) * 2 + i) * CK_NVF4R_SC_ATOM_BYTES + (lane & 3) * 16,
                        ok ? src + (int64_t)(2 * kt + i) * CK_NVF4R_SC_ATOM_BYTES : src, ok);
         }
         if (FOLD) { /* the scales and zero words of the groups g0 .. g1 this stage overlaps: lane = stripe (lane /
                      * 16), group g0 + (lane / 2) % 8, half (lane % 2: columns 8 h .. 8 h + 7 / zero word h) */
-            const int64_t k0 = (int64_t)kt * Q5_KS, k1 = (k0 + Q5_KS - 1 < K ? k0 + Q5_KS - 1 : K - 1);
-            const int64_t g0 = k0 / G, g1 = k1 / G;
+            int64_t g0;
+            bool gok;
             const int st = lane >> 4, gl = (lane >> 1) & 7, hh = lane & 1;
+            if (WHOLE) {
+                g0 = (int64_t)kt * GPS;
+                gok = gl < GPS;
+            } else {
+                const int64_t k0 = (int64_t)kt * Q5_KS, k1 = (k0 + Q5_KS - 1 < K ? k0 + Q5_KS - 1 : K - 1);
+                g0 = k0 / G;
+                gok = g0 + gl <= k1 / G;
+            }
             const int64_t c0 = st ? col[1] : col[0];
-            const bool gok = g0 + gl <= g1;
             const __half *sc = st ? scl[1] : scl[0];
             const bool sok = gok && c0 + 8 * hh < R;
             cp_async16(sb + Q5_XBYTES + Q5_WBYTES + (((warp * 2 + st) * Q5_GSLOTS + gl) * 16 + 8 * hh) * 2,
@@ -990,7 +1081,7 @@ __device__ __forceinline__ void q5_body(const ck_qgemm_args &a, int64_t nt, int6
 
     float acc[2][NT][4], part[2][NT][4];
     zero_frags(acc);
-    zero_frags(part);
+    if (!WHOLE) zero_frags(part);
     /* INT4 fold state (v3's q3_fold, per stripe; accumulator rows = columns col + g + 8 h): the scales and
      * zeros come through the ring with the weights (a group's values in the stage of its first / last
      * chunk), not as loads of their own whose latency the fold would wait for */
@@ -1013,8 +1104,11 @@ __device__ __forceinline__ void q5_body(const ck_qgemm_args &a, int64_t nt, int6
 #pragma unroll
         for (int ks = 0; ks < Q5_KS / 16; ks++) {
             const int64_t kk = (int64_t)kt * Q5_KS + ks * 16;
-            if (kk >= K) break;
+            if (!WHOLE && kk >= K) break;
             const int i = ks >> 2, kc = ks & 3; /* atom, chunk in the atom */
+            /* INT4: whether this chunk starts / ends a group, and the stage slot of its group's scales */
+            const bool first = WHOLE ? ks % CPG1 == 0 : gpos == 0;
+            const int slot = WHOLE ? ks / CPG1 : grp - grp0;
             if (kc == 0)
 #pragma unroll
                 for (int s = 0; s < 2; s++) {
@@ -1024,12 +1118,12 @@ __device__ __forceinline__ void q5_body(const ck_qgemm_args &a, int64_t nt, int6
                         sw[s] = *reinterpret_cast<const uint2 *>(sb + Q5_XBYTES + Q5_WBYTES +
                                                                  ((warp * 2 + s) * 2 + i) * CK_NVF4R_SC_ATOM_BYTES + g * 8);
                 }
-            if (FOLD && a.has_zeros && gpos == 0) { /* first chunk of a group: its zeros (this stage's slot) */
+            if (FOLD && a.has_zeros && first) { /* first chunk of a group: its zeros (this stage's slot) */
 #pragma unroll
                 for (int s = 0; s < 2; s++)
 #pragma unroll
                     for (int h = 0; h < 2; h++)
-                        zz[s][h] = qdec_int4r_zero(1, (zs[(s * Q5_GSLOTS + grp - grp0) * 2 + h] >> (4 * g)) & 15u);
+                        zz[s][h] = qdec_int4r_zero(1, (zs[(s * Q5_GSLOTS + slot) * 2 + h] >> (4 * g)) & 15u);
             }
             /* B fragments of the activation rows: n8 tiles 2 jp, 2 jp + 1 from one ldmatrix.x4 (matrices:
              * rows 16 jp + 0..7 at K 0..7, 8..15, then rows 16 jp + 8..15); an odd NT's last tile by .x4 too
@@ -1043,36 +1137,47 @@ __device__ __forceinline__ void q5_body(const ck_qgemm_args &a, int64_t nt, int6
             for (int s = 0; s < 2; s++) {
                 const uint32_t w = kc == 0 ? bw[s].x : kc == 1 ? bw[s].y : kc == 2 ? bw[s].z : bw[s].w;
                 uint32_t r4[4], af[4];
-                if (NVF) {
+                if (NVF) { /* values x 2^-9, undone in the epilogue */
                     uint32_t sh[2];
-                    qdec_nvf4r_scales((kc < 2 ? sw[s].x : sw[s].y) >> (16 * (kc & 1)), sh);
-                    qdec_nvf4r(w, sh, r4);
+                    qdec_nvf4r9_scales((kc < 2 ? sw[s].x : sw[s].y) >> (16 * (kc & 1)), sh);
+                    qdec_nvf4r9(w, sh, r4);
                 } else {
 #pragma unroll
                     for (int p = 0; p < 4; p++) r4[p] = qdec_int4r(w, p, zz[s][p >> 1]);
                 }
                 af[0] = r4[0], af[1] = r4[2], af[2] = r4[1], af[3] = r4[3];
 #pragma unroll
-                for (int j = 0; j < NT; j++) mma16816(FOLD ? part[s][j] : acc[s][j], af, bx[j][0], bx[j][1]);
+                for (int j = 0; j < NT; j++) {
+                    if (FOLD && WHOLE && first)
+                        mma16816_c0(part[s][j], af, bx[j][0], bx[j][1]);
+                    else
+                        mma16816(FOLD ? part[s][j] : acc[s][j], af, bx[j][0], bx[j][1]);
+                }
             }
             if (FOLD) {
-                gpos += 16;
-                if (gpos == G || kk + 16 == K) { /* last chunk of a group: fold (as v3) */
+                bool last;
+                if (WHOLE) {
+                    last = ks % CPG1 == CPG1 - 1;
+                } else {
+                    gpos += 16;
+                    last = gpos == G || kk + 16 == K;
+                }
+                if (last) { /* last chunk of a group: fold (as v3) */
 #pragma unroll
                     for (int s = 0; s < 2; s++) {
                         float scn[2];
 #pragma unroll
                         for (int h = 0; h < 2; h++)
-                            scn[h] = __half2float(ss[(s * Q5_GSLOTS + grp - grp0) * 16 + 8 * h + g]);
+                            scn[h] = __half2float(ss[(s * Q5_GSLOTS + slot) * 16 + 8 * h + g]);
 #pragma unroll
                         for (int j = 0; j < NT; j++)
 #pragma unroll
                             for (int q = 0; q < 4; q++) {
                                 acc[s][j][q] = fmaf(part[s][j][q], scn[q >> 1], acc[s][j][q]);
-                                part[s][j][q] = 0.0f;
+                                if (!WHOLE) part[s][j][q] = 0.0f;
                             }
                     }
-                    grp++, gpos = 0;
+                    if (!WHOLE) grp++, gpos = 0;
                 }
             }
         }
@@ -1082,7 +1187,11 @@ __device__ __forceinline__ void q5_body(const ck_qgemm_args &a, int64_t nt, int6
     /* epilogue: element q of n8 tile j is row 8 j + 2 tig + (q & 1), column col + g + 8 (q >> 1) */
     float gs[2] = {1.0f, 1.0f};
     if (NVF) gs[0] = m[0]->global, gs[1] = m[1]->global;
-    auto fin = [&](float v, int s) { return NVF ? (a.global_div ? v / gs[s] : v * gs[s]) : v; };
+    auto fin = [&](float v, int s) { /* NVFP4: the sums of values x 2^-9 (qdec_nvf4r9) times 2^9, exactly */
+        if (!NVF) return v;
+        v = __fmul_rn(v, 512.0f);
+        return a.global_div ? v / gs[s] : v * gs[s];
+    };
     if (gateup) {
         bf16 *H = reinterpret_cast<bf16 *>(a.H);
 #pragma unroll
@@ -1108,18 +1217,25 @@ __device__ __forceinline__ void q5_body(const ck_qgemm_args &a, int64_t nt, int6
     }
 }
 
-template <int QT>
+/* Kernel v5 over the tiles of a grouped product: q5_body for each block's n8 row tiles (block-uniform).
+ * CPG: q5_body's (8: whole stages, q5_whole; 0: any K and group). */
+template <int QT, int CPG>
 __global__ void __launch_bounds__(Q5_THREADS, 2) qgemm5_kernel(const ck_qgemm_args a) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     int64_t nt, row0, rows;
     int e;
     if (!gemm_block_tile(a, Q5_BM, Q5_BN, nt, row0, rows, e)) return;
-    switch ((rows + 7) / 8) { /* the tile's n8 row tiles (block-uniform) */
-    case 1: q5_body<QT, 1>(a, nt, row0, rows, e, smem_raw); break;
-    case 2: q5_body<QT, 2>(a, nt, row0, rows, e, smem_raw); break;
-    case 3: q5_body<QT, 3>(a, nt, row0, rows, e, smem_raw); break;
-    default: q5_body<QT, 4>(a, nt, row0, rows, e, smem_raw); break;
+    switch ((rows + 7) / 8) {
+    case 1: q5_body<QT, 1, CPG>(a, nt, row0, rows, e, smem_raw); break;
+    case 2: q5_body<QT, 2, CPG>(a, nt, row0, rows, e, smem_raw); break;
+    case 3: q5_body<QT, 3, CPG>(a, nt, row0, rows, e, smem_raw); break;
+    default: q5_body<QT, 4, CPG>(a, nt, row0, rows, e, smem_raw); break;
     }
+}
+
+/* Whether v5 runs the product a in whole stages (q5_body's CPG 8): K % 128 == 0 and, INT4, groups of 128. */
+static bool q5_whole(const ck_qgemm_args *a) {
+    return a->K % Q5_KS == 0 && (a->qtype == CK_QT_NVFP4 || a->group == 128);
 }
 
 /* Whether kernel v5 runs the product a: grouped, split 1, 32-row tiles, reordered INT4 or NVFP4, K % 16 == 0,
@@ -1133,8 +1249,9 @@ static bool v5_fits(const ck_qgemm_args *a) {
 }
 
 template <int QT> cudaError_t launch_v5(const ck_qgemm_args *a, cudaStream_t st) {
-    static unsigned done = 0; /* devices whose limit is raised */
-    return launch_packed(qgemm5_kernel<QT>, Q5_BM, Q5_THREADS, q5_smem<QT>(), &done, a, st, Q5_BN);
+    static unsigned done[2] = {0, 0}; /* devices whose limit is raised, per kernel */
+    if (q5_whole(a)) return launch_packed(qgemm5_kernel<QT, 8>, Q5_BM, Q5_THREADS, q5_smem<QT>(), &done[1], a, st, Q5_BN);
+    return launch_packed(qgemm5_kernel<QT, 0>, Q5_BM, Q5_THREADS, q5_smem<QT>(), &done[0], a, st, Q5_BN);
 }
 
 /* The reorder of cuda_qbits.h: one thread per u32 word of the reordered array. */
