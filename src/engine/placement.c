@@ -12,6 +12,7 @@
 #include "backend/cuda/cuda_qbits.h"
 #include "io/checkpoint.h"
 #include "io/synth.h"
+#include "io/tensor_names.h"
 #include "quant/convert.h"
 #include "quant/format.h"
 #include "util/buf.h"
@@ -245,24 +246,23 @@ static int vec(walk *w, size_t *into, const char *name, int64_t n) {
 
 static int experts(walk *w, int64_t l, size_t *into) {
     const clef_text_config *c = &w->ck->config.text;
-    const int64_t E = c->num_experts, H = c->hidden_size, NI = c->moe_intermediate_size;
+    const clef_layer_dims d = clef_layer_dims_of(c);
+    const int64_t E = d.experts, H = d.hidden, NI = d.moe_inter;
     char nb[320];
-    snprintf(nb, sizeof nb, "thinker.model.layers.%lld.mlp.experts.gate_up_proj", (long long)l);
-    const st_tensor *gu = clef_checkpoint_find(w->ck, nb);
+    const st_tensor *gu = clef_checkpoint_find(w->ck, clef_fused_experts_name(nb, sizeof nb, l, 0));
     if (gu) { /* fused transformers-5 tensors, bound per expert (plain only) */
-        snprintf(nb, sizeof nb, "thinker.model.layers.%lld.mlp.experts.down_proj", (long long)l);
-        const st_tensor *dn = clef_checkpoint_find(w->ck, nb);
+        const st_tensor *dn = clef_checkpoint_find(w->ck, clef_fused_experts_name(nb, sizeof nb, l, 1));
         if (!dn || !plain_dtype(gu->dtype) || !plain_dtype(dn->dtype))
             return pl_fail(w->err, "tensor '%s' (or its down_proj) missing or not BF16/F16/F32", gu->name);
         const clef_qweight g = {.dtype = gu->dtype, .rows = NI, .cols = H}, d = {.dtype = dn->dtype, .rows = H, .cols = NI};
         acc(into, smul((size_t)E, sadd(smul(2, clef_place_weight_bytes(&g)), clef_place_weight_bytes(&d))));
         return 0;
     }
-    static const char *const proj[3] = {"gate_proj", "up_proj", "down_proj"};
     for (int64_t e = 0; e < E; e++)
         for (int p = 0; p < 3; p++) {
-            snprintf(nb, sizeof nb, "thinker.model.layers.%lld.mlp.experts.%lld.%s", (long long)l, (long long)e, proj[p]);
-            if (mat(w, into, nb, p == 2 ? H : NI, p == 2 ? NI : H)) return -1;
+            int64_t r, k;
+            clef_expert_shape(&d, p, &r, &k);
+            if (mat(w, into, clef_expert_name(nb, sizeof nb, l, e, p, 0), r, k)) return -1;
         }
     return 0;
 }
@@ -270,16 +270,17 @@ static int experts(walk *w, int64_t l, size_t *into) {
 /* bind_qkv on a backend that copies weights: plain q, k, v of one dtype
  * become one weight, otherwise three. */
 static int qkv(walk *w, int64_t l, size_t *into) {
-    const clef_text_config *c = &w->ck->config.text;
-    const int64_t H = c->hidden_size, D = c->head_dim,
-                  rows[3] = {c->num_attention_heads * D, c->num_key_value_heads * D, c->num_key_value_heads * D};
-    static const char *const names[3] = {"q_proj", "k_proj", "v_proj"};
+    const clef_layer_dims d = clef_layer_dims_of(&w->ck->config.text);
+    const int64_t H = d.hidden;
+    static const int ids[3] = {CLEF_LT_Q_PROJ, CLEF_LT_K_PROJ, CLEF_LT_V_PROJ};
     clef_qweight q[3];
+    int64_t rows[3], cols;
     int fuse = 1;
     for (int i = 0; i < 3; i++) {
         char nb[320];
-        snprintf(nb, sizeof nb, "thinker.model.layers.%lld.self_attn.%s", (long long)l, names[i]);
-        if (weight_of(w->ck, w->qc, nb, rows[i], H, &q[i], w->err)) return -1;
+        clef_layer_tensor_shape(&d, ids[i], &rows[i], &cols);
+        if (weight_of(w->ck, w->qc, clef_layer_tensor_name(nb, sizeof nb, l, ids[i], 0), rows[i], cols, &q[i], w->err))
+            return -1;
         fuse &= q[i].quant.type == CLEF_QT_NONE && q[i].dtype == q[0].dtype;
     }
     if (fuse) {
@@ -297,29 +298,32 @@ static int qkv(walk *w, int64_t l, size_t *into) {
 
 static int thinker(walk *w, clef_place_sizes *s) {
     const clef_text_config *c = &w->ck->config.text;
-    const int64_t V = c->vocab_size, H = c->hidden_size, D = c->head_dim, nh = c->num_attention_heads;
+    const int64_t V = c->vocab_size, H = c->hidden_size, D = c->head_dim;
     size_t *dense = &s->dense_bytes;
     if (mat(w, dense, "thinker.model.embed_tokens", V, H) || mat(w, dense, "thinker.lm_head", V, H) ||
         vec(w, dense, "thinker.model.norm.weight", H))
         return -1;
     acc(dense, vec_bytes(D / 2)); /* rope inv_freq */
+    const clef_layer_dims d = clef_layer_dims_of(c);
     for (int64_t l = 0; l < c->num_hidden_layers; l++) {
-        char nb[320];
-#define LAYER(sfx) (snprintf(nb, sizeof nb, "thinker.model.layers.%lld." sfx, (long long)l), nb)
-        if (vec(w, dense, LAYER("input_layernorm.weight"), H) ||
-            vec(w, dense, LAYER("post_attention_layernorm.weight"), H) ||
-            vec(w, dense, LAYER("self_attn.q_norm.weight"), D) || vec(w, dense, LAYER("self_attn.k_norm.weight"), D) ||
-            qkv(w, l, dense) || mat(w, dense, LAYER("self_attn.o_proj"), H, nh * D))
-            return -1;
-        if (clef_layer_is_moe(c, l)) {
-            if (mat(w, dense, LAYER("mlp.gate"), c->num_experts, H) || experts(w, l, &s->expert_bytes[l])) return -1;
-        } else {
-            const int64_t NI = c->intermediate_size;
-            if (mat(w, dense, LAYER("mlp.gate_proj"), NI, H) || mat(w, dense, LAYER("mlp.up_proj"), NI, H) ||
-                mat(w, dense, LAYER("mlp.down_proj"), H, NI))
+        const int moe = clef_layer_is_moe(c, l);
+        for (int id = 0; id < CLEF_LT_COUNT; id++) { /* the table's tensors of this layer, as bind_layer binds them */
+            if (!clef_layer_has_tensor(id, moe)) continue;
+            if (id == CLEF_LT_K_PROJ || id == CLEF_LT_V_PROJ) continue; /* with q: qkv() */
+            if (id == CLEF_LT_Q_PROJ) {
+                if (qkv(w, l, dense)) return -1;
+                continue;
+            }
+            char nb[320];
+            int vector = 0;
+            int64_t r, k;
+            clef_layer_tensor_module(id, &vector, NULL);
+            clef_layer_tensor_shape(&d, id, &r, &k);
+            if (vector ? vec(w, dense, clef_layer_tensor_name(nb, sizeof nb, l, id, 1), r)
+                       : mat(w, dense, clef_layer_tensor_name(nb, sizeof nb, l, id, 0), r, k))
                 return -1;
         }
-#undef LAYER
+        if (moe && experts(w, l, &s->expert_bytes[l])) return -1;
     }
     return 0;
 }

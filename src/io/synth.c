@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "io/st_write.h"
+#include "io/tensor_names.h"
 #include "json/json.h"
 #include "util/file.h"
 #include "util/timer.h"
@@ -353,38 +354,50 @@ static int by_name(const void *a, const void *b) {
     return strcmp(((const clef_synth_tensor *)a)->name, ((const clef_synth_tensor *)b)->name);
 }
 
-#define L_PREFIX "thinker.model.layers.%lld."
+/* The preset's widths in tensor_names.h's terms (its layers are all MoE: no dense MLP width). */
+static clef_layer_dims synth_dims(const clef_synth_preset *p) {
+    return (clef_layer_dims){.hidden = p->hidden,
+                             .head_dim = p->head_dim,
+                             .q_dim = p->heads * p->head_dim,
+                             .kv_dim = p->kv_heads * p->head_dim,
+                             .experts = p->experts,
+                             .inter = 0,
+                             .moe_inter = p->moe_inter};
+}
 
 /* Non-expert thinker tensors (SPEC §6.4), sorted by name. */
 static void add_thinker_dense(plan_builder *b, const clef_synth_preset *p) {
-    const int64_t H = p->hidden, D = p->head_dim, qd = p->heads * D, kd = p->kv_heads * D;
+    const int64_t H = p->hidden;
     size_t start = b->plan->n;
     add_tensor(b, 2, p->vocab, H, 0, "thinker.model.embed_tokens.weight");
     add_tensor(b, 2, p->vocab, H, 0, "thinker.lm_head.weight");
     add_tensor(b, 1, H, 0, 0, "thinker.model.norm.weight");
-    for (long long l = 0; l < p->layers; l++) {
-        add_tensor(b, 1, H, 0, 0, L_PREFIX "input_layernorm.weight", l);
-        add_tensor(b, 1, H, 0, 0, L_PREFIX "post_attention_layernorm.weight", l);
-        add_tensor(b, 2, qd, H, 0, L_PREFIX "self_attn.q_proj.weight", l);
-        add_tensor(b, 2, kd, H, 0, L_PREFIX "self_attn.k_proj.weight", l);
-        add_tensor(b, 2, kd, H, 0, L_PREFIX "self_attn.v_proj.weight", l);
-        add_tensor(b, 2, H, qd, 0, L_PREFIX "self_attn.o_proj.weight", l);
-        add_tensor(b, 1, D, 0, 0, L_PREFIX "self_attn.q_norm.weight", l);
-        add_tensor(b, 1, D, 0, 0, L_PREFIX "self_attn.k_norm.weight", l);
-        add_tensor(b, 2, p->experts, H, 0, L_PREFIX "mlp.gate.weight", l);
-    }
+    const clef_layer_dims d = synth_dims(p);
+    for (long long l = 0; l < p->layers; l++) /* every layer MoE: the table's tensors of MoE layers */
+        for (int id = 0; id < CLEF_LT_COUNT; id++) {
+            if (!clef_layer_has_tensor(id, 1)) continue;
+            int vector = 0;
+            int64_t r, k;
+            char nb[256];
+            clef_layer_tensor_module(id, &vector, NULL);
+            clef_layer_tensor_shape(&d, id, &r, &k);
+            add_tensor(b, vector ? 1 : 2, r, k, 0, "%s", clef_layer_tensor_name(nb, sizeof nb, l, id, 1));
+        }
     qsort(b->plan->t + start, b->plan->n - start, sizeof *b->plan->t, by_name);
 }
 
-/* Per-expert tensors in (layer, expert, projection) order. */
+/* Per-expert tensors in (layer, expert, projection name) order: down, gate, up. */
 static void add_thinker_experts(plan_builder *b, const clef_synth_preset *p) {
-    const int64_t H = p->hidden, I = p->moe_inter;
+    const clef_layer_dims d = synth_dims(p);
+    static const int order[3] = {CLEF_PROJ_DOWN, CLEF_PROJ_GATE, CLEF_PROJ_UP};
     for (long long l = 0; l < p->layers; l++)
-        for (long long e = 0; e < p->experts; e++) {
-            add_tensor(b, 2, H, I, 1, L_PREFIX "mlp.experts.%lld.down_proj.weight", l, e);
-            add_tensor(b, 2, I, H, 1, L_PREFIX "mlp.experts.%lld.gate_proj.weight", l, e);
-            add_tensor(b, 2, I, H, 1, L_PREFIX "mlp.experts.%lld.up_proj.weight", l, e);
-        }
+        for (long long e = 0; e < p->experts; e++)
+            for (int i = 0; i < 3; i++) {
+                int64_t r, k;
+                char nb[256];
+                clef_expert_shape(&d, order[i], &r, &k);
+                add_tensor(b, 2, r, k, 1, "%s", clef_expert_name(nb, sizeof nb, l, e, order[i], 1));
+            }
 }
 
 /* LayerNorm weight + bias of [dim]. */

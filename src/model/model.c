@@ -10,6 +10,7 @@
 #include "backend/cpu/cpu.h"
 #include "model/model_internal.h"
 #include "engine/placement.h"
+#include "io/tensor_names.h"
 #include "quant/qweight.h"
 #include "util/buf.h"
 
@@ -121,7 +122,7 @@ static int bind_experts(clef_model *m, int64_t l, thinker_layer *L, clef_err *er
     char nb[NAME_MAX_LEN];
     L->experts = clef_xcalloc((size_t)(3 * E), sizeof *L->experts);
     clef_weight *gate = L->experts, *up = gate + E, *down = up + E;
-    const char *fused = name_of(nb, "thinker.model.layers.%lld.mlp.experts.gate_up_proj", (long long)l);
+    const char *fused = clef_fused_experts_name(nb, sizeof nb, l, 0);
     if (clef_checkpoint_find(m->ck, fused)) {
         if (m->quant.format != CLEF_QF_NONE) /* never a silent BF16 fallback */
             return clef_fail(err, 500, CLEF_E_INTERNAL, NULL,
@@ -130,9 +131,8 @@ static int bind_experts(clef_model *m, int64_t l, thinker_layer *L, clef_err *er
         int64_t s_gu[3] = {E, 2 * NI, H}, s_d[3] = {E, H, NI};
         const st_tensor *gu = clef_checkpoint_require(m->ck, fused, PLAIN_DTYPES, 3, s_gu, err);
         if (!gu) return -1;
-        const st_tensor *dn = clef_checkpoint_require(
-            m->ck, name_of(nb, "thinker.model.layers.%lld.mlp.experts.down_proj", (long long)l), PLAIN_DTYPES, 3, s_d,
-            err);
+        const st_tensor *dn =
+            clef_checkpoint_require(m->ck, clef_fused_experts_name(nb, sizeof nb, l, 1), PLAIN_DTYPES, 3, s_d, err);
         if (!dn) return -1;
         size_t es = clef_dtype_size(gu->dtype), ds = clef_dtype_size(dn->dtype);
         for (int64_t e = 0; e < E; e++) {
@@ -144,16 +144,14 @@ static int bind_experts(clef_model *m, int64_t l, thinker_layer *L, clef_err *er
                 return -1;
         }
     } else {
-        for (int64_t e = 0; e < E; e++) {
-            const char *pre = "thinker.model.layers";
-            if (bind_mat(m, name_of(nb, "%s.%lld.mlp.experts.%lld.gate_proj.weight", pre, (long long)l, (long long)e),
-                         NI, H, &gate[e], err) ||
-                bind_mat(m, name_of(nb, "%s.%lld.mlp.experts.%lld.up_proj.weight", pre, (long long)l, (long long)e),
-                         NI, H, &up[e], err) ||
-                bind_mat(m, name_of(nb, "%s.%lld.mlp.experts.%lld.down_proj.weight", pre, (long long)l, (long long)e),
-                         H, NI, &down[e], err))
-                return -1;
-        }
+        const clef_layer_dims d = clef_layer_dims_of(c);
+        clef_weight *const dst[3] = {gate, up, down};
+        for (int64_t e = 0; e < E; e++)
+            for (int p = 0; p < 3; p++) {
+                int64_t r, k;
+                clef_expert_shape(&d, p, &r, &k);
+                if (bind_mat(m, clef_expert_name(nb, sizeof nb, l, e, p, 1), r, k, &dst[p][e], err)) return -1;
+            }
     }
     L->moe = (clef_moe_weights){.n_experts = E, .hidden = H, .inter = NI, .gate = gate, .up = up, .down = down};
     return 0;
@@ -165,18 +163,18 @@ static int bind_experts(clef_model *m, int64_t l, thinker_layer *L, clef_err *er
  * in one row) and L->fused_qkv is set; otherwise (CPU, or a quantized
  * projection) three weights. */
 static int bind_qkv(clef_model *m, int64_t l, thinker_layer *L, clef_err *err) {
-    const clef_text_config *c = &m->cfg->text;
-    const int64_t H = c->hidden_size, D = c->head_dim, rows[3] = {c->num_attention_heads * D,
-                                                               c->num_key_value_heads * D,
-                                                               c->num_key_value_heads * D};
-    static const char *const names[3] = {"q_proj", "k_proj", "v_proj"};
+    const clef_layer_dims d = clef_layer_dims_of(&m->cfg->text);
+    const int64_t H = d.hidden;
+    static const int ids[3] = {CLEF_LT_Q_PROJ, CLEF_LT_K_PROJ, CLEF_LT_V_PROJ};
     clef_weight *sep[3] = {&L->q_proj, &L->k_proj, &L->v_proj};
     char module[NAME_MAX_LEN];
     clef_qweight q[3];
+    int64_t rows[3], cols;
     int fuse = m->be->ops->copies_weights;
     for (int i = 0; i < 3; i++) {
-        name_of(module, "thinker.model.layers.%lld.self_attn.%s", (long long)l, names[i]);
-        if (clef_qweight_bind(m->ck, &m->quant, module, rows[i], H, &q[i], err) != 0) return -1;
+        clef_layer_tensor_shape(&d, ids[i], &rows[i], &cols);
+        clef_layer_tensor_name(module, sizeof module, l, ids[i], 0);
+        if (clef_qweight_bind(m->ck, &m->quant, module, rows[i], cols, &q[i], err) != 0) return -1;
         fuse &= q[i].quant.type == CLEF_QT_NONE && q[i].dtype == q[0].dtype;
     }
     if (!fuse) {
@@ -197,34 +195,47 @@ static int bind_qkv(clef_model *m, int64_t l, thinker_layer *L, clef_err *err) {
     return rc;
 }
 
+/* Layer l's tensor `id` (tensor_names.h: its name and shape) bound as a vector (*out) or a matrix (w). */
+static const char *layer_name(char *nb, int64_t l, int id, clef_err *err) {
+    const char *n = clef_layer_tensor_name(nb, NAME_MAX_LEN, l, id, 1);
+    if (!n) clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "layer %lld: tensor name too long", (long long)l);
+    return n;
+}
+static int bind_layer_vec(clef_model *m, const clef_layer_dims *d, int64_t l, int id, float **out, clef_err *err) {
+    char nb[NAME_MAX_LEN];
+    int64_t r, k;
+    clef_layer_tensor_shape(d, id, &r, &k);
+    return layer_name(nb, l, id, err) ? bind_vec(m, nb, r, out, err) : -1;
+}
+static int bind_layer_mat(clef_model *m, const clef_layer_dims *d, int64_t l, int id, clef_weight *w, clef_err *err) {
+    char nb[NAME_MAX_LEN];
+    int64_t r, k;
+    clef_layer_tensor_shape(d, id, &r, &k);
+    return layer_name(nb, l, id, err) ? bind_mat(m, nb, r, k, w, err) : -1;
+}
+
 static int bind_layer(clef_model *m, int64_t l, thinker_layer *L, clef_err *err) {
     const clef_text_config *c = &m->cfg->text;
-    const int64_t H = c->hidden_size, D = c->head_dim, nh = c->num_attention_heads;
-    char nb[NAME_MAX_LEN];
-    const long long ll = (long long)l;
-#define LAYER(fmt) name_of(nb, "thinker.model.layers.%lld." fmt, ll)
-    if (bind_vec(m, LAYER("input_layernorm.weight"), H, &L->input_norm, err) ||
-        bind_vec(m, LAYER("post_attention_layernorm.weight"), H, &L->post_norm, err) ||
-        bind_vec(m, LAYER("self_attn.q_norm.weight"), D, &L->q_norm, err) ||
-        bind_vec(m, LAYER("self_attn.k_norm.weight"), D, &L->k_norm, err) ||
-        bind_qkv(m, l, L, err) ||
-        bind_mat(m, LAYER("self_attn.o_proj.weight"), H, nh * D, &L->o_proj, err))
+    const clef_layer_dims d = clef_layer_dims_of(c);
+    if (bind_layer_vec(m, &d, l, CLEF_LT_INPUT_NORM, &L->input_norm, err) ||
+        bind_layer_vec(m, &d, l, CLEF_LT_POST_NORM, &L->post_norm, err) ||
+        bind_layer_vec(m, &d, l, CLEF_LT_Q_NORM, &L->q_norm, err) ||
+        bind_layer_vec(m, &d, l, CLEF_LT_K_NORM, &L->k_norm, err) || bind_qkv(m, l, L, err) ||
+        bind_layer_mat(m, &d, l, CLEF_LT_O_PROJ, &L->o_proj, err))
         return -1;
     L->is_moe = clef_layer_is_moe(c, l);
     if (L->is_moe) {
-        if (bind_mat(m, LAYER("mlp.gate.weight"), c->num_experts, H, &L->router, err)) return -1;
+        if (bind_layer_mat(m, &d, l, CLEF_LT_ROUTER, &L->router, err)) return -1;
         if (!m->plan || !m->plan->streamed[l]) return bind_experts(m, l, L, err);
         /* streamed: the experts' weights go to the backend's slot, their bytes to pinned host memory */
         if (m->be->ops->experts_stream_begin(m->be, m->plan->slot_bytes, err)) return -1;
         if (bind_experts(m, l, L, err)) return -1;
         return m->be->ops->experts_stream_end(m->be, &L->moe, err);
     }
-    const int64_t NI = c->intermediate_size;
-    if (bind_mat(m, LAYER("mlp.gate_proj.weight"), NI, H, &L->mlp_gate, err) ||
-        bind_mat(m, LAYER("mlp.up_proj.weight"), NI, H, &L->mlp_up, err) ||
-        bind_mat(m, LAYER("mlp.down_proj.weight"), H, NI, &L->mlp_down, err))
+    if (bind_layer_mat(m, &d, l, CLEF_LT_MLP_GATE, &L->mlp_gate, err) ||
+        bind_layer_mat(m, &d, l, CLEF_LT_MLP_UP, &L->mlp_up, err) ||
+        bind_layer_mat(m, &d, l, CLEF_LT_MLP_DOWN, &L->mlp_down, err))
         return -1;
-#undef LAYER
     return 0;
 }
 

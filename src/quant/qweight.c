@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "io/checkpoint.h"
+#include "io/tensor_names.h"
 #include "quant/fp.h"
 #include "util/buf.h"
 
@@ -36,9 +37,9 @@ int clef_expert_module(const char *module, int64_t *expert, int *proj) {
     if (*p < '0' || *p > '9') return 0;
     int64_t e = 0;
     while (*p >= '0' && *p <= '9' && e < ((int64_t)1 << 40)) e = e * 10 + (*p++ - '0');
-    static const char *const projs[3] = {".gate_proj", ".up_proj", ".down_proj"};
+    if (*p++ != '.') return 0;
     for (int i = 0; i < 3; i++) {
-        if (!strcmp(p, projs[i])) {
+        if (!strcmp(p, clef_expert_proj(i))) {
             if (expert) *expert = e;
             if (proj) *proj = i;
             return 1;

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "io/checkpoint.h"
+#include "io/tensor_names.h"
 
 static int add_module(const clef_checkpoint *ck, const clef_quant_config *qc, const char *module, int64_t rows,
                       int64_t cols, int expert, clef_quant_summary *s, clef_err *err) {
@@ -24,30 +25,23 @@ static int add_module(const clef_checkpoint *ck, const clef_quant_config *qc, co
 static int add_layer(const clef_checkpoint *ck, const clef_quant_config *qc, int64_t l, clef_quant_summary *s,
                      clef_err *err) {
     const clef_text_config *c = &ck->config.text;
-    const int64_t H = c->hidden_size, qd = c->num_attention_heads * c->head_dim, kd = c->num_key_value_heads * c->head_dim;
+    const clef_layer_dims d = clef_layer_dims_of(c);
+    const int moe = clef_layer_is_moe(c, l);
     char m[256];
-    static const char *const attn[4] = {"q_proj", "k_proj", "v_proj", "o_proj"};
-    const int64_t rows[4] = {qd, kd, kd, H}, cols[4] = {H, H, H, qd};
-    for (int i = 0; i < 4; i++) {
-        snprintf(m, sizeof m, "thinker.model.layers.%lld.self_attn.%s", (long long)l, attn[i]);
-        if (add_module(ck, qc, m, rows[i], cols[i], 0, s, err)) return -1;
+    for (int id = 0; id < CLEF_LT_COUNT; id++) { /* the layer's matrices (tensor_names.h), not its norms */
+        int vector = 0;
+        int64_t r, k;
+        clef_layer_tensor_module(id, &vector, NULL);
+        if (vector || !clef_layer_has_tensor(id, moe)) continue;
+        clef_layer_tensor_shape(&d, id, &r, &k);
+        if (add_module(ck, qc, clef_layer_tensor_name(m, sizeof m, l, id, 0), r, k, 0, s, err)) return -1;
     }
-    static const char *const proj[3] = {"gate_proj", "up_proj", "down_proj"};
-    if (!clef_layer_is_moe(c, l)) {
-        const int64_t I = c->intermediate_size;
-        for (int k = 0; k < 3; k++) {
-            snprintf(m, sizeof m, "thinker.model.layers.%lld.mlp.%s", (long long)l, proj[k]);
-            if (add_module(ck, qc, m, k == 2 ? H : I, k == 2 ? I : H, 0, s, err)) return -1;
-        }
-        return 0;
-    }
-    snprintf(m, sizeof m, "thinker.model.layers.%lld.mlp.gate", (long long)l);
-    if (add_module(ck, qc, m, c->num_experts, H, 0, s, err)) return -1;
-    const int64_t I = c->moe_intermediate_size;
+    if (!moe) return 0;
     for (int64_t e = 0; e < c->num_experts; e++)
-        for (int k = 0; k < 3; k++) {
-            snprintf(m, sizeof m, "thinker.model.layers.%lld.mlp.experts.%lld.%s", (long long)l, (long long)e, proj[k]);
-            if (add_module(ck, qc, m, k == 2 ? H : I, k == 2 ? I : H, 1, s, err)) return -1;
+        for (int p = 0; p < 3; p++) {
+            int64_t r, k;
+            clef_expert_shape(&d, p, &r, &k);
+            if (add_module(ck, qc, clef_expert_name(m, sizeof m, l, e, p, 0), r, k, 1, s, err)) return -1;
         }
     return 0;
 }
