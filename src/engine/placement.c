@@ -300,8 +300,10 @@ static int thinker(walk *w, clef_place_sizes *s) {
     const clef_text_config *c = &w->ck->config.text;
     const int64_t V = c->vocab_size, H = c->hidden_size, D = c->head_dim;
     size_t *dense = &s->dense_bytes;
-    if (mat(w, dense, "thinker.model.embed_tokens", V, H) || mat(w, dense, "thinker.lm_head", V, H) ||
-        vec(w, dense, "thinker.model.norm.weight", H))
+    char tb[320];
+    if (mat(w, dense, clef_thinker_tensor_name(tb, sizeof tb, CLEF_TT_EMBED, 0), V, H) ||
+        mat(w, dense, clef_thinker_tensor_name(tb, sizeof tb, CLEF_TT_LM_HEAD, 0), V, H) ||
+        vec(w, dense, clef_thinker_tensor_name(tb, sizeof tb, CLEF_TT_FINAL_NORM, 1), H))
         return -1;
     acc(dense, vec_bytes(D / 2)); /* rope inv_freq */
     const clef_layer_dims d = clef_layer_dims_of(c);

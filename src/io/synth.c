@@ -362,17 +362,22 @@ static clef_layer_dims synth_dims(const clef_synth_preset *p) {
                              .kv_dim = p->kv_heads * p->head_dim,
                              .experts = p->experts,
                              .inter = 0,
-                             .moe_inter = p->moe_inter};
+                             .moe_inter = p->moe_inter,
+                             .vocab = p->vocab};
 }
 
 /* Non-expert thinker tensors (SPEC §6.4), sorted by name. */
 static void add_thinker_dense(plan_builder *b, const clef_synth_preset *p) {
-    const int64_t H = p->hidden;
     size_t start = b->plan->n;
-    add_tensor(b, 2, p->vocab, H, 0, "thinker.model.embed_tokens.weight");
-    add_tensor(b, 2, p->vocab, H, 0, "thinker.lm_head.weight");
-    add_tensor(b, 1, H, 0, 0, "thinker.model.norm.weight");
     const clef_layer_dims d = synth_dims(p);
+    for (int id = 0; id < CLEF_TT_COUNT; id++) {
+        int vector = 0;
+        int64_t r, k;
+        char nb[256];
+        clef_thinker_tensor_module(id, &vector);
+        clef_thinker_tensor_shape(&d, id, &r, &k);
+        add_tensor(b, vector ? 1 : 2, r, k, 0, "%s", clef_thinker_tensor_name(nb, sizeof nb, id, 1));
+    }
     for (long long l = 0; l < p->layers; l++) /* every layer MoE: the table's tensors of MoE layers */
         for (int id = 0; id < CLEF_LT_COUNT; id++) {
             if (!clef_layer_has_tensor(id, 1)) continue;

@@ -30,7 +30,8 @@ clef_layer_dims clef_layer_dims_of(const clef_text_config *c) {
                              .kv_dim = c->num_key_value_heads * c->head_dim,
                              .experts = c->num_experts,
                              .inter = c->intermediate_size,
-                             .moe_inter = c->moe_intermediate_size};
+                             .moe_inter = c->moe_intermediate_size,
+                             .vocab = c->vocab_size};
 }
 
 const char *clef_layer_tensor_module(int id, int *vector, int *layers) {
@@ -71,6 +72,31 @@ static const char *fits(char *buf, size_t n, int w) { return w >= 0 && (size_t)w
 const char *clef_layer_tensor_name(char *buf, size_t n, int64_t l, int id, int weight) {
     if (id < 0 || id >= CLEF_LT_COUNT) return NULL;
     return fits(buf, n, snprintf(buf, n, LAYERS "%lld.%s%s", (long long)l, TABLE[id].module, weight ? ".weight" : ""));
+}
+
+static const struct {
+    const char *module;
+    int vector;
+} THINKER[CLEF_TT_COUNT] = {
+    [CLEF_TT_EMBED] = {"thinker.model.embed_tokens", 0},
+    [CLEF_TT_LM_HEAD] = {"thinker.lm_head", 0},
+    [CLEF_TT_FINAL_NORM] = {"thinker.model.norm", 1},
+};
+
+const char *clef_thinker_tensor_module(int id, int *vector) {
+    if (id < 0 || id >= CLEF_TT_COUNT) return NULL;
+    if (vector) *vector = THINKER[id].vector;
+    return THINKER[id].module;
+}
+
+void clef_thinker_tensor_shape(const clef_layer_dims *d, int id, int64_t *rows, int64_t *cols) {
+    *rows = id == CLEF_TT_FINAL_NORM ? d->hidden : id == CLEF_TT_EMBED || id == CLEF_TT_LM_HEAD ? d->vocab : 0;
+    *cols = id == CLEF_TT_EMBED || id == CLEF_TT_LM_HEAD ? d->hidden : 0;
+}
+
+const char *clef_thinker_tensor_name(char *buf, size_t n, int id, int weight) {
+    if (id < 0 || id >= CLEF_TT_COUNT) return NULL;
+    return fits(buf, n, snprintf(buf, n, "%s%s", THINKER[id].module, weight ? ".weight" : ""));
 }
 
 const char *clef_expert_proj(int p) {

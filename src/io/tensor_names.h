@@ -1,5 +1,6 @@
-/* tensor_names.h — the names and shapes of the thinker's per-layer tensors
- * (SPEC §6.4, the release layout "thinker.model.layers.<l>.<module>.weight"),
+/* tensor_names.h — the names and shapes of the thinker's tensors (SPEC §6.4,
+ * the release layout: "thinker.model.layers.<l>.<module>.weight" per layer,
+ * the embeddings, final norm and lm_head outside them),
  * in one table shared by what binds them (model/model.c), what sizes them
  * for a placement plan (engine/placement.c), what writes synthetic
  * checkpoints (io/synth.c) and what lists a checkpoint's quantizable
@@ -22,6 +23,7 @@ typedef struct {
     int64_t experts;    /* E: router rows */
     int64_t inter;      /* dense MLP intermediate (non-MoE layers) */
     int64_t moe_inter;  /* one expert's intermediate */
+    int64_t vocab;      /* V: embedding and lm_head rows */
 } clef_layer_dims;
 
 /* The dims of config c. */
@@ -60,6 +62,23 @@ void clef_layer_tensor_shape(const clef_layer_dims *d, int id, int64_t *rows, in
 /* "thinker.model.layers.<l>.<module>" of tensor id into buf (n bytes), with
  * ".weight" when `weight`; buf, or NULL if it did not fit. */
 const char *clef_layer_tensor_name(char *buf, size_t n, int64_t l, int id, int weight);
+
+/* The thinker's tensors outside its layers. */
+enum {
+    CLEF_TT_EMBED,      /* thinker.model.embed_tokens [V, H] */
+    CLEF_TT_LM_HEAD,    /* thinker.lm_head [V, H] */
+    CLEF_TT_FINAL_NORM, /* thinker.model.norm [H] */
+    CLEF_TT_COUNT
+};
+
+/* Tensor `id`'s module ("thinker.lm_head") and whether it is a vector; NULL past the table. */
+const char *clef_thinker_tensor_module(int id, int *vector);
+
+/* Its shape under dims d (cols 0 for a vector). */
+void clef_thinker_tensor_shape(const clef_layer_dims *d, int id, int64_t *rows, int64_t *cols);
+
+/* Its name into buf, with ".weight" when `weight`; buf, or NULL if it did not fit or id is past the table. */
+const char *clef_thinker_tensor_name(char *buf, size_t n, int id, int weight);
 
 /* The three expert projections. */
 enum { CLEF_PROJ_GATE, CLEF_PROJ_UP, CLEF_PROJ_DOWN };

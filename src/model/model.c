@@ -263,9 +263,11 @@ static int bind_thinker(clef_model *m, clef_err *err) {
         return clef_fail(err, 500, CLEF_E_INTERNAL, NULL,
                          "config.json: thinker_config.text_config.num_experts_per_tok %lld is not supported (at most 64)",
                          (long long)c->num_experts_per_tok);
-    if (bind_mat(m, "thinker.model.embed_tokens.weight", V, H, &m->embed, err) ||
-        bind_mat(m, "thinker.lm_head.weight", V, H, &m->lm_head, err) ||
-        bind_vec(m, "thinker.model.norm.weight", H, &m->final_norm, err) || bind_rope(m, err))
+    char nb[NAME_MAX_LEN];
+    if (bind_mat(m, clef_thinker_tensor_name(nb, sizeof nb, CLEF_TT_EMBED, 1), V, H, &m->embed, err) ||
+        bind_mat(m, clef_thinker_tensor_name(nb, sizeof nb, CLEF_TT_LM_HEAD, 1), V, H, &m->lm_head, err) ||
+        bind_vec(m, clef_thinker_tensor_name(nb, sizeof nb, CLEF_TT_FINAL_NORM, 1), H, &m->final_norm, err) ||
+        bind_rope(m, err))
         return -1;
     m->layers = clef_xcalloc((size_t)c->num_hidden_layers, sizeof *m->layers);
     for (int64_t l = 0; l < c->num_hidden_layers; l++)

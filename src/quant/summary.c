@@ -49,10 +49,10 @@ static int add_layer(const clef_checkpoint *ck, const clef_quant_config *qc, int
 /* Non-Linear tensors the model binds: embeddings, lm_head, norms, the head. */
 static int other_tensor(const char *name) {
     if (strncmp(name, "thinker.", 8) != 0) return 1; /* joint_head.safetensors */
-    static const char *const exact[] = {"thinker.model.embed_tokens.weight", "thinker.lm_head.weight",
-                                        "thinker.model.norm.weight"};
-    for (size_t i = 0; i < 3; i++)
-        if (!strcmp(name, exact[i])) return 1;
+    for (int id = 0; id < CLEF_TT_COUNT; id++) { /* embeddings, lm_head, final norm (tensor_names.h) */
+        char nb[128];
+        if (!strcmp(name, clef_thinker_tensor_name(nb, sizeof nb, id, 1))) return 1;
+    }
     if (strncmp(name, "thinker.model.layers.", 21) != 0) return 0;
     return strstr(name, "layernorm.weight") || strstr(name, "_norm.weight");
 }

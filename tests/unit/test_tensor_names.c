@@ -14,7 +14,7 @@ static clef_layer_dims omni_dims(void) {
     clef_text_config c;
     memset(&c, 0, sizeof c);
     c.hidden_size = 2048, c.head_dim = 128, c.num_attention_heads = 32, c.num_key_value_heads = 4;
-    c.num_experts = 128, c.intermediate_size = 6144, c.moe_intermediate_size = 768;
+    c.num_experts = 128, c.intermediate_size = 6144, c.moe_intermediate_size = 768, c.vocab_size = 152064;
     return clef_layer_dims_of(&c);
 }
 
@@ -82,6 +82,28 @@ static void test_names_and_shapes(void **state) {
     clef_expert_shape(&d, CLEF_PROJ_DOWN, &r, &k);
     assert_int_equal(r, 2048);
     assert_int_equal(k, 768);
+    /* outside the layers */
+    static const struct {
+        int id;
+        const char *name;
+        int64_t rows, cols;
+        int vector;
+    } top[] = {{CLEF_TT_EMBED, "thinker.model.embed_tokens.weight", 152064, 2048, 0},
+               {CLEF_TT_LM_HEAD, "thinker.lm_head.weight", 152064, 2048, 0},
+               {CLEF_TT_FINAL_NORM, "thinker.model.norm.weight", 2048, 0, 1}};
+    assert_int_equal(sizeof top / sizeof top[0], CLEF_TT_COUNT);
+    for (size_t i = 0; i < CLEF_TT_COUNT; i++) {
+        int vector = -1;
+        assert_non_null(clef_thinker_tensor_module(top[i].id, &vector));
+        assert_int_equal(vector, top[i].vector);
+        assert_string_equal(clef_thinker_tensor_name(nb, sizeof nb, top[i].id, 1), top[i].name);
+        clef_thinker_tensor_shape(&d, top[i].id, &r, &k);
+        assert_int_equal(r, top[i].rows);
+        assert_int_equal(k, top[i].cols);
+    }
+    assert_string_equal(clef_thinker_tensor_name(nb, sizeof nb, CLEF_TT_LM_HEAD, 0), "thinker.lm_head");
+    assert_null(clef_thinker_tensor_name(nb, sizeof nb, CLEF_TT_COUNT, 0));
+    assert_null(clef_thinker_tensor_module(-1, NULL));
     assert_string_equal(clef_fused_experts_name(nb, sizeof nb, 12, 0), "thinker.model.layers.12.mlp.experts.gate_up_proj");
     assert_string_equal(clef_fused_experts_name(nb, sizeof nb, 12, 1), "thinker.model.layers.12.mlp.experts.down_proj");
 }
@@ -111,6 +133,17 @@ static void test_fixture_layout(void **state) {
     const clef_text_config *c = &ck.config.text;
     const clef_layer_dims d = clef_layer_dims_of(c);
     int checked = 0;
+    for (int id = 0; id < CLEF_TT_COUNT; id++) {
+        char nb[160];
+        int vector = 0;
+        int64_t shape[2];
+        clef_thinker_tensor_module(id, &vector);
+        clef_thinker_tensor_shape(&d, id, &shape[0], &shape[1]);
+        if (!clef_checkpoint_require(&ck, clef_thinker_tensor_name(nb, sizeof nb, id, 1), CLEF_DT_BIT(CLEF_DT_BF16),
+                                     vector ? 1 : 2, shape, &err))
+            fail_msg("%s", err.message);
+        checked++;
+    }
     for (int64_t l = 0; l < c->num_hidden_layers; l++) {
         const int moe = clef_layer_is_moe(c, l);
         for (int id = 0; id < CLEF_LT_COUNT; id++) {
@@ -139,7 +172,7 @@ static void test_fixture_layout(void **state) {
             }
     }
     assert_true(checked > 0);
-    printf("  %d thinker layer tensors of the fixture match the table\n", checked);
+    printf("  %d thinker tensors of the fixture match the table\n", checked);
     clef_checkpoint_close(&ck);
     free(dir);
 }
