@@ -169,9 +169,8 @@ static __device__ __forceinline__ void gemm_a_chunks(const Args &a, const __nv_b
  * the K stage starting at column k0 into the stage's tiles at `as`: the hi
  * tile, and with SPLIT = 2 the lo tile (columns K.. of each row) a_tile
  * elements later, hi then lo per chunk; chunks past the row or past K
- * zero-filled (A: any valid address for the skipped source).  KCHECK =
- * false: the caller knows the stage lies inside K (no comparison). */
-template <int CHUNKS, int SPLIT, bool KCHECK = true>
+ * zero-filled (A: any valid address for the skipped source). */
+template <int CHUNKS, int SPLIT>
 static __device__ __forceinline__ void gemm_a_load(__nv_bfloat16 *as, int a_tile,
                                                    const __nv_bfloat16 *const (&src)[CHUNKS],
                                                    const int (&dst)[CHUNKS], const int (&col)[CHUNKS], int64_t k0,
@@ -179,7 +178,7 @@ static __device__ __forceinline__ void gemm_a_load(__nv_bfloat16 *as, int a_tile
 #pragma unroll
     for (int i = 0; i < CHUNKS; i++) {
         const int64_t kc = k0 + col[i];
-        const bool ok = src[i] && (!KCHECK || kc < K);
+        const bool ok = src[i] && kc < K;
 #pragma unroll
         for (int h = 0; h < SPLIT; h++) cp_async16(as + h * a_tile + dst[i], ok ? src[i] + h * K + kc : A, ok);
     }

@@ -1034,37 +1034,31 @@ __device__ __forceinline__ void q5_body(const ck_qgemm_args &a, int64_t nt, int6
             }
             return;
         }
-        gemm_a_load<2, 1, !WHOLE>(reinterpret_cast<bf16 *>(sb), 0, x_src, x_dst, x_col, (int64_t)kt * Q5_KS, K, A);
+        /* the general body: each copy from the stage index, bounded by K */
+        gemm_a_load<2, 1>(reinterpret_cast<bf16 *>(sb), 0, x_src, x_dst, x_col, (int64_t)kt * Q5_KS, K, A);
         unsigned char *wb = sb + Q5_XBYTES + warp * 4 * CK_INT4R_ATOM_BYTES;
 #pragma unroll
         for (int s = 0; s < 2; s++)
 #pragma unroll
             for (int i = 0; i < 2; i++) { /* atom 2 kt + i of the stripe (none past K) */
-                const bool ok = wok[s] && (WHOLE || 2 * kt + i < K64);
+                const bool ok = wok[s] && 2 * kt + i < K64;
                 cp_async16(wb + (2 * s + i) * CK_INT4R_ATOM_BYTES + lane * 16,
                            ok ? wsrc[s] + (int64_t)(2 * kt + i) * CK_INT4R_ATOM_BYTES : wsrc[s], ok);
             }
         /* (lane-dependent stripe choices are selects, not indices: an index would put the arrays in local memory) */
         if (NVF && lane < 16) { /* lanes 0..15: piece lane % 4 of atom (lane / 4) % 2 of stripe lane / 8's scales */
             const int s = lane >> 3, i = (lane >> 2) & 1;
-            const bool ok = (s ? wok[1] : wok[0]) && (WHOLE || 2 * kt + i < K64);
+            const bool ok = (s ? wok[1] : wok[0]) && 2 * kt + i < K64;
             const unsigned char *src = s ? ssrc[1] : ssrc[0];
             cp_async16(sb + Q5_XBYTES + Q5_WBYTES + ((warp * 2 + s) * 2 + i) * CK_NVF4R_SC_ATOM_BYTES + (lane & 3) * 16,
                        ok ? src + (int64_t)(2 * kt + i) * CK_NVF4R_SC_ATOM_BYTES : src, ok);
         }
         if (FOLD) { /* the scales and zero words of the groups g0 .. g1 this stage overlaps: lane = stripe (lane /
                      * 16), group g0 + (lane / 2) % 8, half (lane % 2: columns 8 h .. 8 h + 7 / zero word h) */
-            int64_t g0;
-            bool gok;
+            const int64_t k0 = (int64_t)kt * Q5_KS, k1 = (k0 + Q5_KS - 1 < K ? k0 + Q5_KS - 1 : K - 1);
+            const int64_t g0 = k0 / G;
             const int st = lane >> 4, gl = (lane >> 1) & 7, hh = lane & 1;
-            if (WHOLE) {
-                g0 = (int64_t)kt * GPS;
-                gok = gl < GPS;
-            } else {
-                const int64_t k0 = (int64_t)kt * Q5_KS, k1 = (k0 + Q5_KS - 1 < K ? k0 + Q5_KS - 1 : K - 1);
-                g0 = k0 / G;
-                gok = g0 + gl <= k1 / G;
-            }
+            const bool gok = g0 + gl <= k1 / G;
             const int64_t c0 = st ? col[1] : col[0];
             const __half *sc = st ? scl[1] : scl[0];
             const bool sok = gok && c0 + 8 * hh < R;
