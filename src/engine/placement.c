@@ -254,8 +254,8 @@ static int experts(walk *w, int64_t l, size_t *into) {
         const st_tensor *dn = clef_checkpoint_find(w->ck, clef_fused_experts_name(nb, sizeof nb, l, 1));
         if (!dn || !plain_dtype(gu->dtype) || !plain_dtype(dn->dtype))
             return pl_fail(w->err, "tensor '%s' (or its down_proj) missing or not BF16/F16/F32", gu->name);
-        const clef_qweight g = {.dtype = gu->dtype, .rows = NI, .cols = H}, d = {.dtype = dn->dtype, .rows = H, .cols = NI};
-        acc(into, smul((size_t)E, sadd(smul(2, clef_place_weight_bytes(&g)), clef_place_weight_bytes(&d))));
+        const clef_qweight g = {.dtype = gu->dtype, .rows = NI, .cols = H}, dq = {.dtype = dn->dtype, .rows = H, .cols = NI};
+        acc(into, smul((size_t)E, sadd(smul(2, clef_place_weight_bytes(&g)), clef_place_weight_bytes(&dq))));
         return 0;
     }
     for (int64_t e = 0; e < E; e++)

@@ -195,12 +195,13 @@ static int bind_qkv(clef_model *m, int64_t l, thinker_layer *L, clef_err *err) {
     return rc;
 }
 
-/* Layer l's tensor `id` (tensor_names.h: its name and shape) bound as a vector (*out) or a matrix (w). */
+/* Layer l's tensor `id` with ".weight" into nb (NAME_MAX_LEN bytes); NULL with err if it did not fit. */
 static const char *layer_name(char *nb, int64_t l, int id, clef_err *err) {
     const char *n = clef_layer_tensor_name(nb, NAME_MAX_LEN, l, id, 1);
     if (!n) clef_fail(err, 500, CLEF_E_INTERNAL, NULL, "layer %lld: tensor name too long", (long long)l);
     return n;
 }
+/* Layer l's tensor `id` (tensor_names.h: its name and shape) bound as a vector (*out) or a matrix (w). */
 static int bind_layer_vec(clef_model *m, const clef_layer_dims *d, int64_t l, int id, float **out, clef_err *err) {
     char nb[NAME_MAX_LEN];
     int64_t r, k;
