@@ -245,6 +245,15 @@ typedef struct clef_backend_ops {
      * (the reference's index_add order).  x, y: [T, hidden]; idx, w: [T, k]. */
     int (*moe)(clef_backend *be, const float *x, int64_t T, const int32_t *idx, const float *w, int64_t k,
                const clef_moe_weights *experts, float *y, clef_err *err);
+    /* Optional (NULL: the model runs moe then add_rmsnorm): the MoE block
+     * with the residual add and the next RMSNorm in its combine, bitwise
+     * moe(x) into a scratch o then add_rmsnorm(h, o, nw, y): h[t, :] += the
+     * combined expert rows, y = rmsnorm(h) * nw (eps), no o written.  y may
+     * be x (each pass's rows are read before they are written); y must not
+     * overlap h.  x, h, y: [T, hidden]; nw: [hidden]. */
+    int (*moe_add_rmsnorm)(clef_backend *be, const float *x, int64_t T, const int32_t *idx, const float *w, int64_t k,
+                           const clef_moe_weights *experts, float *h, const float *nw, float eps, float *y,
+                           clef_err *err);
     /* out[i] = silu(gate[i]) * up[i], silu(z) = z / (1 + exp(-z)).  n floats. */
     int (*swiglu)(clef_backend *be, const float *gate, const float *up, float *out, int64_t n, clef_err *err);
     /* y[r, :] = a[r, :] + b[r * b_stride, :] for r < rows (b_stride 0

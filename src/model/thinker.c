@@ -85,10 +85,12 @@ static int reuse_kv_in(clef_backend *be, const reuse_plan *p, size_t l, const fl
  * `rp` (clef_thinker_forward_reuse; layer l) the n rows are the computed
  * ones and attention reads every record's K/V in the full-pass layout
  * (rp->kk / rp->vv, ad's k / v strides; its queries the last rows of each
- * segment: backend.h causal_prefix). */
+ * segment: backend.h causal_prefix).  `normed`: the previous MLP block
+ * already left h updated and a = input_norm(h) (mlp_block's next_norm), so
+ * the first add_rmsnorm is skipped (pend is then NULL). */
 static int attention_block(clef_model *m, const thinker_layer *L, thinker_ws *t, size_t n, const float *pend,
-                           const clef_attn_desc *ad, const clef_rope_desc *rd, const reuse_plan *rp, size_t l,
-                           clef_err *err) {
+                           int normed, const clef_attn_desc *ad, const clef_rope_desc *rd, const reuse_plan *rp,
+                           size_t l, clef_err *err) {
     clef_backend *be = m->be;
     const clef_text_config *c = &m->cfg->text;
     const int64_t T = (int64_t)n, H = c->hidden_size, D = c->head_dim, nh = c->num_attention_heads,
@@ -97,7 +99,7 @@ static int attention_block(clef_model *m, const thinker_layer *L, thinker_ws *t,
     clef_attn_desc a = *ad;
     float *q = t->q, *k = t->k, *v = t->v;
     int64_t ks = kd; /* row stride of k and v as the products leave them */
-    if (be->ops->add_rmsnorm(be, t->h, pend, L->input_norm, t->a, T, H, eps, err)) return -1;
+    if (!normed && be->ops->add_rmsnorm(be, t->h, pend, L->input_norm, t->a, T, H, eps, err)) return -1;
     if (L->fused_qkv) {
         k = q + qd, v = k + kd;
         a.q_stride = ks = qd + 2 * kd;
@@ -122,17 +124,30 @@ static int attention_block(clef_model *m, const thinker_layer *L, thinker_ws *t,
 }
 
 /* MLP block on a = post_norm(h): o = MoE(a) or the dense SwiGLU MLP.  The
- * residual add h += o is left to the next block's norm (add_rmsnorm). */
-static int mlp_block(clef_model *m, const thinker_layer *L, thinker_ws *t, size_t n, clef_err *err) {
+ * residual add h += o is left to the next block's norm (add_rmsnorm).  With
+ * `next_norm` (the norm that follows: the next layer's input norm or the
+ * final norm) on a MoE layer whose backend has moe_add_rmsnorm, that add and
+ * norm run in the MoE op instead: h += MoE(a), a = next_norm(h), *normed = 1
+ * (bitwise the same h and a; o not written). */
+static int mlp_block(clef_model *m, const thinker_layer *L, thinker_ws *t, size_t n, const float *next_norm,
+                     int *normed, clef_err *err) {
     clef_backend *be = m->be;
     const clef_text_config *c = &m->cfg->text;
     const int64_t T = (int64_t)n, E = c->num_experts, k = c->num_experts_per_tok;
-    if (L->is_moe)
-        return be->ops->matmul(be, t->a, T, &L->router, NULL, t->router, err) ||
-                       be->ops->router_topk(be, t->router, T, E, k, c->norm_topk_prob, t->ridx, t->rw, err) ||
-                       be->ops->moe(be, t->a, T, t->ridx, t->rw, k, &L->moe, t->o, err)
-                   ? -1
-                   : 0;
+    *normed = 0;
+    if (L->is_moe) {
+        if (be->ops->matmul(be, t->a, T, &L->router, NULL, t->router, err) ||
+            be->ops->router_topk(be, t->router, T, E, k, c->norm_topk_prob, t->ridx, t->rw, err))
+            return -1;
+        if (next_norm && be->ops->moe_add_rmsnorm) {
+            if (be->ops->moe_add_rmsnorm(be, t->a, T, t->ridx, t->rw, k, &L->moe, t->h, next_norm,
+                                         (float)c->rms_norm_eps, t->a, err))
+                return -1;
+            *normed = 1;
+            return 0;
+        }
+        return be->ops->moe(be, t->a, T, t->ridx, t->rw, k, &L->moe, t->o, err) ? -1 : 0;
+    }
     const int64_t NI = c->intermediate_size;
     if (be->ops->matmul(be, t->a, T, &L->mlp_gate, NULL, t->g, err) ||
         be->ops->matmul(be, t->a, T, &L->mlp_up, NULL, t->u, err) ||
@@ -218,14 +233,19 @@ static int layers_body(void *ctx, clef_err *err) {
     const clef_text_config *c = &m->cfg->text;
     thinker_ws *t = j->t;
     int rc = be->ops->gather(be, &m->embed, t->ids, (int64_t)j->n, t->h, err);
-    for (int64_t l = 0; rc == 0 && l < c->num_hidden_layers; l++) {
-        rc = attention_block(m, &m->layers[l], t, j->n, l ? t->o : NULL, j->ad, j->rd, NULL, 0, err);
-        if (rc == 0) rc = mlp_block(m, &m->layers[l], t, j->n, err);
+    int normed = 0; /* the last MLP block left h updated and a normed (mlp_block's next_norm) */
+    const int64_t nl = c->num_hidden_layers;
+    for (int64_t l = 0; rc == 0 && l < nl; l++) {
+        rc = attention_block(m, &m->layers[l], t, j->n, l && !normed ? t->o : NULL, normed, j->ad, j->rd, NULL, 0,
+                             err);
+        if (rc == 0)
+            rc = mlp_block(m, &m->layers[l], t, j->n, l + 1 < nl ? m->layers[l + 1].input_norm : m->final_norm,
+                           &normed, err);
     }
     /* the last MLP output joins h in the final norm */
-    if (rc == 0)
-        rc = be->ops->add_rmsnorm(be, t->h, c->num_hidden_layers ? t->o : NULL, m->final_norm, t->a, (int64_t)j->n,
-                                  c->hidden_size, (float)c->rms_norm_eps, err);
+    if (rc == 0 && !normed)
+        rc = be->ops->add_rmsnorm(be, t->h, nl ? t->o : NULL, m->final_norm, t->a, (int64_t)j->n, c->hidden_size,
+                                  (float)c->rms_norm_eps, err);
     return rc;
 }
 
@@ -282,8 +302,9 @@ static int run_layers(clef_model *m, thinker_ws *t, size_t n, const size_t *seg,
     if (rc == 0 && layer_hidden) rc = be->ops->download(be, layer_hidden, t->h, bytes, err);
     for (int64_t l = 0; rc == 0 && l < nl; l++) {
         /* h is complete after every layer here (deepstack rows, layer_hidden): the MLP output is added at once */
-        rc = attention_block(m, &m->layers[l], t, n, NULL, &ad, &rd, NULL, 0, err);
-        if (rc == 0) rc = mlp_block(m, &m->layers[l], t, n, err);
+        int normed;
+        rc = attention_block(m, &m->layers[l], t, n, NULL, 0, &ad, &rd, NULL, 0, err);
+        if (rc == 0) rc = mlp_block(m, &m->layers[l], t, n, NULL, &normed, err);
         if (rc == 0) rc = be->ops->add(be, t->h, t->o, t->h, (int64_t)n, (int64_t)H, (int64_t)H, err);
         /* deepstack: visual features added after the first decoder layers */
         if (rc == 0 && media && (size_t)l < media->n_deepstack)
@@ -495,8 +516,9 @@ static int reuse_body(void *ctx, clef_err *err) {
     if (rc == 0 && md && md->n_rows) rc = media_rows(m, t->h, md->rows, md->n_rows, md->embeds, 0, err);
     for (size_t l = 0; rc == 0 && l < L; l++) {
         /* h complete after every layer (as the media path): the MLP output is added at once */
-        rc = attention_block(m, &m->layers[l], t, n, NULL, j->ad, j->rd, p, l, err);
-        if (rc == 0) rc = mlp_block(m, &m->layers[l], t, n, err);
+        int normed;
+        rc = attention_block(m, &m->layers[l], t, n, NULL, 0, j->ad, j->rd, p, l, err);
+        if (rc == 0) rc = mlp_block(m, &m->layers[l], t, n, NULL, &normed, err);
         if (rc == 0) rc = be->ops->add(be, t->h, t->o, t->h, (int64_t)n, (int64_t)H, (int64_t)H, err);
         if (rc == 0 && md && l < md->n_deepstack && md->n_ds_rows)
             rc = media_rows(m, t->h, md->ds_rows, md->n_ds_rows, md->deepstack + l * md->n_ds_rows * H, 1, err);

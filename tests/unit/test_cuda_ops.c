@@ -786,12 +786,12 @@ static void test_attention_bench(void **state) {
 
 /* ---- router and experts -------------------------------------------------- */
 
-static void test_router(void **state) {
-    TU_NEED_GPU(state);
-    fx *f = *state;
+/* Top-k of T x E router logits (ck_router_topk: registers only for E % 32 == 0 up to 256, the shared-row
+ * kernel otherwise): the CPU's expert choices exactly (an exact tie: lower expert first), weights within
+ * f32 tolerance. */
+static void router_case(fx *f, int64_t T, int64_t E, int64_t k) {
     clef_backend *g = f->gpu[G_LT], *c = f->cpu;
     clef_err err;
-    const int64_t T = 300, E = 128, k = 8;
     float *l = rand_vec((size_t)(T * E), 3.0f);
     l[5 * E + 2] = l[5 * E + 6] = 20.0f; /* an exact tie: lower expert first */
     int32_t *ri = malloc((size_t)(T * k) * 4);
@@ -804,14 +804,23 @@ static void test_router(void **state) {
     int32_t *gi = (int32_t *)tu_dget(g, (const float *)di, (size_t)(T * k));
     size_t diff = 0;
     for (int64_t i = 0; i < T * k; i++) diff += gi[i] != ri[i];
-    printf("  %-34s %-9s %zu of %lld expert choices differ\n", "router top-8 of 128", "cuda", diff,
-           (long long)(T * k));
+    char what[64];
+    snprintf(what, sizeof what, "router top-%lld of %lld", (long long)k, (long long)E);
+    printf("  %-34s %-9s %zu of %lld expert choices differ\n", what, "cuda", diff, (long long)(T * k));
     assert_int_equal(diff, 0);
     assert_int_equal(gi[5 * k], 2);
     assert_int_equal(gi[5 * k + 1], 6);
     check("router weights", "cuda", w, rw, (size_t)(T * k), TOL_F32);
     free(l), free(ri), free(rw), free(w), free(gi);
     g->ops->free(g, dl), g->ops->free(g, dw), g->ops->free(g, di);
+}
+
+static void test_router(void **state) {
+    TU_NEED_GPU(state);
+    fx *f = *state;
+    router_case(f, 300, 128, 8); /* the thinker's */
+    router_case(f, 77, 96, 5);
+    router_case(f, 50, 100, 8); /* the shared-row kernel */
 }
 
 /* Experts: T tokens routed by the CPU router over random logits. */
@@ -1017,6 +1026,82 @@ static int tma_backend_pair(int precise, clef_backend *gb[2]) { return kernel_ba
  * full and one 8-column gate/up tile, a K tail in the down product; down's 136 rows = 128 + 8), with
  * 32-row tiles (precise, few rows per expert), 64-row tiles (fast; precise with more rows), a token
  * alone and the CPU within the mode's tolerance. */
+/* moe_add_rmsnorm (the MoE block with the residual add and the next norm in its combine) against the moe
+ * op then add_rmsnorm on the same backend, bitwise: h and y, and a product of y afterwards (which reads the
+ * bf16 rows the fused op keeps, where the unfused path's add_rmsnorm keeps its own).  The input rows come
+ * from an add_rmsnorm, as in the thinker (so they are cached as converted); y is the input, as there.
+ * Hidden 2048 takes the one-kernel combine + norm, 256 the two-kernel fallback; 8,300 tokens two passes. */
+static void moe_add_rmsnorm_case(fx *f, int gi, int64_t H, int64_t T) {
+    clef_err err;
+    const int64_t E = 16, NI = 128, k = 4, N = 64;
+    clef_backend *g = f->gpu[gi];
+    uint16_t *wh[3][16];
+    clef_weight wc[3][16], wg[3][16];
+    const clef_moe_weights mc = cpu_experts(f, E, H, NI, wh, wc);
+    const clef_moe_weights mg = upload_experts(g, wc, wh, E, H, NI, wg);
+    uint16_t *ph = rand_bf16((size_t)(N * H), 1.0f / sqrtf((float)H));
+    clef_weight wp;
+    tu_ok(g->ops->weight_init(g, &wp, CLEF_DT_BF16, N, H, ph, &err), &err);
+    float *h0 = rand_vec((size_t)(T * H), 1.0f), *p = rand_vec((size_t)(T * H), 1.0f);
+    float *pw = rand_vec((size_t)H, 1.0f), *nw = rand_vec((size_t)H, 1.0f), *logits = rand_vec((size_t)(T * E), 2.0f);
+    int32_t *idx = malloc((size_t)(T * k) * 4);
+    float *rw = malloc((size_t)(T * k) * 4);
+    tu_ok(f->cpu->ops->router_topk(f->cpu, logits, T, E, k, 1, idx, rw, &err), &err);
+    float *dp = tu_dput(g, p, (size_t)(T * H) * 4), *dpw = tu_dput(g, pw, (size_t)H * 4),
+          *dnw = tu_dput(g, nw, (size_t)H * 4), *dw = tu_dput(g, rw, (size_t)(T * k) * 4);
+    int32_t *di = tu_dput(g, idx, (size_t)(T * k) * 4);
+    float *got[2][3]; /* [fused][h, y, product of y] */
+    for (int fu = 0; fu < 2; fu++) {
+        float *dh = tu_dput(g, h0, (size_t)(T * H) * 4), *da = tu_dnan(g, (size_t)(T * H)),
+              *dpr = tu_dnan(g, (size_t)(T * N));
+        tu_ok(g->ops->add_rmsnorm(g, dh, dp, dpw, da, T, H, 1e-6f, &err), &err);
+        if (fu) {
+            tu_ok(g->ops->moe_add_rmsnorm(g, da, T, di, dw, k, &mg, dh, dnw, 1e-6f, da, &err), &err);
+        } else {
+            float *dox = tu_dnan(g, (size_t)(T * H));
+            tu_ok(g->ops->moe(g, da, T, di, dw, k, &mg, dox, &err), &err);
+            tu_ok(g->ops->add_rmsnorm(g, dh, dox, dnw, da, T, H, 1e-6f, &err), &err);
+            g->ops->free(g, dox);
+        }
+        tu_ok(g->ops->matmul(g, da, T, &wp, NULL, dpr, &err), &err);
+        got[fu][0] = tu_dget(g, dh, (size_t)(T * H));
+        got[fu][1] = tu_dget(g, da, (size_t)(T * H));
+        got[fu][2] = tu_dget(g, dpr, (size_t)(T * N));
+        g->ops->free(g, dh), g->ops->free(g, da), g->ops->free(g, dpr);
+    }
+    static const char *const PART[3] = {"h", "y", "the product of y"};
+    const size_t n[3] = {(size_t)(T * H), (size_t)(T * H), (size_t)(T * N)};
+    for (int i = 0; i < 3; i++)
+        if (memcmp(got[0][i], got[1][i], n[i] * 4) != 0)
+            fail_msg("moe_add_rmsnorm on %s (hidden %lld, %lld tokens): %s differs from moe + add_rmsnorm",
+                     f->name[gi], (long long)H, (long long)T, PART[i]);
+    for (size_t i = 0; i < n[1]; i++)
+        if (!isfinite(got[1][1][i])) fail_msg("moe_add_rmsnorm: y[%zu] = %g", i, (double)got[1][1][i]);
+    printf("  moe_add_rmsnorm H %-5lld T %-5lld %-9s h, y, the next product: = moe + add_rmsnorm bitwise\n",
+           (long long)H, (long long)T, f->name[gi]);
+    for (int fu = 0; fu < 2; fu++)
+        for (int i = 0; i < 3; i++) free(got[fu][i]);
+    g->ops->free(g, dp), g->ops->free(g, dpw), g->ops->free(g, dnw), g->ops->free(g, dw), g->ops->free(g, di);
+    g->ops->weight_release(g, &wp);
+    release_experts(g, wg, E);
+    for (int j = 0; j < 3; j++)
+        for (int64_t e = 0; e < E; e++) f->cpu->ops->weight_release(f->cpu, &wc[j][e]), free(wh[j][e]);
+    (void)mc;
+    free(ph), free(h0), free(p), free(pw), free(nw), free(logits), free(idx), free(rw);
+}
+
+static void test_moe_add_rmsnorm(void **state) {
+    TU_NEED_GPU(state);
+    fx *f = *state;
+    const int bes[2] = {G_LT, G_PRECISE};
+    for (int b = 0; b < 2; b++) {
+        moe_add_rmsnorm_case(f, bes[b], 2048, 300);
+        moe_add_rmsnorm_case(f, bes[b], 256, 300);
+    }
+    moe_add_rmsnorm_case(f, G_LT, 2048, 8300);
+    moe_add_rmsnorm_case(f, G_PRECISE, 256, 8300);
+}
+
 static void test_moe_tma(void **state) {
     TU_NEED_GPU(state);
     fx *f = *state;
@@ -1186,7 +1271,7 @@ int main(void) {
         cmocka_unit_test(test_gather_norms_elementwise), cmocka_unit_test(test_head_rows),
         cmocka_unit_test(test_rope), cmocka_unit_test(test_fused_row_ops),        cmocka_unit_test(test_attention),
         cmocka_unit_test(test_attention_then_product),
-        cmocka_unit_test(test_router),      cmocka_unit_test(test_moe),   cmocka_unit_test(test_moe_tma), cmocka_unit_test(test_moe_tma_wide),
+        cmocka_unit_test(test_router),      cmocka_unit_test(test_moe),   cmocka_unit_test(test_moe_tma), cmocka_unit_test(test_moe_add_rmsnorm), cmocka_unit_test(test_moe_tma_wide),
         cmocka_unit_test(test_moe_wgmma_ws),
         cmocka_unit_test(test_attention_bench),
     };

@@ -1423,9 +1423,30 @@ static int moe_plan_make(cuda_ctx *c, const int32_t *idx, int64_t T, int64_t k, 
 
 /* The ordered combine of a pass's expert outputs yp into y [T, H]: y never
  * overlaps the expert input, so rows converted for the next pass (a later
- * chunk of the same input) stay valid. */
+ * chunk of the same input) stay valid.  Under moe_add_rmsnorm (c->tail.on)
+ * y is the pass's rows of the norm's output instead: h's rows += the
+ * combined rows, y = their norm (one kernel where the wide norm's shape
+ * allows, else the combine into y then add_rmsnorm over y in place: each
+ * of its threads reads its elements of o before it writes them to y). */
 static int moe_combine(cuda_ctx *c, const float *yp, const int32_t *idx, const float *w, const int32_t *slot_pos,
                        int64_t T, int64_t k, int64_t H, float *y, clef_err *err) {
+    if (c->tail.on) {
+        op_begin(c, "moe: combine + add + rmsnorm", 1);
+        const int64_t r0 = (int64_t)(y - c->tail.y) / H;
+        float *h = c->tail.h + r0 * H;
+        uint16_t *a16 = c->tail.a16 ? c->tail.a16 + (size_t)r0 * (size_t)H * (size_t)c->tail.split : NULL;
+        int rc;
+        if (ck_moe_combine_norm_fits(yp, h, c->tail.nw, y, H))
+            rc = cu_check(ck_moe_combine_norm(yp, idx, w, slot_pos, T, (int)k, H, h, c->tail.nw, y, a16, c->tail.split,
+                                              c->tail.eps, c->st),
+                          "moe combine + add + rmsnorm", err);
+        else
+            rc = cu_check(ck_moe_combine(yp, idx, w, slot_pos, T, (int)k, H, y, c->st), "moe combine", err) ||
+                 cu_check(ck_add_rmsnorm(h, y, c->tail.nw, y, T, H, c->tail.eps, a16, c->tail.split, c->st),
+                          "moe add + rmsnorm", err);
+        if (!c->tail.a16) cvt_clobber(c, y, (size_t)(T * H) * sizeof(float));
+        return op_end(c, rc ? -1 : 0);
+    }
     op_begin(c, "moe: combine", 1);
     const int rc = cu_check(ck_moe_combine(yp, idx, w, slot_pos, T, (int)k, H, y, c->st), "moe combine", err);
     cvt_clobber(c, y, (size_t)(T * H) * sizeof(float));
@@ -1748,6 +1769,30 @@ static int moe_resident(cuda_ctx *c, const float *x, int64_t T, const int32_t *i
         const int64_t n = T - t0 < MOE_CHUNK_TOKENS ? T - t0 : MOE_CHUNK_TOKENS;
         if (moe_pass(c, x + t0 * H, n, idx + t0 * k, w + t0 * k, k, ex, tab, y + t0 * H, err) != 0) return -1;
     }
+    return 0;
+}
+
+/* backend.h moe_add_rmsnorm: cu_moe with every pass's combine fused with the residual add and the norm
+ * (moe_combine under c->tail).  y's rows are also left as the next product's bf16 rows (SLOT_A16, as
+ * cu_add_rmsnorm leaves them) when every pass finds its input rows already converted there in the same
+ * split (x's rows, all T, by the norm before the router): then no pass converts into SLOT_A16 after an
+ * earlier pass's combine wrote its rows there. */
+static int cu_moe_add_rmsnorm(clef_backend *be, const float *x, int64_t T, const int32_t *idx, const float *w,
+                              int64_t k, const clef_moe_weights *ex, float *h, const float *nw, float eps, float *y,
+                              clef_err *err) {
+    cuda_ctx *c = cu_of(be);
+    if (T <= 0) return 0;
+    const int64_t H = ex->hidden;
+    const int split = split_of(c, PRECISE_DENSE);
+    const int keep = H % 8 == 0 && split == split_of(c, PRECISE_EXPERTS) && c->cvt_valid && c->cvt_x == x &&
+                     c->cvt_rows >= T && c->cvt_K == H && c->cvt_ld == H && c->cvt_split == split;
+    c->tail.on = 1, c->tail.h = h, c->tail.y = y, c->tail.nw = nw, c->tail.eps = eps, c->tail.split = split;
+    c->tail.a16 = keep ? (uint16_t *)c->slot[SLOT_A16] : NULL;
+    const int rc = cu_moe(be, x, T, idx, w, k, ex, y, err);
+    c->tail.on = 0;
+    if (rc) return rc;
+    if (keep) cvt_remember(c, y, T, H, H, split);
+    else cvt_clobber(c, y, (size_t)(T * H) * sizeof(float));
     return 0;
 }
 
@@ -2082,6 +2127,7 @@ static const clef_backend_ops cuda_ops = {
     .attention = cu_attention,
     .router_topk = cu_router_topk,
     .moe = cu_moe,
+    .moe_add_rmsnorm = cu_moe_add_rmsnorm,
     .swiglu = cu_swiglu,
     .add = cu_add,
     .layernorm = cu_layernorm,

@@ -193,6 +193,16 @@ typedef struct cuda_ctx {
     const float *cvt_x;
     int64_t cvt_rows, cvt_K, cvt_ld;
     int cvt_split, cvt_valid;
+    /* moe_add_rmsnorm in progress (cu_moe_add_rmsnorm): every pass's combine adds its rows to h and norms
+     * them into y (ck_moe_combine_norm; a16: also as bf16 rows of split halves, NULL: not kept) */
+    struct {
+        int on;
+        float *h, *y;
+        const float *nw;
+        float eps;
+        uint16_t *a16;
+        int split;
+    } tail;
     size_t peak_used; /* device memory in use at the fullest point seen (driver's view) */
     size_t total_mem;
     /* CUDA graphs (graph_run): the kept forwards, the one being captured, counters */

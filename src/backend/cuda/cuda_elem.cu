@@ -135,6 +135,57 @@ __global__ void __launch_bounds__(WIDE_THREADS) add_rmsnorm_wide_kernel(float *h
     }
 }
 
+/* The MoE combine fused with the residual add and the next RMSNorm (ck_moe_combine_norm), one block of
+ * 256 threads per token, wide rows only (rmsnorm_wide's shape: dim % 4 == 0, 512 <= dim <= 8192, all
+ * pointers 16-byte aligned): token t's k expert rows of yp combined as moe_combine_kernel (moe_combine4:
+ * the same products and sums per element), added to h and normed exactly as add_rmsnorm_wide_kernel (the
+ * same register layout, f64 sum and block tree), so the result is bitwise the combine into o followed
+ * by the add_rmsnorm op; no o is written.  y may be the expert input (its rows were consumed by the
+ * products before this kernel runs); a16 as add_rmsnorm_wide_kernel's. */
+__global__ void __launch_bounds__(WIDE_THREADS) moe_combine_norm_kernel(
+    const float *__restrict__ yp, const int32_t *__restrict__ idx, const float *__restrict__ w,
+    const int32_t *__restrict__ slot_pos, int k, float *h, const float *__restrict__ nw, float *y, __nv_bfloat16 *a16,
+    int split, int64_t dim, float eps) {
+    __shared__ double sm[32];
+    __shared__ int64_t row[64];
+    __shared__ float ws[64];
+    __shared__ int ex[64];
+    const int64_t r = blockIdx.x, n4 = dim / 4;
+    moe_rank_rows(idx, w, slot_pos, r, k, dim, row, ws, ex);
+    float4 *hr = reinterpret_cast<float4 *>(h + r * dim);
+    float4 v[WIDE_MAX4];
+    double ss = 0.0;
+#pragma unroll
+    for (int u = 0; u < WIDE_MAX4; u++) {
+        const int64_t i = threadIdx.x + (int64_t)u * WIDE_THREADS;
+        if (i < n4) {
+            const float4 b = moe_combine4(yp, row, ws, k, 4 * i);
+            v[u] = hr[i];
+            v[u] = make_float4(__fadd_rn(v[u].x, b.x), __fadd_rn(v[u].y, b.y), __fadd_rn(v[u].z, b.z),
+                               __fadd_rn(v[u].w, b.w));
+            hr[i] = v[u];
+            ss += (double)v[u].x * v[u].x + (double)v[u].y * v[u].y + (double)v[u].z * v[u].z +
+                  (double)v[u].w * v[u].w;
+        }
+    }
+    ss = block_sum_d(ss, sm);
+    const float var = (float)(ss / (double)dim), inv = 1.0f / sqrtf(var + eps);
+    const float4 *w4 = reinterpret_cast<const float4 *>(nw);
+    float4 *yr = reinterpret_cast<float4 *>(y + r * dim);
+    __nv_bfloat16 *d = a16 ? a16 + r * dim * split : nullptr;
+#pragma unroll
+    for (int u = 0; u < WIDE_MAX4; u++) {
+        const int64_t i = threadIdx.x + (int64_t)u * WIDE_THREADS;
+        if (i < n4) {
+            const float4 g = w4[i];
+            const float4 z = make_float4(__fmul_rn(g.x, __fmul_rn(v[u].x, inv)), __fmul_rn(g.y, __fmul_rn(v[u].y, inv)),
+                                         __fmul_rn(g.z, __fmul_rn(v[u].z, inv)), __fmul_rn(g.w, __fmul_rn(v[u].w, inv)));
+            yr[i] = z;
+            if (d) put_bf16x4(d, dim, split, 4 * i, z);
+        }
+    }
+}
+
 /* q/k per-head RMSNorm then M-RoPE, one token per block: its angles once
  * in shared memory (as rope_kernel), then each of the QKR_WARPS warps takes
  * heads in turn (queries first), reduces the head as add_rmsnorm_kernel does,
@@ -421,6 +472,23 @@ cudaError_t ck_add_rmsnorm(float *h, const float *o, const float *w, float *y, i
         return cudaGetLastError();
     }
     add_rmsnorm_kernel<<<row_blocks(rows), ROW_WARPS * 32, 0, st>>>(h, o, w, y, d, split, rows, dim, eps);
+    return cudaGetLastError();
+}
+
+int ck_moe_combine_norm_fits(const float *yp, const float *h, const float *nw, const float *y, int64_t H) {
+    return rmsnorm_wide(h, nw, y, 1, H) && aligned16(yp);
+}
+
+cudaError_t ck_moe_combine_norm(const float *yp, const int32_t *idx, const float *w, const int32_t *slot_pos,
+                                int64_t T, int k, int64_t H, float *h, const float *nw, float *y, uint16_t *a16,
+                                int split, float eps, cudaStream_t st) {
+    if (T <= 0) return cudaSuccess;
+    if (T > 0x7fffffffLL || k > 64 || k <= 0 || (split != 1 && split != 2) ||
+        !ck_moe_combine_norm_fits(yp, h, nw, y, H) || ((uintptr_t)a16 & 7))
+        return cudaErrorInvalidValue;
+    moe_combine_norm_kernel<<<(unsigned)T, WIDE_THREADS, 0, st>>>(yp, idx, w, slot_pos, k, h, nw, y,
+                                                                  reinterpret_cast<__nv_bfloat16 *>(a16), split, H,
+                                                                  eps);
     return cudaGetLastError();
 }
 

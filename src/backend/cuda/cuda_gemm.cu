@@ -480,34 +480,11 @@ __global__ void moe_combine_kernel(const float *__restrict__ yp, const int32_t *
     __shared__ float ws[64];
     __shared__ int ex[64];
     const int64_t t = blockIdx.x;
-    const int s = threadIdx.x;
-    if (s < k) ex[s] = idx[t * k + s];
-    __syncthreads();
-    if (s < k) { /* slots by ascending expert, ties in slot order: the reference's index_add order */
-        int rank = 0;
-        for (int j = 0; j < k; j++) rank += ex[j] < ex[s] || (ex[j] == ex[s] && j < s);
-        row[rank] = (int64_t)slot_pos[t * k + s] * H;
-        ws[rank] = w[t * k + s];
-    }
-    __syncthreads();
+    moe_rank_rows(idx, w, slot_pos, t, k, H, row, ws, ex);
     /* product then sum, as the CPU backend; float4 when rows allow it */
     if (vec) {
-        for (int64_t h = 4 * (int64_t)threadIdx.x; h < H; h += 4 * (int64_t)blockDim.x) {
-            float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-            for (int i = 0; i < k; i++) {
-                const float4 v = *reinterpret_cast<const float4 *>(yp + row[i] + h);
-                const float c = ws[i];
-                if (i == 0) {
-                    acc = make_float4(__fmul_rn(v.x, c), __fmul_rn(v.y, c), __fmul_rn(v.z, c), __fmul_rn(v.w, c));
-                } else {
-                    acc.x = __fadd_rn(acc.x, __fmul_rn(v.x, c));
-                    acc.y = __fadd_rn(acc.y, __fmul_rn(v.y, c));
-                    acc.z = __fadd_rn(acc.z, __fmul_rn(v.z, c));
-                    acc.w = __fadd_rn(acc.w, __fmul_rn(v.w, c));
-                }
-            }
-            *reinterpret_cast<float4 *>(y + t * H + h) = acc;
-        }
+        for (int64_t h = 4 * (int64_t)threadIdx.x; h < H; h += 4 * (int64_t)blockDim.x)
+            *reinterpret_cast<float4 *>(y + t * H + h) = moe_combine4(yp, row, ws, k, h);
         return;
     }
     for (int64_t h = threadIdx.x; h < H; h += blockDim.x) {
@@ -576,6 +553,74 @@ __global__ void router_kernel(const float *__restrict__ logits, int64_t T, int E
             idx[t * k + j] = isel[j];
             wout[t * k + j] = norm ? wsel[j] / ws : wsel[j];
         }
+    }
+}
+
+/* router_kernel for E = 32 PER (PER <= 8) and k <= 32 with every value in registers: lane l holds the
+ * probabilities of experts l, l + 32, ..  (v[i]: expert l + 32 i) and lane j the j-th choice, so there is
+ * no shared row, no local array and no loop of run-time length.  Bitwise router_kernel: the same max, the
+ * same exp, the same f64 sum per lane in ascending expert order then the same shuffle tree, the same
+ * division, the same choice per round (in each lane the first valid then strictly larger value in
+ * ascending expert order, then across lanes larger p or, tied, the lower expert), the same f32 sum of the
+ * chosen weights in choice order and the same normalising division. */
+template <int PER>
+__global__ void __launch_bounds__(ROUTER_WARPS * 32) router_reg_kernel(const float *__restrict__ logits, int64_t T,
+                                                                       int k, int norm, int32_t *idx, float *wout) {
+    constexpr int E = 32 * PER;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t t = (int64_t)blockIdx.x * ROUTER_WARPS + warp;
+    if (t >= T) return;
+    const float *l = logits + t * E;
+    float v[PER];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < PER; i++) {
+        v[i] = l[lane + 32 * i];
+        mx = fmaxf(mx, v[i]);
+    }
+    for (int o = 16; o; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    double s = 0.0;
+#pragma unroll
+    for (int i = 0; i < PER; i++) {
+        v[i] = expf(v[i] - mx);
+        s += v[i];
+    }
+    for (int o = 16; o; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    const float fsum = (float)s;
+#pragma unroll
+    for (int i = 0; i < PER; i++) v[i] = v[i] / fsum;
+    float mine_w = 0.0f; /* lane j: choice j */
+    int mine_e = E;
+    for (int j = 0; j < k; j++) {
+        float bv = -1.0f;
+        int be = E;
+#pragma unroll
+        for (int i = 0; i < PER; i++)
+            if (v[i] >= 0.0f && (be == E || v[i] > bv)) {
+                bv = v[i];
+                be = lane + 32 * i;
+            }
+        for (int o = 16; o; o >>= 1) { /* larger p wins; ties: lower expert */
+            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            const int oe = __shfl_xor_sync(0xffffffffu, be, o);
+            if (oe != E && (be == E || ov > bv || (ov == bv && oe < be))) {
+                bv = ov;
+                be = oe;
+            }
+        }
+        if (lane == j) mine_w = bv, mine_e = be;
+        if (be < E && (be & 31) == lane) {
+#pragma unroll
+            for (int i = 0; i < PER; i++)
+                if (i == be >> 5) v[i] = -1.0f;
+        }
+    }
+    float ws = 0.0f;
+    if (norm)
+        for (int j = 0; j < k; j++) ws += __shfl_sync(0xffffffffu, mine_w, j);
+    if (lane < k) {
+        idx[t * k + lane] = mine_e;
+        wout[t * k + lane] = norm ? mine_w / ws : mine_w;
     }
 }
 
@@ -774,12 +819,23 @@ cudaError_t ck_router_topk(const float *logits, int64_t T, int64_t E, int64_t k,
                            cudaStream_t st) {
     if (T <= 0) return cudaSuccess;
     if (k > 64 || E > 8192) return cudaErrorInvalidConfiguration;
+    const unsigned blocks = (unsigned)((T + ROUTER_WARPS - 1) / ROUTER_WARPS);
+    if (E % 32 == 0 && E <= 256 && k <= 32) { /* the registers-only form (the thinker's 128 experts, top 8) */
+        switch (E / 32) {
+#define ROUTER_REG(P) \
+    case P: router_reg_kernel<P><<<blocks, ROUTER_WARPS * 32, 0, st>>>(logits, T, (int)k, norm, idx, w); break;
+            ROUTER_REG(1) ROUTER_REG(2) ROUTER_REG(3) ROUTER_REG(4) ROUTER_REG(5) ROUTER_REG(6) ROUTER_REG(7)
+            ROUTER_REG(8)
+#undef ROUTER_REG
+        }
+        return cudaGetLastError();
+    }
     const size_t smem = (size_t)ROUTER_WARPS * (size_t)E * sizeof(float);
     if (smem > 48 * 1024) {
         cudaError_t e = cudaFuncSetAttribute(router_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) return e;
     }
-    router_kernel<<<(unsigned)((T + ROUTER_WARPS - 1) / ROUTER_WARPS), ROUTER_WARPS * 32, smem, st>>>(
+    router_kernel<<<blocks, ROUTER_WARPS * 32, smem, st>>>(
         logits, T, (int)E, (int)k, norm, idx, w);
     return cudaGetLastError();
 }

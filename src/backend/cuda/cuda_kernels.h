@@ -354,6 +354,17 @@ cudaError_t ck_moe_plan(const int32_t *idx, int64_t T, int k, int E, int BM, int
 cudaError_t ck_moe_combine(const float *yp, const int32_t *idx, const float *w, const int32_t *slot_pos, int64_t T,
                            int k, int64_t H, float *y, cudaStream_t st);
 
+/* ck_moe_combine fused with the next add_rmsnorm (cuda_elem.cu): for each token t < T, h[t] += its
+ * combined row, y[t] = rmsnorm(h[t]) * nw (eps), a16 (NULL: none) y's row as bf16 (split halves, rows
+ * H * split apart) — bitwise ck_moe_combine into o then ck_add_rmsnorm(h, o, nw, y, .., a16, split).
+ * Only where ck_moe_combine_norm_fits (the wide norm's shape: H % 4 == 0, 512 <= H <= 8192, yp, h,
+ * nw, y 16-byte aligned; a16 8-byte aligned), else cudaErrorInvalidValue.  y must not overlap h; it may
+ * be the expert input. */
+int ck_moe_combine_norm_fits(const float *yp, const float *h, const float *nw, const float *y, int64_t H);
+cudaError_t ck_moe_combine_norm(const float *yp, const int32_t *idx, const float *w, const int32_t *slot_pos,
+                                int64_t T, int k, int64_t H, float *h, const float *nw, float *y, uint16_t *a16,
+                                int split, float eps, cudaStream_t st);
+
 /* Router softmax + top-k (+ renormalisation), one warp per token. */
 cudaError_t ck_router_topk(const float *logits, int64_t T, int64_t E, int64_t k, int norm, int32_t *idx, float *w,
                            cudaStream_t st);

@@ -306,4 +306,43 @@ static __device__ __forceinline__ uint32_t pack_bf16_rest(float lo, float hi, ui
     return pack_bf16(lo - __low2float(h), hi - __high2float(h));
 }
 
+/* The k expert rows of token t in the combine's order (moe_combine_kernel, moe_combine_norm_kernel):
+ * slots by ascending expert, ties in slot order (the reference's index_add order); row[r] the element
+ * offset of rank r's row in the permuted outputs (slot_pos * H), ws[r] its weight.  Threads 0..k-1 of
+ * the block (k <= 64, blockDim >= k) fill the shared arrays; every thread returns after a barrier. */
+static __device__ __forceinline__ void moe_rank_rows(const int32_t *__restrict__ idx, const float *__restrict__ w,
+                                                     const int32_t *__restrict__ slot_pos, int64_t t, int k, int64_t H,
+                                                     int64_t *row, float *ws, int *ex) {
+    const int s = threadIdx.x;
+    if (s < k) ex[s] = idx[t * k + s];
+    __syncthreads();
+    if (s < k) {
+        int rank = 0;
+        for (int j = 0; j < k; j++) rank += ex[j] < ex[s] || (ex[j] == ex[s] && j < s);
+        row[rank] = (int64_t)slot_pos[t * k + s] * H;
+        ws[rank] = w[t * k + s];
+    }
+    __syncthreads();
+}
+
+/* Element h..h+3 of token t's combined row: sum over ranks of w x y (product then sum, each rounded, as the
+ * CPU backend; rank 0 starts the sum). */
+static __device__ __forceinline__ float4 moe_combine4(const float *__restrict__ yp, const int64_t *row, const float *ws,
+                                                      int k, int64_t h) {
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int i = 0; i < k; i++) {
+        const float4 v = *reinterpret_cast<const float4 *>(yp + row[i] + h);
+        const float c = ws[i];
+        if (i == 0) {
+            acc = make_float4(__fmul_rn(v.x, c), __fmul_rn(v.y, c), __fmul_rn(v.z, c), __fmul_rn(v.w, c));
+        } else {
+            acc.x = __fadd_rn(acc.x, __fmul_rn(v.x, c));
+            acc.y = __fadd_rn(acc.y, __fmul_rn(v.y, c));
+            acc.z = __fadd_rn(acc.z, __fmul_rn(v.z, c));
+            acc.w = __fadd_rn(acc.w, __fmul_rn(v.w, c));
+        }
+    }
+    return acc;
+}
+
 #endif
