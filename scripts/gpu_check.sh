@@ -30,12 +30,14 @@
 #                 fp8-block, nvfp4): `clef parity` BF16 vs each over the 200 generated requests
 #   stream        issue 17: test_cuda_stream, then `clef bench` on the full preset resident and under
 #                 --gpu-memory budgets (STREAM_PLAN): streamed bytes, copy rate, peak
-#   quant_bench   `clef bench` per format (QUANT_BENCH_FORMATS): 300 / 1k tokens, 32x1k, GPU memory
+#   quant_bench   `clef bench` per format (QUANT_BENCH_FORMATS): 300 / 1k tokens, 32x1k (QUANT_BENCH_RUNS), GPU memory;
+#                 QUANT_BENCH_EXTRA: more bench arguments (e.g. "--kernel CLEF_CUDA_V5_STAGES=4")
 #   qtests        test_cuda_quant and test_cuda_ops alone
 #   qab           issue 18: `clef bench --profile` per format (QAB_FORMATS) and packed kernel (QAB_KERNELS, "v5 v3")
 #   qgemm_bench   per-layer expert GEMM times (test_cuda_quant, CLEF_QGEMM_BENCH=1) for each CLEF_CUDA_WGMMA
 #                 value in WGMMA_MODES (default "1 0")
 #   modes         `small` parity vs the CPU for each CLEF_CUDA_PRECISE part list in PARITY_MODES
+#   ncu_time      every kernel's duration in one `clef bench` run (Nsight Compute), per kernel of the last forward
 #   sass          cuobjdump -sass of SASS_KERNEL's kernels (default qgemm5) and their opcode histograms
 #   ncu           Nsight Compute sections of NCU_KERNEL's launches in one `clef bench` run (NCU_RUN)
 #   expert_gemm   bench/expert_gemm per "tokens split tile" in EXPERT_GEMM_RUNS: the BF16 expert GEMM
@@ -328,7 +330,7 @@ EOF
     quant_bench)
         for f in $(echo "${QUANT_BENCH_FORMATS:-int4,fp8-block,nvfp4}" | tr , ' '); do
             run_stage "bench_$f" ${QUANT_BENCH_TIMEOUT:-150} "$BIN/clef" bench --synthetic full --seed 1 --quant "$f" \
-                --device cuda --text-only --runs 1x300,1x1000,32x1000 --iters 5
+                --device cuda --text-only --runs ${QUANT_BENCH_RUNS:-1x300,1x1000,32x1000} --iters 5 ${QUANT_BENCH_EXTRA:-}
             grep -v -E "^(clef|===)" "$OUT/bench_$f.log" | grep -E "^[a-z_0-9]+ |run " | head -40 >> "$SUM"
         done
         ;;
@@ -375,6 +377,17 @@ EOF
             "$BIN/clef" bench ${NCU_RUN:---synthetic full --seed 1 --quant int4 --device cuda --text-only --runs 1x300 --iters 1}
         grep -E "^  [a-zA-Z_0-9<>, ]+\(|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Issued Warp|No Eligible|Stall|Warp Cycles Per Issued|L2 Hit|L1/TEX Hit|Block Limit|Executed Ipc|Pipe|Executed Instructions" \
             "$OUT/ncu.log" | head -100 >> "$SUM"
+        ;;
+    ncu_time) # Nsight Compute's duration of every kernel of one `clef bench` run (NCU_RUN, as ncu; graphs replayed
+        # node by node), summarised by bench/ncu_forward.py: the last forward's GPU time per kernel and one layer's
+        # kernel sequence.  NCU_TIME_SKIP launches skipped first (default 18432: the INT4 upload's reorders, 48 x 128
+        # x 3), NCU_TIME_COUNT profiled at most (default 4000: the warm-ups and the timed forward)
+        if ! command -v ncu > /dev/null; then note "stage ncu_time: no ncu on this machine"; continue; fi
+        run_stage ncu_time ${NCU_TIMEOUT:-300} ncu --clock-control none --csv --metrics gpu__time_duration.sum \
+            --launch-skip "${NCU_TIME_SKIP:-18432}" --launch-count "${NCU_TIME_COUNT:-4000}" \
+            "$BIN/clef" bench ${NCU_RUN:---synthetic full --seed 1 --quant int4 --device cuda --text-only --runs 1x300 --iters 1}
+        python3 bench/ncu_forward.py "$OUT/ncu_time.log" > "$OUT/ncu_forward.txt" 2>&1
+        head -60 "$OUT/ncu_forward.txt" >> "$SUM"
         ;;
     sass) # the machine code of the kernels matching SASS_KERNEL (regex on the mangled name, default qgemm5) in
         # the clef binary (cuobjdump of this machine's CUDA), xz-compressed in $OUT/sass.txt.xz, and an opcode
