@@ -380,11 +380,12 @@ EOF
         ;;
     ncu_time) # Nsight Compute's duration of every kernel of one `clef bench` run (NCU_RUN, as ncu; graphs replayed
         # node by node), summarised by bench/ncu_forward.py: the last forward's GPU time per kernel and one layer's
-        # kernel sequence.  NCU_TIME_SKIP launches skipped first (default 18432: the INT4 upload's reorders, 48 x 128
-        # x 3), NCU_TIME_COUNT profiled at most (default 4000: the warm-ups and the timed forward)
+        # kernel sequence.  NCU_TIME_KERNELS: the kernels timed (regex on the function name; default every kernel
+        # but the weight upload's reorders and cuBLASLt's, whose algorithm search in the first forward would fill
+        # the count: the dense products' times are in the bench profile), NCU_TIME_COUNT at most (default 3000)
         if ! command -v ncu > /dev/null; then note "stage ncu_time: no ncu on this machine"; continue; fi
         run_stage ncu_time ${NCU_TIMEOUT:-300} ncu --clock-control none --csv --metrics gpu__time_duration.sum \
-            --launch-skip "${NCU_TIME_SKIP:-18432}" --launch-count "${NCU_TIME_COUNT:-4000}" \
+            -k "regex:${NCU_TIME_KERNELS:-^(?!.*(nvjet|splitKreduce|reorder|cublas))}" --launch-count "${NCU_TIME_COUNT:-3000}" \
             "$BIN/clef" bench ${NCU_RUN:---synthetic full --seed 1 --quant int4 --device cuda --text-only --runs 1x300 --iters 1}
         python3 bench/ncu_forward.py "$OUT/ncu_time.log" > "$OUT/ncu_forward.txt" 2>&1
         head -60 "$OUT/ncu_forward.txt" >> "$SUM"
