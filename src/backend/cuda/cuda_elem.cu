@@ -59,6 +59,39 @@ __device__ __forceinline__ void put_bf16x4(__nv_bfloat16 *d, int64_t K, int spli
  * row, the row held in registers (read once), float4 accesses. */
 constexpr int WIDE_THREADS = 256, WIDE_MAX4 = 8; /* up to 8 float4 per thread */
 
+/* v + b elementwise, each sum rounded (the residual add of the wide norms). */
+__device__ __forceinline__ float4 add4_rn(float4 v, float4 b) {
+    return make_float4(__fadd_rn(v.x, b.x), __fadd_rn(v.y, b.y), __fadd_rn(v.z, b.z), __fadd_rn(v.w, b.w));
+}
+
+/* This thread's part of the sum of squares of four values, in f64, in the wide norms' order. */
+__device__ __forceinline__ double sq4(float4 v) {
+    return (double)v.x * v.x + (double)v.y * v.y + (double)v.z * v.z + (double)v.w * v.w;
+}
+
+/* The wide norms' second half, for the row this block holds in registers (v[u]: float4 threadIdx.x + 256 u
+ * of the row, n4 of them) with this thread's sum of squares ss: the block's f64 sum (sm: >= 32 doubles),
+ * inv = 1 / sqrt(mean + eps), then yr = w * (v * inv) and, with d, the same as bf16 (put_bf16x4). */
+__device__ __forceinline__ void wide_norm_store(const float4 (&v)[WIDE_MAX4], double ss, double *sm, int64_t n4,
+                                                int64_t dim, float eps, const float *__restrict__ w, float *y,
+                                                __nv_bfloat16 *d, int split) {
+    ss = block_sum_d(ss, sm);
+    const float var = (float)(ss / (double)dim), inv = 1.0f / sqrtf(var + eps);
+    const float4 *w4 = reinterpret_cast<const float4 *>(w);
+    float4 *yr = reinterpret_cast<float4 *>(y);
+#pragma unroll
+    for (int u = 0; u < WIDE_MAX4; u++) {
+        const int64_t i = threadIdx.x + (int64_t)u * WIDE_THREADS;
+        if (i < n4) {
+            const float4 g = w4[i];
+            const float4 z = make_float4(__fmul_rn(g.x, __fmul_rn(v[u].x, inv)), __fmul_rn(g.y, __fmul_rn(v[u].y, inv)),
+                                         __fmul_rn(g.z, __fmul_rn(v[u].z, inv)), __fmul_rn(g.w, __fmul_rn(v[u].w, inv)));
+            yr[i] = z;
+            if (d) put_bf16x4(d, dim, split, 4 * i, z);
+        }
+    }
+}
+
 
 /* h += o (o NULL: no add, h only read), y = w * h * rsqrt(mean(h^2) + eps)
  * with one warp per row (a fixed f64 reduction shape per row; y may be h
@@ -108,31 +141,13 @@ __global__ void __launch_bounds__(WIDE_THREADS) add_rmsnorm_wide_kernel(float *h
         if (i < n4) {
             v[u] = hr[i];
             if (orow) {
-                const float4 b = orow[i];
-                v[u] = make_float4(__fadd_rn(v[u].x, b.x), __fadd_rn(v[u].y, b.y), __fadd_rn(v[u].z, b.z),
-                                   __fadd_rn(v[u].w, b.w));
+                v[u] = add4_rn(v[u], orow[i]);
                 hr[i] = v[u];
             }
-            ss += (double)v[u].x * v[u].x + (double)v[u].y * v[u].y + (double)v[u].z * v[u].z +
-                  (double)v[u].w * v[u].w;
+            ss += sq4(v[u]);
         }
     }
-    ss = block_sum_d(ss, sm);
-    const float var = (float)(ss / (double)dim), inv = 1.0f / sqrtf(var + eps);
-    const float4 *w4 = reinterpret_cast<const float4 *>(w);
-    float4 *yr = reinterpret_cast<float4 *>(y + r * dim);
-    __nv_bfloat16 *d = a16 ? a16 + r * dim * split : nullptr;
-#pragma unroll
-    for (int u = 0; u < WIDE_MAX4; u++) {
-        const int64_t i = threadIdx.x + (int64_t)u * WIDE_THREADS;
-        if (i < n4) {
-            const float4 g = w4[i];
-            const float4 z = make_float4(__fmul_rn(g.x, __fmul_rn(v[u].x, inv)), __fmul_rn(g.y, __fmul_rn(v[u].y, inv)),
-                                         __fmul_rn(g.z, __fmul_rn(v[u].z, inv)), __fmul_rn(g.w, __fmul_rn(v[u].w, inv)));
-            yr[i] = z;
-            if (d) put_bf16x4(d, dim, split, 4 * i, z);
-        }
-    }
+    wide_norm_store(v, ss, sm, n4, dim, eps, w, y + r * dim, a16 ? a16 + r * dim * split : nullptr, split);
 }
 
 /* The MoE combine fused with the residual add and the next RMSNorm (ck_moe_combine_norm), one block of
@@ -160,30 +175,12 @@ __global__ void __launch_bounds__(WIDE_THREADS) moe_combine_norm_kernel(
         const int64_t i = threadIdx.x + (int64_t)u * WIDE_THREADS;
         if (i < n4) {
             const float4 b = moe_combine4(yp, row, ws, k, 4 * i);
-            v[u] = hr[i];
-            v[u] = make_float4(__fadd_rn(v[u].x, b.x), __fadd_rn(v[u].y, b.y), __fadd_rn(v[u].z, b.z),
-                               __fadd_rn(v[u].w, b.w));
+            v[u] = add4_rn(hr[i], b);
             hr[i] = v[u];
-            ss += (double)v[u].x * v[u].x + (double)v[u].y * v[u].y + (double)v[u].z * v[u].z +
-                  (double)v[u].w * v[u].w;
+            ss += sq4(v[u]);
         }
     }
-    ss = block_sum_d(ss, sm);
-    const float var = (float)(ss / (double)dim), inv = 1.0f / sqrtf(var + eps);
-    const float4 *w4 = reinterpret_cast<const float4 *>(nw);
-    float4 *yr = reinterpret_cast<float4 *>(y + r * dim);
-    __nv_bfloat16 *d = a16 ? a16 + r * dim * split : nullptr;
-#pragma unroll
-    for (int u = 0; u < WIDE_MAX4; u++) {
-        const int64_t i = threadIdx.x + (int64_t)u * WIDE_THREADS;
-        if (i < n4) {
-            const float4 g = w4[i];
-            const float4 z = make_float4(__fmul_rn(g.x, __fmul_rn(v[u].x, inv)), __fmul_rn(g.y, __fmul_rn(v[u].y, inv)),
-                                         __fmul_rn(g.z, __fmul_rn(v[u].z, inv)), __fmul_rn(g.w, __fmul_rn(v[u].w, inv)));
-            yr[i] = z;
-            if (d) put_bf16x4(d, dim, split, 4 * i, z);
-        }
-    }
+    wide_norm_store(v, ss, sm, n4, dim, eps, nw, y + r * dim, a16 ? a16 + r * dim * split : nullptr, split);
 }
 
 /* q/k per-head RMSNorm then M-RoPE, one token per block: its angles once

@@ -501,6 +501,18 @@ __global__ void moe_combine_kernel(const float *__restrict__ yp, const int32_t *
 
 constexpr int ROUTER_WARPS = 4;
 
+/* The warp's best (p, expert) from each lane's (bv, be) (be == E: none): larger p wins, ties the lower
+ * expert; every lane gets it.  (A macro, not a function: the kernels keep their PTX as written inline.) */
+#define WARP_ARGMAX(bv, be, E)                                                                                      \
+    for (int o = 16; o; o >>= 1) {                                                                                  \
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);                                                       \
+        const int oe = __shfl_xor_sync(0xffffffffu, be, o);                                                         \
+        if (oe != E && (be == E || ov > bv || (ov == bv && oe < be))) {                                             \
+            bv = ov;                                                                                                \
+            be = oe;                                                                                                \
+        }                                                                                                           \
+    }
+
 __global__ void router_kernel(const float *__restrict__ logits, int64_t T, int E, int k, int norm, int32_t *idx,
                               float *wout) {
     extern __shared__ float rp[]; /* [ROUTER_WARPS][E] */
@@ -531,14 +543,7 @@ __global__ void router_kernel(const float *__restrict__ logits, int64_t T, int E
                 bv = p[e];
                 be = e;
             }
-        for (int o = 16; o; o >>= 1) { /* larger p wins; ties: lower expert */
-            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-            const int oe = __shfl_xor_sync(0xffffffffu, be, o);
-            if (oe != E && (be == E || ov > bv || (ov == bv && oe < be))) {
-                bv = ov;
-                be = oe;
-            }
-        }
+        WARP_ARGMAX(bv, be, E)
         wsel[j] = bv;
         isel[j] = be;
         __syncwarp();
@@ -600,14 +605,7 @@ __global__ void __launch_bounds__(ROUTER_WARPS * 32) router_reg_kernel(const flo
                 bv = v[i];
                 be = lane + 32 * i;
             }
-        for (int o = 16; o; o >>= 1) { /* larger p wins; ties: lower expert */
-            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-            const int oe = __shfl_xor_sync(0xffffffffu, be, o);
-            if (oe != E && (be == E || ov > bv || (ov == bv && oe < be))) {
-                bv = ov;
-                be = oe;
-            }
-        }
+        WARP_ARGMAX(bv, be, E)
         if (lane == j) mine_w = bv, mine_e = be;
         if (be < E && (be & 31) == lane) {
 #pragma unroll
