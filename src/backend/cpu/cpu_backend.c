@@ -111,21 +111,15 @@ static void cpu_weight_release(clef_backend *be, clef_weight *w) {
     if (w) memset(w, 0, sizeof *w);
 }
 
-/* backend.h moe_add_rmsnorm: the moe op into a scratch o, then add_rmsnorm (the same ops, so bitwise
- * them; the thinker's path through it is the CUDA backend's). */
+/* backend.h moe_add_rmsnorm: the moe op into a scratch o (CPU_SLOT_MOE_OUT), then add_rmsnorm (the same
+ * ops, so bitwise them; the thinker's path through it is the CUDA backend's). */
 static int cpu_moe_add_rmsnorm(clef_backend *be, const float *x, int64_t T, const int32_t *idx, const float *w,
                                int64_t k, const clef_moe_weights *ex, float *h, const float *nw, float eps, float *y,
                                clef_err *err) {
     if (T <= 0) return 0;
-    const size_t bytes = (size_t)T * (size_t)ex->hidden * sizeof(float);
-    float *o = aligned_alloc_bytes(bytes);
-    if (!o)
-        return clef_fail(err, 422, CLEF_E_CAPACITY, NULL, "too many tokens: cannot allocate %zu bytes of CPU scratch",
-                         bytes);
-    int rc = cpu_moe(be, x, T, idx, w, k, ex, o, err);
-    if (rc == 0) rc = cpu_add_rmsnorm(be, h, o, nw, y, T, ex->hidden, eps, err);
-    free(o);
-    return rc;
+    float *o = cpu_slot(cpu_of(be), CPU_SLOT_MOE_OUT, (size_t)T * (size_t)ex->hidden * sizeof(float), err);
+    if (!o) return -1;
+    return cpu_moe(be, x, T, idx, w, k, ex, o, err) || cpu_add_rmsnorm(be, h, o, nw, y, T, ex->hidden, eps, err) ? -1 : 0;
 }
 
 static const clef_backend_ops cpu_ops = {

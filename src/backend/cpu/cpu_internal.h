@@ -16,6 +16,7 @@ enum cpu_slot {
     CPU_SLOT_MOE,       /* permuted rows and expert intermediates */
     CPU_SLOT_MOE_INDEX, /* per-expert counts, offsets, slot positions */
     CPU_SLOT_ATTN,      /* attention work items */
+    CPU_SLOT_MOE_OUT,   /* moe_add_rmsnorm: the MoE rows before the add */
     CPU_SLOT_COUNT
 };
 
