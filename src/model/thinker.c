@@ -87,7 +87,7 @@ static int reuse_kv_in(clef_backend *be, const reuse_plan *p, size_t l, const fl
  * (rp->kk / rp->vv, ad's k / v strides; its queries the last rows of each
  * segment: backend.h causal_prefix).  `normed`: the previous MLP block
  * already left h updated and a = input_norm(h) (mlp_block's next_norm), so
- * the first add_rmsnorm is skipped (pend is then NULL). */
+ * the first add_rmsnorm is skipped (and pend not read). */
 static int attention_block(clef_model *m, const thinker_layer *L, thinker_ws *t, size_t n, const float *pend,
                            int normed, const clef_attn_desc *ad, const clef_rope_desc *rd, const reuse_plan *rp,
                            size_t l, clef_err *err) {
@@ -236,8 +236,7 @@ static int layers_body(void *ctx, clef_err *err) {
     int normed = 0; /* the last MLP block left h updated and a normed (mlp_block's next_norm) */
     const int64_t nl = c->num_hidden_layers;
     for (int64_t l = 0; rc == 0 && l < nl; l++) {
-        rc = attention_block(m, &m->layers[l], t, j->n, l && !normed ? t->o : NULL, normed, j->ad, j->rd, NULL, 0,
-                             err);
+        rc = attention_block(m, &m->layers[l], t, j->n, l ? t->o : NULL, normed, j->ad, j->rd, NULL, 0, err);
         if (rc == 0)
             rc = mlp_block(m, &m->layers[l], t, j->n, l + 1 < nl ? m->layers[l + 1].input_norm : m->final_norm,
                            &normed, err);

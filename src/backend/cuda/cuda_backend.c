@@ -582,17 +582,24 @@ static void cvt_remember(cuda_ctx *c, const float *x, int64_t rows, int64_t K, i
     c->cvt_x = x, c->cvt_rows = rows, c->cvt_K = K, c->cvt_ld = ldx, c->cvt_split = split, c->cvt_valid = 1;
 }
 
+/* Where SLOT_A16 already holds x [rows, K] (rows ldx apart) as bf16 rows of `split` halves: the
+ * remembered conversion's rows, or a run of them (a chunk of the expert block's passes); NULL when it
+ * does not. */
+static uint16_t *converted_rows(const cuda_ctx *c, const float *x, int64_t rows, int64_t K, int64_t ldx, int split) {
+    if (!(c->cvt_valid && c->cvt_K == K && c->cvt_ld == ldx && c->cvt_split == split && ldx > 0 &&
+          (uintptr_t)x >= (uintptr_t)c->cvt_x))
+        return NULL;
+    const uintptr_t d = (uintptr_t)x - (uintptr_t)c->cvt_x, row_bytes = (uintptr_t)ldx * sizeof(float);
+    if (d % row_bytes || (int64_t)(d / row_bytes) + rows > c->cvt_rows) return NULL;
+    return (uint16_t *)c->slot[SLOT_A16] + (size_t)(d / row_bytes) * (size_t)K * (size_t)split;
+}
+
 /* x [rows, K] (rows ldx apart) as bf16 rows in SLOT_A16 ([hi | lo] when
  * precise), reusing the last conversion when it is of the same rows. */
 static const uint16_t *convert_rows(cuda_ctx *c, const float *x, int64_t rows, int64_t K, int64_t ldx, int split,
                                     clef_err *err) {
-    /* the converted rows, or a run of them (a chunk of the expert block's passes) */
-    if (c->cvt_valid && c->cvt_K == K && c->cvt_ld == ldx && c->cvt_split == split && ldx > 0 &&
-        (uintptr_t)x >= (uintptr_t)c->cvt_x) {
-        const uintptr_t d = (uintptr_t)x - (uintptr_t)c->cvt_x, row_bytes = (uintptr_t)ldx * sizeof(float);
-        if (d % row_bytes == 0 && (int64_t)(d / row_bytes) + rows <= c->cvt_rows)
-            return (const uint16_t *)c->slot[SLOT_A16] + (size_t)(d / row_bytes) * (size_t)K * (size_t)split;
-    }
+    const uint16_t *kept = converted_rows(c, x, rows, K, ldx, split);
+    if (kept) return kept;
     uint16_t *d = cu_slot(c, SLOT_A16, (size_t)rows * (size_t)K * (size_t)split * 2, err);
     if (!d) return NULL;
     if (cu_check(ck_rows_to_bf16(x, rows, K, ldx, d, split, c->st), "activation to bf16", err)) return NULL;
@@ -1784,16 +1791,16 @@ static int cu_moe_add_rmsnorm(clef_backend *be, const float *x, int64_t T, const
     if (T <= 0) return 0;
     const int64_t H = ex->hidden;
     const int split = split_of(c, PRECISE_DENSE);
-    const int keep = H % 8 == 0 && split == split_of(c, PRECISE_EXPERTS) && c->cvt_valid && c->cvt_x == x &&
-                     c->cvt_rows >= T && c->cvt_K == H && c->cvt_ld == H && c->cvt_split == split;
+    /* x's rows from the start of the slot (so y's, written over them, are the slot's rows from its start) */
+    const uint16_t *xr = converted_rows(c, x, T, H, H, split);
+    const int keep = H % 8 == 0 && split == split_of(c, PRECISE_EXPERTS) && xr && xr == c->slot[SLOT_A16];
     c->tail.on = 1, c->tail.h = h, c->tail.y = y, c->tail.nw = nw, c->tail.eps = eps, c->tail.split = split;
     c->tail.a16 = keep ? (uint16_t *)c->slot[SLOT_A16] : NULL;
     const int rc = cu_moe(be, x, T, idx, w, k, ex, y, err);
     c->tail.on = 0;
-    if (rc) return rc;
-    if (keep) cvt_remember(c, y, T, H, H, split);
-    else cvt_clobber(c, y, (size_t)(T * H) * sizeof(float));
-    return 0;
+    /* (without keep every pass's combine already forgot the rows it overwrote) */
+    if (rc == 0 && keep) cvt_remember(c, y, T, H, H, split);
+    return rc;
 }
 
 static int cu_swiglu(clef_backend *be, const float *g, const float *u, float *out, int64_t n, clef_err *err) {
