@@ -3,7 +3,8 @@
 
 Input: `ncu --csv --metrics gpu__time_duration.sum ...` of a `clef bench` run (every kernel launch,
 graphs replayed node by node).  A forward starts at its embedding gather (gather_kernel); the last
-complete one (the run's final timed forward) is summarised: total GPU time, then per kernel name the
+segment of the most launches
+(the run's last complete thinker forward; the joint head has its own gather) is summarised: total GPU time, then per kernel name the
 launches, total microseconds and share, largest first, and the kernel sequence of one middle layer
 (from the `layer_start` kernel's occurrences: the layer's first op, add_rmsnorm by default).
 usage: ncu_forward.py ncu.csv [layer_start_regex]
@@ -33,7 +34,11 @@ def main():
         print("no gather_kernel launch: summarising all", len(rows), "launches")
         fwd = rows
     else:
-        fwd = rows[starts[-1]:]
+        # segments from one gather to the next: the thinker's forwards, the joint head's (its own gather)
+        # and media; the thinker's are the longest: take the last segment of the most launches
+        segs = [rows[a:b] for a, b in zip(starts, starts[1:] + [len(rows)])]
+        most = max(len(s) for s in segs)
+        fwd = [s for s in segs if len(s) == most][-1]
     total = sum(us for _, us in fwd)
     print(f"forward: {len(fwd)} launches, {total:.1f} us of GPU time ({len(starts)} forwards in the log)")
     agg = collections.defaultdict(lambda: [0, 0.0])

@@ -197,8 +197,8 @@ static void test_kernel_switches(void **state) {
         assert_int_equal(e.nvfp4, i + 2);
         assert_int_equal(e.int4, 6); /* the INT4 switch is its own (default v5) */
     }
-    const char *attn[] = {"v1", "v2", "v2w"};
-    for (int i = 0; i < 3; i++) {
+    const char *attn[] = {"v1", "v2", "v2w", "v2s"};
+    for (int i = 0; i < 4; i++) {
         assert_int_equal(knobs_with("CLEF_CUDA_ATTN", attn[i], &e, &err), 0);
         assert_int_equal(e.attn, i + 1);
     }
@@ -231,7 +231,7 @@ static void test_kernel_switches(void **state) {
                  "CUDA settings: CLEF_CUDA_V5_ROWS must be an integer from 1 to 1048576 (got '0')");
     expect_knob_error("CLEF_CUDA_TMA", "2", "CUDA settings: CLEF_CUDA_TMA must be an integer from 0 to 1 (got '2')");
     expect_error("CLEF_CUDA_GRAPHS", "yes", "CUDA settings: CLEF_CUDA_GRAPHS must be an integer from 0 to 1 (got 'yes')");
-    expect_knob_error("CLEF_CUDA_ATTN", "v3", "CUDA settings: CLEF_CUDA_ATTN must be v1, v2 or v2w (got 'v3')");
+    expect_knob_error("CLEF_CUDA_ATTN", "v3", "CUDA settings: CLEF_CUDA_ATTN must be v1, v2, v2w or v2s (got 'v3')");
     expect_knob_error("CLEF_CUDA_QGEMM_INT4", "marlin",
                  "CUDA settings: CLEF_CUDA_QGEMM_INT4 must be v2, v3, v3-2blk, v4 or v5 (got 'marlin')");
     expect_knob_error("CLEF_CUDA_QGEMM_NVFP4", "v3-2blk",

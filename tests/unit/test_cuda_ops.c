@@ -35,7 +35,9 @@
  * projection shapes at 1, 300 and 8300 rows included) hold split-K to the
  * same CPU agreement and bitwise row invariance.
  * Attention is also checked with the v1 kernel (CLEF_CUDA_ATTN=v1, fast and
- * precise) and with 128-row tiles in the precise mode (CLEF_CUDA_ATTN=v2w).
+ * precise), with 128-row tiles in the precise mode (CLEF_CUDA_ATTN=v2w), and
+ * in the fast mode with v2 and v2s forced (CLEF_CUDA_ATTN=v2 / v2s: 128- and
+ * 64-row blocks on the same 32-key tiles), both bitwise the default.
  * With CLEF_ATTN_BENCH=1 the attention op is timed at 8 x 4096 and 32 x 1000
  * tokens (32 query heads of 128, 4 KV heads, causal) for every kernel and mode.
  * Every GPU output is poisoned with NaN before the op, so an element the
@@ -70,11 +72,13 @@ static uint16_t *rand_bf16(size_t n, float scale) {
 
 /* The backends under test: cuBLASLt dense products, the custom kernel for
  * them, and the precise mode; plus the CPU reference. */
-/* attention-only backends: the v1 kernel (fast, precise), v2 with 128-row tiles when precise */
-enum { A_V1, A_V1_PRECISE, A_V2_PRECISE, N_ALT };
+/* attention-only backends: the v1 kernel (fast, precise), v2 with 128-row tiles when precise, and the
+ * fast mode's v2 (128-row blocks) and v2s (64-row blocks) forced */
+enum { A_V1, A_V1_PRECISE, A_V2_PRECISE, A_V2, A_V2S, N_ALT };
 /* the precise default is v2w (128-row tiles): the alternative checks v2's 64-row precise kernel */
-static const char *const ALT_ENV[N_ALT] = {"v1", "v1", "v2"};
-static const char *const ALT_NAME[N_ALT] = {"v1", "v1-prec", "v2-prec"};
+static const char *const ALT_ENV[N_ALT] = {"v1", "v1", "v2", "v2", "v2s"};
+static const char *const ALT_NAME[N_ALT] = {"v1", "v1-prec", "v2-prec", "v2", "v2s"};
+static const int ALT_PRECISE[N_ALT] = {0, 1, 1, 0, 0};
 
 typedef struct fx {
     clef_backend *cpu;
@@ -117,7 +121,7 @@ static int setup(void **state) {
         f->tol_mm[i] = tols[i];
     }
     for (int i = 0; i < N_ALT; i++) {
-        const clef_cuda_options oa = {.device = 0, .precise = i != A_V1, .gemm = 2, .profile = 0};
+        const clef_cuda_options oa = {.device = 0, .precise = ALT_PRECISE[i], .gemm = 2, .profile = 0};
         const char *const env[] = {"CLEF_CUDA_ATTN", ALT_ENV[i], NULL};
         f->alt[i] = tu_cuda_backend_env(&oa, env, &err);
         if (!f->alt[i]) {
@@ -562,7 +566,7 @@ static void attention_case(fx *f, const char *what, int64_t n_seg, const int64_t
     clef_attn_desc a = {.n_seg = n_seg, .q_off = qoff, .kv_off = kvoff, .n_q_heads = nh, .n_kv_heads = nkv,
                         .head_dim = D, .q_stride = qs, .k_stride = ks, .v_stride = ks, .o_stride = os,
                         .scale = 1.0f / sqrtf((float)D), .causal = causal};
-    float *ref = malloc((size_t)(nq * os) * 4), *prec_o = NULL;
+    float *ref = malloc((size_t)(nq * os) * 4), *prec_o = NULL, *fast_o = NULL;
     tu_ok(f->cpu->ops->attention(f->cpu, q, k, v, ref, &a, &err), &err);
     for (int gi = 0; gi < N_GPU + N_ALT; gi++) {
         if (gi == G_CUSTOM || gi == G_PRECISE_CUSTOM || (gi >= G_LT_SPLITK && gi < N_GPU))
@@ -586,6 +590,14 @@ static void attention_case(fx *f, const char *what, int64_t n_seg, const int64_t
             memcpy(prec_o, o, (size_t)(nq * os) * 4);
         } else if (gi == G_PRECISE_T0 && memcmp(prec_o, o, (size_t)(nq * os) * 4) != 0) {
             fail_msg("%s: CLEF_CUDA_TUNE=0 (two K/V buffers) differs from the default", what);
+        } else if (gi == G_LT) {
+            free(fast_o);
+            fast_o = malloc((size_t)(nq * os) * 4);
+            memcpy(fast_o, o, (size_t)(nq * os) * 4);
+        } else if (tc && (gi == N_GPU + A_V2 || gi == N_GPU + A_V2S)) {
+            if (memcmp(fast_o, o, (size_t)(nq * os) * 4) != 0)
+                fail_msg("%s: CLEF_CUDA_ATTN=%s differs from the fast default", what, gname);
+            printf("  %-34s %-9s bitwise the fast default\n", what, gname);
         }
         for (int64_t s = 0; s < n_seg; s++) {
             const int64_t ql = qoff[s + 1] - qoff[s], kl = kvoff[s + 1] - kvoff[s];
@@ -605,7 +617,7 @@ static void attention_case(fx *f, const char *what, int64_t n_seg, const int64_t
         free(o);
         g->ops->free(g, dq), g->ops->free(g, dkv), g->ops->free(g, dout);
     }
-    free(q), free(kv), free(ref), free(prec_o);
+    free(q), free(kv), free(ref), free(prec_o), free(fast_o);
 }
 
 static void test_attention(void **state) {
@@ -632,6 +644,12 @@ static void test_attention(void **state) {
      * kinds in one call (two launches): each segment alone still bitwise equal to packed */
     const int64_t mo[6] = {0, 300, 1000, 1001, 1514, 2026}; /* 300, 700, 1, 513, 512 */
     attention_case(f, "attn causal GQA D=128 short + long", 5, mo, mo, 8, 2, 128, 1, 0);
+    /* causal after a cached prefix (the state cache: more keys than queries, query i at key i + kl - ql) */
+    const int64_t pq[4] = {0, 50, 350, 351}, pk[4] = {0, 300, 700, 765}; /* 50 of 300, 300 of 400, 1 of 65 */
+    attention_case(f, "attn causal GQA D=128 cached prefix", 3, pq, pk, 8, 2, 128, 1, 0);
+    /* 18 tiles x 16 heads: more 128-row blocks than two per SM of an H200, so the default runs v2 */
+    const int64_t bo[3] = {0, 1000, 2200};
+    attention_case(f, "attn causal D=128 16 heads x 2,200", 2, bo, bo, 16, 2, 128, 1, 0);
 }
 
 /* The tensor-core attention also writes its contiguous output rows as the bf16 rows the next product
@@ -925,6 +943,14 @@ static void test_moe(void **state) {
         if (memcmp(yb, y, (size_t)(T * H) * 4) != 0)
             fail_msg("moe on %s: the first %lld tokens differ inside a batch of %lld (big tiles)", f->name[gi],
                      (long long)T, (long long)TB);
+        /* the plan's three forms: entries staged in shared memory (T * k <= 8192: the passes above), counted
+         * by each block from global memory (<= 16384: 3,000 x 4 here), a count kernel first (the batch) */
+        tu_ok(g->ops->moe(g, dx, 3000, di, dw, k, &mg, dy, &err), &err);
+        float *ym = tu_dget(g, dy, (size_t)(3000 * H));
+        if (memcmp(ym, yb, (size_t)(3000 * H) * 4) != 0)
+            fail_msg("moe on %s: 3,000 tokens differ from the first 3,000 of the batch of %lld", f->name[gi],
+                     (long long)TB);
+        free(ym);
         const int64_t late[2] = {8191, 8250}; /* the end of the first pass, inside the second */
         for (int i = 0; i < 2; i++) {
             tu_ok(g->ops->moe(g, dx + late[i] * H, 1, di + late[i] * k, dw + late[i] * k, k, &mg, dy, &err), &err);

@@ -8,12 +8,12 @@
 #include "backend/cuda/cuda_select.h"
 #include "testutil.h"
 
-static const ck_caps H200 = {9, 0, 1};      /* Hopper, sm_90a kernels built */
-static const ck_caps H100_PTX = {9, 0, 0};  /* Hopper, a build without sm_90a */
-static const ck_caps A100 = {8, 0, 1};
-static const ck_caps L40S = {8, 9, 1};
-static const ck_caps B200 = {10, 0, 1};
-static const ck_caps RTX5090 = {12, 0, 1};
+static const ck_caps H200 = {9, 0, 1, 132};      /* Hopper, sm_90a kernels built */
+static const ck_caps H100_PTX = {9, 0, 0, 132};  /* Hopper, a build without sm_90a */
+static const ck_caps A100 = {8, 0, 1, 108};
+static const ck_caps L40S = {8, 9, 1, 142};
+static const ck_caps B200 = {10, 0, 1, 148};
+static const ck_caps RTX5090 = {12, 0, 1, 170};
 
 enum { E = 128, H = 2048, NI = 768 }; /* Clef-Omni's experts */
 
@@ -182,6 +182,20 @@ static void test_attention(void **state) {
     assert_int_equal(ck_pick_attention(&k, 2, CK_ATTN_SHORT, 1), 2);
     assert_int_equal(ck_pick_attention(&k, 2, CK_ATTN_SHORT + 1, 1), 3);
     assert_int_equal(ck_pick_attention(&k, 2, 1000, 0), 1); /* no positive scale: v1 */
+    /* v2s by call size: a 300-token record's 3 tiles x 32 heads on 132 SMs, not 32 x 1,000's 8,192 */
+    assert_int_equal(ck_attention_v2s(&k, 1, 3 * 32, 132), 1);
+    assert_int_equal(ck_attention_v2s(&k, 1, 2 * 132 - 1, 132), 1);
+    assert_int_equal(ck_attention_v2s(&k, 1, 2 * 132, 132), 0);
+    assert_int_equal(ck_attention_v2s(&k, 1, 256 * 32, 132), 0);
+    assert_int_equal(ck_attention_v2s(&k, 2, 3 * 32, 132), 0); /* precise: v2's 64-row kernel already */
+    assert_int_equal(ck_attention_v2s(&k, 1, 3 * 32, 0), 0);   /* SM count unknown */
+    k.attn = 2;
+    assert_int_equal(ck_attention_v2s(&k, 1, 3 * 32, 132), 0); /* a forced variant stays */
+    k.attn = 4;
+    assert_int_equal(ck_pick_attention(&k, 1, 300, 1), 4);
+    assert_int_equal(ck_pick_attention(&k, 2, 300, 1), 2); /* v2s is the fast mode's kernel */
+    assert_int_equal(ck_pick_attention(&k, 1, 300, 0), 1);
+    assert_int_equal(ck_attention_v2s(&k, 1, 3 * 32, 132), 0);
     k.attn = 3;
     assert_int_equal(ck_pick_attention(&k, 1, 300, 1), 3);
     assert_int_equal(ck_attention_ksplit(&k, 2), 3); /* tune bit 2: one K/V buffer */

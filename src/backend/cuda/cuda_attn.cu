@@ -360,11 +360,14 @@ constexpr int FA2_THREADS = 128;
  * registers next to the 32 x DP accumulator: spills), else 64 */
 template <int MT> __host__ __device__ constexpr int fa2_bn() { return MT == 2 ? 32 : 64; }
 
-template <int DP, int SPLIT, int NBUF, int MT> constexpr int fa2_smem_bytes() {
-    return SPLIT * (64 * MT + 2 * NBUF * fa2_bn<MT>()) * (DP + 8) * 2;
+template <int DP, int SPLIT, int NBUF, int MT, int BNK> constexpr int fa2_smem_bytes() {
+    return SPLIT * (64 * MT + 2 * NBUF * BNK) * (DP + 8) * 2;
 }
 
-template <int D, int DP, bool CAUSAL, int SPLIT, int NBUF, int MT>
+/* BNK: keys per K / V tile (fa2_bn by default).  MT = 1 with BNK = 32 is v2s: the fast mode's 32-key
+ * tiles under 64-row blocks, every row's operations those of MT = 2 on the same tiles (bitwise v2), for
+ * calls of too few 128-row blocks to fill the device. */
+template <int D, int DP, bool CAUSAL, int SPLIT, int NBUF, int MT, int BNK = fa2_bn<MT>()>
 __global__ void __launch_bounds__(FA2_THREADS) attn2_kernel(const bf16 *__restrict__ Q, const bf16 *__restrict__ K,
                                                             const bf16 *__restrict__ V, const ck_attn_out dst,
                                                              const int32_t *__restrict__ tiles,
@@ -372,7 +375,7 @@ __global__ void __launch_bounds__(FA2_THREADS) attn2_kernel(const bf16 *__restri
                                                             const int64_t *__restrict__ kv_off, int nh, int nkv,
                                                             float scale_log2) {
     static_assert(D % 8 == 0 && DP % 16 == 0 && DP >= D && DP - D < 16, "head size padding");
-    constexpr int BM = 64 * MT, BN = fa2_bn<MT>(), NT = BN / 8, P = DP + 8, CH = D / 8, KD = DP / 16, WR = 16 * MT;
+    constexpr int BM = 64 * MT, BN = BNK, NT = BN / 8, P = DP + 8, CH = D / 8, KD = DP / 16, WR = 16 * MT;
     constexpr bool QREG = MT == 1; /* one m tile: Q (hi) fragments stay in registers as in v1 */
     extern __shared__ __align__(16) unsigned char smem_raw[];
     /* Qs [SPLIT][BM][P]; Kb, Vb [NBUF buffers][SPLIT][BN][P] */
@@ -685,23 +688,24 @@ cudaError_t launch_tc_d(const bf16 *q, const bf16 *k, const bf16 *v, const ck_at
                   : launch_tc<D, DP, false, 1, 2>(q, k, v, dst, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, st);
 }
 
-template <int D, int DP, bool CAUSAL, int SPLIT, int NBUF, int MT>
+template <int D, int DP, bool CAUSAL, int SPLIT, int NBUF, int MT, int BNK = fa2_bn<MT>()>
 cudaError_t launch2(const bf16 *q, const bf16 *k, const bf16 *v, const ck_attn_out &dst, const int32_t *tiles,
                     int64_t n_tiles, const int64_t *q_off, const int64_t *kv_off, int nh, int nkv, float scale_log2,
                     cudaStream_t st) {
     static unsigned done = 0;
-    constexpr int smem = fa2_smem_bytes<DP, SPLIT, NBUF, MT>();
-    cudaError_t e = allow_smem(attn2_kernel<D, DP, CAUSAL, SPLIT, NBUF, MT>, smem, &done);
+    constexpr int smem = fa2_smem_bytes<DP, SPLIT, NBUF, MT, BNK>();
+    cudaError_t e = allow_smem(attn2_kernel<D, DP, CAUSAL, SPLIT, NBUF, MT, BNK>, smem, &done);
     if (e != cudaSuccess) return e;
     const int64_t blocks = n_tiles * nh; /* block = tile * nh + head */
     if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
-    attn2_kernel<D, DP, CAUSAL, SPLIT, NBUF, MT><<<(unsigned)blocks, FA2_THREADS, smem, st>>>(
+    attn2_kernel<D, DP, CAUSAL, SPLIT, NBUF, MT, BNK><<<(unsigned)blocks, FA2_THREADS, smem, st>>>(
         q, k, v, dst, tiles, q_off, kv_off, nh, nkv, scale_log2);
     return cudaGetLastError();
 }
 
 /* v2 configurations: fast: 128-row blocks on 32-key tiles, two K/V buffers
- * (68 KB of shared memory at D = 128; registers allow two blocks per SM);
+ * (68 KB of shared memory at D = 128; registers allow two blocks per SM), or (variant 4, v2s) 64-row
+ * blocks on the same tiles (52 KB; bitwise the same results, twice the blocks);
  * precise: 64-row blocks on 64-key tiles with one or two K/V buffers as v1
  * (Q hi in registers), or (variant 3) 128-row blocks on 32-key tiles with one
  * buffer (102 KB, two blocks per SM). */
@@ -709,6 +713,9 @@ template <int D, int DP, bool CAUSAL>
 cudaError_t launch2_d(const bf16 *q, const bf16 *k, const bf16 *v, const ck_attn_out &dst,
                       const int32_t *tiles, int64_t n_tiles, const int64_t *q_off, const int64_t *kv_off, int nh,
                       int nkv, float sl2, int split, int one_buf, int variant, cudaStream_t st) {
+    if (split == 1 && variant == 4)
+        return launch2<D, DP, CAUSAL, 1, 2, 1, 32>(q, k, v, dst, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, st);
+    if (variant == 4) return cudaErrorInvalidValue; /* v2s: the fast mode's kernel only */
     if (split == 1)
         return launch2<D, DP, CAUSAL, 1, 2, 2>(q, k, v, dst, tiles, n_tiles, q_off, kv_off, nh, nkv, sl2, st);
     if (variant == 3)
@@ -723,7 +730,7 @@ cudaError_t launch2_d(const bf16 *q, const bf16 *k, const bf16 *v, const ck_attn
 extern "C" {
 
 int ck_attn_tc_rows(int split, int variant) {
-    if (variant == 1) return 64;
+    if (variant == 1 || variant == 4) return 64;
     if (variant == 3) return 128;
     return split == 1 ? 128 : 64;
 }
@@ -742,7 +749,7 @@ cudaError_t ck_attn_tc(const uint16_t *q, const uint16_t *k, const uint16_t *v, 
                        cudaStream_t st) {
     if (n_tiles <= 0) return cudaSuccess;
     if (split != 1 && split != 2 && split != 3) return cudaErrorInvalidValue;
-    if (variant < 1 || variant > 3 || (out16 && split16 != 1 && split16 != 2) || ((uintptr_t)out16 & 3))
+    if (variant < 1 || variant > 4 || (out16 && split16 != 1 && split16 != 2) || ((uintptr_t)out16 & 3))
         return cudaErrorInvalidValue;
     const ck_attn_out dst = {out, o_stride, out16, out16 ? split16 : 1};
     const int one_buf = split == 3; /* split 3: the split kernel with one K/V buffer (two blocks per SM fit) */

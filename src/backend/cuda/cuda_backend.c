@@ -1236,7 +1236,7 @@ static int cu_attention(clef_backend *be, const float *q, const float *k, const 
      * each on the H200 (CLEF_ATTN_BENCH: 8 x 4096 fast v2 214 vs v1 176 TFLOP/s; precise v2w 112, v1 108,
      * v2 95), v2 for the precise mode's short segments (CK_ATTN_SHORT) */
     const int ksplit = ck_attention_ksplit(&c->k, split);
-    const int fixed = !(a->scale > 0.0f) ? 1 : c->k.attn;
+    const int fixed = !(a->scale > 0.0f) ? 1 : c->k.attn == 4 && split != 1 ? 2 : c->k.attn;
     for (int64_t s = 0; s < ns; s++) {
         int64_t ql = a->q_off[s + 1] - a->q_off[s], kl = a->kv_off[s + 1] - a->kv_off[s];
         if (ql < 0 || kl < 0 || (ql > 0 && kl == 0) || (a->causal && ql > kl) || kl > INT32_MAX)
@@ -1246,11 +1246,17 @@ static int cu_attention(clef_backend *be, const float *q, const float *k, const 
     }
     const int64_t nq = ns ? a->q_off[ns] : 0, nk = ns ? a->kv_off[ns] : 0;
     if (nq == 0) return 0;
-    /* the segments' variants: at most two kinds per call (v2, v2w), one launch each */
+    /* the segments' variants: at most two kinds per call (v2, v2w), one launch each; the fast mode's v2
+     * segments launched as v2s (bitwise v2) when their 128-row blocks would leave SMs idle */
     const int kinds[2] = {fixed ? fixed : 2, 3}, n_kinds = fixed || split != 2 ? 1 : 2;
+    int launch[2] = {kinds[0], kinds[1]};
     int64_t nt[2] = {0, 0};
     for (int i = 0; tc && i < n_kinds; i++)
         nt[i] = attn_tiles(c, a, split, kinds[i], ck_attn_tc_rows(ksplit, kinds[i]), NULL);
+    if (tc && kinds[0] == 2 && ck_attention_v2s(&c->k, split, nt[0] * nh, c->caps.sms)) {
+        launch[0] = 4;
+        nt[0] = attn_tiles(c, a, split, kinds[0], ck_attn_tc_rows(ksplit, 4), NULL);
+    }
     /* q and k left converted by qk_norm_rope for exactly these rows (self-attention over all T rows) */
     const att_stage want = {q, k, nq, a->q_stride, a->k_stride, nh, nkv, D, split};
     const int staged = tc && c->att_valid && nk == nq && att_stage_eq(&c->att, &want);
@@ -1264,7 +1270,7 @@ static int cu_attention(clef_backend *be, const float *q, const float *k, const 
     memcpy(h + off_bytes, a->kv_off, off_bytes);
     int32_t *ht = (int32_t *)(h + 2 * off_bytes);
     for (int i = 0; tc && i < n_kinds; i++)
-        attn_tiles(c, a, split, kinds[i], ck_attn_tc_rows(ksplit, kinds[i]), ht + (i ? 2 * nt[0] : 0));
+        attn_tiles(c, a, split, kinds[i], ck_attn_tc_rows(ksplit, launch[i]), ht + (i ? 2 * nt[0] : 0));
     char *d = stage_meta(c, meta, err);
     if (!d) return op_end(c, -1);
     const int64_t *dq = (const int64_t *)d, *dk = (const int64_t *)(d + off_bytes);
@@ -1295,7 +1301,7 @@ static int cu_attention(clef_backend *be, const float *q, const float *k, const 
         for (int i = 0; rc == 0 && i < n_kinds; i++)
             if (nt[i] > 0)
                 rc = cu_check(ck_attn_tc(q16, k16, v16, out, a->o_stride, o16, dsplit, dt + (i ? 2 * nt[0] : 0), nt[i],
-                                         dq, dk, (int)nh, (int)nkv, (int)D, a->scale, a->causal, ksplit, kinds[i],
+                                         dq, dk, (int)nh, (int)nkv, (int)D, a->scale, a->causal, ksplit, launch[i],
                                          c->st),
                               "attention", err);
         if (rc == 0 && o16) cvt_remember(c, out, nq, nh * D, a->o_stride, dsplit);
@@ -2211,7 +2217,8 @@ static int ctx_init(cuda_ctx *c, clef_err *err) {
     /* the sm_90a kernels (wgmma, FP8 MMA, TMA) need that build and a compute capability 9.0 device:
      * ck_pick_* ask ck_caps_hopper; the experts' tensor maps (the TMA kernel below the wgmma threshold,
      * the persistent wgmma kernel above) and W8A8 follow it here */
-    c->caps = (ck_caps){.cc_major = prop.major, .cc_minor = prop.minor, .sm90a_built = ck_wgmma_built()};
+    c->caps = (ck_caps){.cc_major = prop.major, .cc_minor = prop.minor, .sm90a_built = ck_wgmma_built(),
+                        .sms = prop.multiProcessorCount};
     c->expert_maps_on = (c->k.tma || c->k.wgmma_ws) && ck_caps_hopper(&c->caps);
     if (!ck_caps_hopper(&c->caps)) c->fp8_mma = 0;
     /* 64 MiB, allocated once: split-K algorithms whose reduction goes through the workspace
@@ -2328,6 +2335,7 @@ void clef_cuda_describe(clef_backend *be, char *buf, size_t cap) {
              c->k.attn == 1   ? ", attention v1"
              : c->k.attn == 2 ? ", attention v2"
              : c->k.attn == 3 ? ", attention v2w"
+             : c->k.attn == 4 ? ", attention v2s"
                                     : "",
              c->graphs_on ? "" : ", CUDA graphs off");
 }

@@ -106,7 +106,7 @@ typedef struct knob_def {
 static const char *const GEMM_NAMES[] = {"cublaslt", "custom"};
 static const char *const INT4_NAMES[] = {NULL, NULL, "v2", "v3", "v3-2blk", "v4", "v5"};
 static const char *const NVFP4_NAMES[] = {NULL, NULL, "v2", "v3", "v4", "v5"};
-static const char *const ATTN_NAMES[] = {NULL, "v1", "v2", "v2w"};
+static const char *const ATTN_NAMES[] = {NULL, "v1", "v2", "v2w", "v2s"};
 
 #define KNOB_INT(n, lo, hi, d, f) {n, lo, hi, d, NULL, 0, NULL, offsetof(clef_cuda_knobs, f)}
 #define KNOB_NAMES(n, names, cnt, d, acc, f) {n, 0, 0, d, names, cnt, acc, offsetof(clef_cuda_knobs, f)}
@@ -118,7 +118,7 @@ static const knob_def KNOBS[] = {
     KNOB_NAMES("CLEF_CUDA_QGEMM_INT4", INT4_NAMES, 7, 6, "v2, v3, v3-2blk, v4 or v5", int4),
     KNOB_NAMES("CLEF_CUDA_QGEMM_NVFP4", NVFP4_NAMES, 6, 5, "v2, v3, v4 or v5", nvfp4),
     KNOB_INT("CLEF_CUDA_LT_SPLITK", 0, 2, 1, lt_splitk),
-    KNOB_NAMES("CLEF_CUDA_ATTN", ATTN_NAMES, 4, 0, "v1, v2 or v2w", attn),
+    KNOB_NAMES("CLEF_CUDA_ATTN", ATTN_NAMES, 5, 0, "v1, v2, v2w or v2s", attn),
     KNOB_INT("CLEF_CUDA_WGMMA_ROWS", 1, 1 << 30, 8000, wgmma_rows),
     KNOB_INT("CLEF_CUDA_QWGMMA_ROWS", 1, 1 << 30, 8192, qwgmma_rows),
     KNOB_INT("CLEF_CUDA_TMA", 0, 1, 1, tma),

@@ -50,7 +50,8 @@ typedef struct clef_cuda_knobs {
                       * loading warp on Hopper: measured slower, kept for A/B; cuda_qgemm.cu) */
     int nvfp4;       /* CLEF_CUDA_QGEMM_NVFP4: 5 = v5 (default, as INT4), 3 = v3, 2 = v2, 4 = v4 (as INT4) */
     int lt_splitk;   /* CLEF_CUDA_LT_SPLITK: 0, 1 (default) or 2 */
-    int attn;        /* CLEF_CUDA_ATTN: 0 = per mode and segment length (default), 1 = v1, 2 = v2, 3 = v2w */
+    int attn;        /* CLEF_CUDA_ATTN: 0 = per mode, segment length and call size (default), 1 = v1, 2 = v2,
+                      * 3 = v2w, 4 = v2s (the fast mode's 64-row blocks; v2 in the precise mode) */
     int wgmma_rows;  /* CLEF_CUDA_WGMMA_ROWS: expert rows per pass from which wgmma = 2 uses wgmma (BF16); 8000 */
     int qwgmma_rows; /* CLEF_CUDA_QWGMMA_ROWS: the same for packed experts; default 8192 */
     int tma;         /* CLEF_CUDA_TMA: 0 = off, 1 (default) = small BF16 expert passes on the TMA kernel */

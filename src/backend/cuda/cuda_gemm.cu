@@ -377,6 +377,9 @@ __global__ void moe_count_kernel(const int32_t *__restrict__ idx, int64_t TK, in
 }
 
 constexpr int PLACE_THREADS = 256, PLACE_PER_THREAD = 8;
+/* SELF blocks of passes of up to PLACE_STAGE entries keep them in shared memory (32 KiB): read from
+ * global memory once, by independent loads, instead of once for the counts and once for the compaction */
+constexpr int PLACE_STAGE = 8192;
 
 /* Sum of v over the block (every thread gets it); sm: >= 32 ints. */
 __device__ int block_sum(int v, int *sm) {
@@ -394,8 +397,10 @@ __device__ int block_sum(int v, int *sm) {
  * compaction of its entries in entry order (= token order).  SELF: every
  * block first counts all entries itself (a histogram in shared memory, E
  * ints), for small passes where the separate count kernel and the zeroing
- * of cnt are most of the plan's time; the counts are exact either way. */
-template <bool SELF>
+ * of cnt are most of the plan's time; the counts are exact either way.
+ * STAGE (SELF, TK <= PLACE_STAGE): the entries are copied to shared memory
+ * as they are counted and compacted from there (the same integers). */
+template <bool SELF, bool STAGE>
 __global__ void __launch_bounds__(PLACE_THREADS) moe_place_kernel(const int32_t *__restrict__ idx, int64_t TK, int k,
                                                                   int E, int BM, const int32_t *__restrict__ cnt_in,
                                                                   int32_t *expert_end, int32_t *row_tok,
@@ -403,14 +408,24 @@ __global__ void __launch_bounds__(PLACE_THREADS) moe_place_kernel(const int32_t 
                                                                   int32_t *tile_row0, int32_t *n_tiles) {
     __shared__ int sm[32];
     __shared__ int warp_tot[PLACE_THREADS / 32];
-    extern __shared__ int32_t hist[]; /* SELF: [E] */
+    extern __shared__ int32_t hist[]; /* SELF: [E]; STAGE: then the TK entries */
+    static_assert(SELF || !STAGE, "staged entries come with the block's own counts");
+    int32_t *sidx = hist + E;
+    const int32_t *src = STAGE ? sidx : idx; /* where the compaction reads the entries */
     const int e = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     if (SELF) {
         for (int j = tid; j < E; j += blockDim.x) hist[j] = 0;
         __syncthreads();
-        for (int64_t i = tid; i < TK; i += blockDim.x) {
-            const int x = idx[i];
-            if (x >= 0 && x < E) atomicAdd(&hist[x], 1); /* integer counts: the total is order-free */
+        constexpr int U = 4; /* loads in flight per thread */
+        for (int64_t i0 = tid; i0 < TK; i0 += (int64_t)U * PLACE_THREADS) {
+            int x[U];
+#pragma unroll
+            for (int u = 0; u < U; u++) x[u] = i0 + u * PLACE_THREADS < TK ? idx[i0 + u * PLACE_THREADS] : -1;
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                if (STAGE && i0 + u * PLACE_THREADS < TK) sidx[i0 + u * PLACE_THREADS] = x[u];
+                if (x[u] >= 0 && x[u] < E) atomicAdd(&hist[x[u]], 1); /* integer counts: the total is order-free */
+            }
         }
         __syncthreads();
     }
@@ -441,7 +456,7 @@ __global__ void __launch_bounds__(PLACE_THREADS) moe_place_kernel(const int32_t 
 #pragma unroll
         for (int u = 0; u < PLACE_PER_THREAD; u++) {
             const int64_t i = i0 + u;
-            if (i < TK && idx[i] == e) {
+            if (i < TK && src[i] == e) {
                 flags |= 1 << u;
                 n++;
             }
@@ -786,8 +801,13 @@ cudaError_t ck_moe_plan(const int32_t *idx, int64_t T, int k, int E, int BM, int
                         int32_t *row_tok, int32_t *slot_pos, int32_t *tile_expert, int32_t *tile_row0,
                         int32_t *n_tiles, cudaStream_t st) {
     const int64_t TK = T * k;
+    if (TK <= PLACE_STAGE && E <= 512) { /* one launch, the entries staged in shared memory */
+        moe_place_kernel<true, true><<<(unsigned)E, PLACE_THREADS, (size_t)(E + TK) * sizeof(int32_t), st>>>(
+            idx, TK, k, E, BM, cnt, expert_end, row_tok, slot_pos, tile_expert, tile_row0, n_tiles);
+        return cudaGetLastError();
+    }
     if (TK <= 16384 && E <= 512) { /* one launch: each block counts for itself (E x TK reads in all) */
-        moe_place_kernel<true><<<(unsigned)E, PLACE_THREADS, (size_t)E * sizeof(int32_t), st>>>(
+        moe_place_kernel<true, false><<<(unsigned)E, PLACE_THREADS, (size_t)E * sizeof(int32_t), st>>>(
             idx, TK, k, E, BM, cnt, expert_end, row_tok, slot_pos, tile_expert, tile_row0, n_tiles);
         return cudaGetLastError();
     }
@@ -799,7 +819,7 @@ cudaError_t ck_moe_plan(const int32_t *idx, int64_t T, int k, int E, int BM, int
         moe_count_kernel<<<(unsigned)blocks, 256, (size_t)E * sizeof(int32_t), st>>>(idx, TK, E, cnt);
         if ((e = cudaGetLastError()) != cudaSuccess) return e;
     }
-    moe_place_kernel<false><<<(unsigned)E, PLACE_THREADS, 0, st>>>(idx, TK, k, E, BM, cnt, expert_end, row_tok, slot_pos,
+    moe_place_kernel<false, false><<<(unsigned)E, PLACE_THREADS, 0, st>>>(idx, TK, k, E, BM, cnt, expert_end, row_tok, slot_pos,
                                                             tile_expert, tile_row0, n_tiles);
     return cudaGetLastError();
 }

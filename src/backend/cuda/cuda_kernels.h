@@ -382,7 +382,7 @@ cudaError_t ck_rope(float *x, int64_t T, int64_t heads, int64_t D, const int32_t
 
 /* Query rows per tile of ck_attn_tc for this split (1, 2 or 3) and kernel
  * variant (1 = v1; 2 = v2 (default); 3 = v2 with 128-row tiles in the precise
- * mode as well): 64 or 128. */
+ * mode as well; 4 = v2s, split 1 only: v2's 32-key tiles under 64-row blocks, bitwise v2): 64 or 128. */
 int ck_attn_tc_rows(int split, int variant);
 
 /* Where the tensor-core attention writes: f32 rows `stride` apart at out, and when out16 is set also
@@ -404,7 +404,7 @@ typedef struct ck_attn_out {
  * takes three MMAs (hi.hi + hi.lo + lo.hi), P split the same way; split = 3:
  * the same with one K/V buffer instead of two (104 KB of shared memory at
  * D = 128: two blocks per SM; bitwise the same results as split = 2).
- * variant: see ck_attn_tc_rows; variants 2 and 3 need scale > 0.  out16 /
+ * variant: see ck_attn_tc_rows; variants 2, 3 and 4 need scale > 0.  out16 /
  * split16: see ck_attn_out (NULL: f32 rows only).  Errors:
  * cudaErrorInvalidValue for an unsupported D, split, variant, scale or split16. */
 cudaError_t ck_attn_tc(const uint16_t *q, const uint16_t *k, const uint16_t *v, float *out, int64_t o_stride,

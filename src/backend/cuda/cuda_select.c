@@ -65,8 +65,12 @@ int ck_packed_tma(const ck_caps *caps, const clef_cuda_knobs *k, int qtype, int 
 
 int ck_pick_attention(const clef_cuda_knobs *k, int split, int64_t seg_len, int scale_ok) {
     if (!scale_ok) return 1;
-    if (k->attn) return k->attn;
+    if (k->attn) return k->attn == 4 && split != 1 ? 2 : k->attn;
     return split == 2 && seg_len > CK_ATTN_SHORT ? 3 : 2;
+}
+
+int ck_attention_v2s(const clef_cuda_knobs *k, int split, int64_t blocks, int sms) {
+    return k->attn == 0 && split == 1 && sms > 0 && blocks < (int64_t)CK_ATTN_V2S_PER_SM * sms;
 }
 
 int ck_attention_ksplit(const clef_cuda_knobs *k, int split) { return split == 2 && (k->tune & 2) ? 3 : split; }

@@ -37,6 +37,7 @@ int ck_qgemm_bm(int qtype, int64_t rows, int64_t n_experts);
 typedef struct ck_caps {
     int cc_major, cc_minor; /* the device's compute capability (e.g. 9.0 H100/H200, 8.9 L40S, 12.0 RTX 50xx) */
     int sm90a_built;        /* the binary holds the sm_90a kernels (ck_wgmma_built) */
+    int sms;                /* streaming multiprocessors (132 on an H200; 0: unknown) */
 } ck_caps;
 
 /* The Hopper-only kernels (wgmma, the tensor-copy engine, FP8 wgmma) run: an
@@ -112,11 +113,20 @@ ck_packed_pick ck_pick_packed(const ck_caps *caps, const clef_cuda_knobs *k, int
 int ck_packed_tma(const ck_caps *caps, const clef_cuda_knobs *k, int qtype, int bm);
 
 /* The attention kernel variant of a segment of `seg_len` queries (1 = v1,
- * 2 = v2, 3 = v2w; ck_attn_tc_rows gives their tile rows): knobs->attn when
- * set; v1 without a positive softmax scale (`scale_ok` 0); else v2, except
- * v2w for precise (split 2) segments longer than CK_ATTN_SHORT. */
+ * 2 = v2, 3 = v2w, 4 = v2s; ck_attn_tc_rows gives their tile rows):
+ * knobs->attn when set (v2s: v2 unless split is 1); v1 without a positive
+ * softmax scale (`scale_ok` 0); else v2, except v2w for precise (split 2)
+ * segments longer than CK_ATTN_SHORT. */
 enum { CK_ATTN_SHORT = 512 };
 int ck_pick_attention(const clef_cuda_knobs *k, int split, int64_t seg_len, int scale_ok);
+
+/* Whether a fast-mode (split 1) call whose v2 segments make `blocks` blocks of 128-row tiles (tiles x
+ * query heads) runs them as v2s instead (64-row blocks on the same 32-key tiles: bitwise v2, so the
+ * choice may depend on the whole call): with the default switch, when those blocks are fewer than
+ * CK_ATTN_V2S_PER_SM per SM of the device's `sms` (two v2 blocks fit an SM: a 300-token record's 96
+ * blocks leave a third of an H200 idle and put 128 rows' work on each busy SM). */
+enum { CK_ATTN_V2S_PER_SM = 2 };
+int ck_attention_v2s(const clef_cuda_knobs *k, int split, int64_t blocks, int sms);
 
 /* The attention kernel's K/V split: split, or 3 (one K/V buffer, two blocks
  * per SM) for precise attention with tune bit 2. */
