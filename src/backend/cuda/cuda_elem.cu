@@ -157,6 +157,7 @@ __global__ void __launch_bounds__(WIDE_THREADS) add_rmsnorm_wide_kernel(float *h
  * same register layout, f64 sum and block tree), so the result is bitwise the combine into o followed
  * by the add_rmsnorm op; no o is written.  y may be the expert input (its rows were consumed by the
  * products before this kernel runs); a16 as add_rmsnorm_wide_kernel's. */
+template <int KT> /* k at compile time (moe_combine4), or 0 */
 __global__ void __launch_bounds__(WIDE_THREADS) moe_combine_norm_kernel(
     const float *__restrict__ yp, const int32_t *__restrict__ idx, const float *__restrict__ w,
     const int32_t *__restrict__ slot_pos, int k, float *h, const float *__restrict__ nw, float *y, __nv_bfloat16 *a16,
@@ -174,7 +175,7 @@ __global__ void __launch_bounds__(WIDE_THREADS) moe_combine_norm_kernel(
     for (int u = 0; u < WIDE_MAX4; u++) {
         const int64_t i = threadIdx.x + (int64_t)u * WIDE_THREADS;
         if (i < n4) {
-            const float4 b = moe_combine4(yp, row, ws, k, 4 * i);
+            const float4 b = moe_combine4<KT>(yp, row, ws, k, 4 * i);
             v[u] = add4_rn(hr[i], b);
             hr[i] = v[u];
             ss += sq4(v[u]);
@@ -258,13 +259,32 @@ __global__ void __launch_bounds__(QKR_WARPS * 32) qk_norm_rope_kernel(float *q, 
                     if (lane + 32 * u < D) ss += (double)v[gi][u] * v[gi][u];
                 ss = warp_sum_d(ss);
                 const float var = (float)(ss / (double)D), inv = 1.0f / sqrtf(var + eps);
+                __nv_bfloat16 *d16 = qkr16(q16, k16, split16, t, nq, nk, D, hh);
+                if (D == 128) { /* the lane holds both halves of its two rotation pairs (j, j + 64): the
+                                 * rotation in registers, rope_head's operations without the row buffer */
+                    float nv[4];
+#pragma unroll
+                    for (int u = 0; u < 4; u++) nv[u] = __fmul_rn(w[lane + 32 * u], __fmul_rn(v[gi][u], inv));
+                    const int64_t lo_off = (int64_t)(hh < nq ? nq : nk) * D;
+#pragma unroll
+                    for (int u = 0; u < 2; u++) {
+                        const int j = lane + 32 * u;
+                        const float c = cs[j], sn = cs[64 + j], x1 = nv[u], x2 = nv[u + 2];
+                        const float y1 = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, sn)),
+                                    y2 = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, sn));
+                        x[j] = y1;
+                        x[j + 64] = y2;
+                        if (d16) put_bf16(d16, lo_off, split16, j, y1), put_bf16(d16, lo_off, split16, j + 64, y2);
+                    }
+                    continue;
+                }
 #pragma unroll
                 for (int u = 0; u < 4; u++) {
                     const int i = lane + 32 * u;
                     if (i < D) buf[i] = __fmul_rn(w[i], __fmul_rn(v[gi][u], inv));
                 }
                 __syncwarp();
-                rope_head(x, buf, cs, half, lane, qkr16(q16, k16, split16, t, nq, nk, D, hh), nq, nk, D, hh, split16);
+                rope_head(x, buf, cs, half, lane, d16, nq, nk, D, hh, split16);
                 __syncwarp();
             }
         }
@@ -483,9 +503,13 @@ cudaError_t ck_moe_combine_norm(const float *yp, const int32_t *idx, const float
     if (T > 0x7fffffffLL || k > 64 || k <= 0 || (split != 1 && split != 2) ||
         !ck_moe_combine_norm_fits(yp, h, nw, y, H) || ((uintptr_t)a16 & 7))
         return cudaErrorInvalidValue;
-    moe_combine_norm_kernel<<<(unsigned)T, WIDE_THREADS, 0, st>>>(yp, idx, w, slot_pos, k, h, nw, y,
-                                                                  reinterpret_cast<__nv_bfloat16 *>(a16), split, H,
-                                                                  eps);
+    __nv_bfloat16 *d16 = reinterpret_cast<__nv_bfloat16 *>(a16);
+    if (k == 8)
+        moe_combine_norm_kernel<8><<<(unsigned)T, WIDE_THREADS, 0, st>>>(yp, idx, w, slot_pos, k, h, nw, y, d16, split,
+                                                                         H, eps);
+    else
+        moe_combine_norm_kernel<0><<<(unsigned)T, WIDE_THREADS, 0, st>>>(yp, idx, w, slot_pos, k, h, nw, y, d16, split,
+                                                                         H, eps);
     return cudaGetLastError();
 }
 

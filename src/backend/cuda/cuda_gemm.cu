@@ -488,6 +488,7 @@ __global__ void __launch_bounds__(PLACE_THREADS) moe_place_kernel(const int32_t 
     }
 }
 
+template <int KT> /* k at compile time (moe_combine4), or 0 */
 __global__ void moe_combine_kernel(const float *__restrict__ yp, const int32_t *__restrict__ idx,
                                    const float *__restrict__ w, const int32_t *__restrict__ slot_pos, int k, int64_t H,
                                    float *__restrict__ y, int vec) {
@@ -499,7 +500,7 @@ __global__ void moe_combine_kernel(const float *__restrict__ yp, const int32_t *
     /* product then sum, as the CPU backend; float4 when rows allow it */
     if (vec) {
         for (int64_t h = 4 * (int64_t)threadIdx.x; h < H; h += 4 * (int64_t)blockDim.x)
-            *reinterpret_cast<float4 *>(y + t * H + h) = moe_combine4(yp, row, ws, k, h);
+            *reinterpret_cast<float4 *>(y + t * H + h) = moe_combine4<KT>(yp, row, ws, k, h);
         return;
     }
     for (int64_t h = threadIdx.x; h < H; h += blockDim.x) {
@@ -829,7 +830,10 @@ cudaError_t ck_moe_combine(const float *yp, const int32_t *idx, const float *w, 
     if (T <= 0) return cudaSuccess;
     if (T > 0x7fffffffLL || k > 64) return cudaErrorInvalidConfiguration;
     const int vec = (H & 3) == 0 && ((uintptr_t)yp & 15) == 0 && ((uintptr_t)y & 15) == 0;
-    moe_combine_kernel<<<(unsigned)T, 256, 0, st>>>(yp, idx, w, slot_pos, k, H, y, vec);
+    if (k == 8)
+        moe_combine_kernel<8><<<(unsigned)T, 256, 0, st>>>(yp, idx, w, slot_pos, k, H, y, vec);
+    else
+        moe_combine_kernel<0><<<(unsigned)T, 256, 0, st>>>(yp, idx, w, slot_pos, k, H, y, vec);
     return cudaGetLastError();
 }
 

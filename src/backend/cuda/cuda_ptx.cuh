@@ -326,11 +326,15 @@ static __device__ __forceinline__ void moe_rank_rows(const int32_t *__restrict__
 }
 
 /* Element h..h+3 of token t's combined row: sum over ranks of w x y (product then sum, each rounded, as the
- * CPU backend; rank 0 starts the sum). */
+ * CPU backend; rank 0 starts the sum).  KT: k at compile time (the thinker's 8: every row's load issued
+ * before the first sum needs it), or 0 for k at run time; the same operations either way. */
+template <int KT = 0>
 static __device__ __forceinline__ float4 moe_combine4(const float *__restrict__ yp, const int64_t *row, const float *ws,
                                                       int k, int64_t h) {
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int i = 0; i < k; i++) {
+    const int kn = KT ? KT : k;
+#pragma unroll(KT ? KT : 1)
+    for (int i = 0; i < kn; i++) {
         const float4 v = *reinterpret_cast<const float4 *>(yp + row[i] + h);
         const float c = ws[i];
         if (i == 0) {
