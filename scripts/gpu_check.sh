@@ -30,7 +30,7 @@
 #                 fp8-block, nvfp4): `clef parity` BF16 vs each over the 200 generated requests
 #   stream        issue 17: test_cuda_stream, then `clef bench` on the full preset resident and under
 #                 --gpu-memory budgets (STREAM_PLAN): streamed bytes, copy rate, peak
-#   quant_bench   `clef bench` per format (QUANT_BENCH_FORMATS): 300 / 1k tokens, 32x1k (QUANT_BENCH_RUNS), GPU memory;
+#   quant_bench   `clef bench` per format (QUANT_BENCH_FORMATS; bf16 = unquantized): 300 / 1k tokens, 32x1k (QUANT_BENCH_RUNS), GPU memory;
 #                 QUANT_BENCH_EXTRA: more bench arguments (e.g. "--kernel CLEF_CUDA_V5_STAGES=4")
 #   qtests        test_cuda_quant and test_cuda_ops alone
 #   qab           issue 18: `clef bench --profile` per format (QAB_FORMATS) and packed kernel (QAB_KERNELS, "v5 v3")
@@ -329,7 +329,8 @@ EOF
         ;;
     quant_bench)
         for f in $(echo "${QUANT_BENCH_FORMATS:-int4,fp8-block,nvfp4}" | tr , ' '); do
-            run_stage "bench_$f" ${QUANT_BENCH_TIMEOUT:-150} "$BIN/clef" bench --synthetic full --seed 1 --quant "$f" \
+            q="--quant $f"; [ "$f" = bf16 ] && q="" # bf16: the experts as the checkpoint has them
+            run_stage "bench_$f" ${QUANT_BENCH_TIMEOUT:-150} "$BIN/clef" bench --synthetic full --seed 1 $q \
                 --device cuda --text-only --runs ${QUANT_BENCH_RUNS:-1x300,1x1000,32x1000} --iters 5 ${QUANT_BENCH_EXTRA:-}
             grep -v -E "^(clef|===)" "$OUT/bench_$f.log" | grep -E "^[a-z_0-9]+ |run " | head -40 >> "$SUM"
         done
