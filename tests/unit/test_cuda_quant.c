@@ -1153,6 +1153,27 @@ static void moe_case(fx *f, enum qkind kind) {
         float *y1 = tu_dget(g, dy, (size_t)H);
         if (memcmp(y1, yb + 8250 * H, (size_t)H * 4) != 0)
             fail_msg("%s (%s): token 8250 alone differs from the batch of %lld", what, MODE[gi], (long long)TB);
+        /* 3,000 tokens (12,000 rows, 750 per expert, one pass): fast passes run v5 on many tiles per expert
+         * (INT4 and NVFP4) ahead of the wgmma kernel (CLEF_CUDA_V5_ROWS 1024), bitwise the batch's first pass (wgmma: 2,048
+         * rows per expert, past v5's bound) */
+        {
+            clef_cuda_set_profile(g, 1);
+            clef_cuda_profile_dump(g, NULL);
+            tu_ok(g->ops->moe(g, dx, 3000, di, dw, k, &mg, dy, &err), &err);
+            char desc[256];
+            char *prof = profile_take(g, desc, sizeof desc);
+            const int v5_fast = gi == 0 && kind != Q_FP8;
+            if (v5_fast && (!strstr(prof, "GEMM (SwiGLU, v5)") || !strstr(prof, "down GEMM (v5)")))
+                fail_msg("%s (%s): 3,000 tokens did not run packed v5 (device: %s):\n%s", what, MODE[gi], desc, prof);
+            free(prof);
+            float *y3 = tu_dget(g, dy, (size_t)(3000 * H));
+            if (memcmp(y3, yb, (size_t)(3000 * H) * 4) != 0)
+                fail_msg("%s (%s): 3,000 tokens differ from the first 3,000 of the batch of %lld", what, MODE[gi],
+                         (long long)TB);
+            printf("  %-40s %-8s 3,000 tokens%s: bitwise the batch's first pass\n", what, MODE[gi],
+                   v5_fast ? " on v5 (750 rows per expert)" : "");
+            free(y3);
+        }
         /* The batch's first pass (8192 tokens, 32768 expert rows) runs on the wgmma kernel where it applies
          * (CLEF_CUDA_WGMMA=2 default, sm_90a): a token of that pass alone (4 rows: mma.sync kernels) ... */
         tu_ok(g->ops->moe(g, dx + 5000 * H, 1, di + 5000 * k, dw + 5000 * k, k, &mg, dy, &err), &err);

@@ -107,8 +107,8 @@ static void test_packed_experts(void **state) {
     (void)state;
     clef_cuda_knobs k;
     clef_cuda_knobs_default(&k);
-    /* below the wgmma threshold: v5 (swapped operands, 32-row tiles) for fast INT4 / NVFP4 passes averaging
-     * up to 64 rows per expert on every device, v3 (mma.sync) for the rest; v4 (a loading warp) on Hopper
+    /* v5 (swapped operands, 32-row tiles) for fast INT4 / NVFP4 passes averaging up to 1024 rows per expert
+     * on every device, ahead of wgmma; v3 (mma.sync) for the rest below the wgmma threshold; v4 (a loading warp) on Hopper
      * when its switch asks for it, INT4 and NVFP4 each by its own switch, 32- and 64-row tiles */
     expect_packed(&H200, &k, CK_QT_NVFP4, 2400, 1, 0, 0, CK_PACKED_SKINNY, 32);
     expect_packed(&A100, &k, CK_QT_NVFP4, 2400, 1, 0, 0, CK_PACKED_SKINNY, 32);
@@ -118,13 +118,26 @@ static void test_packed_experts(void **state) {
     expect_packed(&H200, &k, CK_QT_INT4, 2400, 1, 0, 0, CK_PACKED_SKINNY, 32);
     expect_packed(&H200, &k, CK_QT_INT4, 4097, 1, 0, 0, CK_PACKED_SKINNY, 32); /* ck_qgemm_bm's 64: still v5 */
     expect_packed(&H200, &k, CK_QT_INT4, 8000, 1, 0, 0, CK_PACKED_SKINNY, 32);
+    /* v5 ahead of wgmma up to 1024 rows per expert (every fast pass of the thinker: <= 512) */
+    expect_packed(&H200, &k, CK_QT_INT4, 8193, 0, 0, 0, CK_PACKED_SKINNY, 32);
+    expect_packed(&H200, &k, CK_QT_INT4, 8192, 1, 0, 0, CK_PACKED_SKINNY, 32);
+    expect_packed(&H200, &k, CK_QT_INT4, 65536, 1, 0, 0, CK_PACKED_SKINNY, 32); /* a pass of 8,192 tokens */
+    expect_packed(&A100, &k, CK_QT_INT4, 65536, 0, 0, 0, CK_PACKED_SKINNY, 32);
+    expect_packed(&H200, &k, CK_QT_INT4, 1024 * 128 + 1, 1, 0, 0, CK_PACKED_WGMMA, 128);
+    expect_packed_split(&H200, &k, CK_QT_INT4, 65536, 2, 1, 0, 0, CK_PACKED_WGMMA, 128); /* precise: wgmma */
+    expect_packed(&H200, &k, CK_QT_NVFP4, 8192, 1, 0, 0, CK_PACKED_SKINNY, 32); /* NVFP4 the same */
+    expect_packed(&H200, &k, CK_QT_NVFP4, 65536, 1, 0, 0, CK_PACKED_SKINNY, 32);
+    expect_packed(&H200, &k, CK_QT_NVFP4, 1024 * 128 + 1, 1, 0, 0, CK_PACKED_WGMMA, 128);
+    expect_packed(&H200, &k, CK_QT_NVFP4, 1024 * 128 + 1, 0, 0, 0, CK_PACKED_MMA, 128); /* does not fit */
+    k.v5_rows = 64; /* CLEF_CUDA_V5_ROWS=64 (the default before 2026-12-04) */
     expect_packed(&H200, &k, CK_QT_INT4, 8193, 0, 0, 0, CK_PACKED_MMA, 64); /* past 64 per expert, no wgmma fit */
-    expect_packed(&H200, &k, CK_QT_INT4, 8192, 1, 0, 0, CK_PACKED_WGMMA, 128); /* wgmma first */
+    expect_packed(&H200, &k, CK_QT_INT4, 8192, 1, 0, 0, CK_PACKED_SKINNY, 32); /* v5 ahead of wgmma at 64 */
+    expect_packed(&H200, &k, CK_QT_INT4, 8193, 1, 0, 0, CK_PACKED_WGMMA, 128);
     k.v5_rows = 32; /* CLEF_CUDA_V5_ROWS=32 (the default before 2026-12-03): v3 on 64-row tiles past 32 */
     expect_packed(&H200, &k, CK_QT_INT4, 4097, 1, 0, 0, CK_PACKED_MMA, 64);
     expect_packed(&H200, &k, CK_QT_NVFP4, 8000, 1, 0, 0, CK_PACKED_MMA, 64);
     expect_packed(&H200, &k, CK_QT_INT4, 4096, 1, 0, 0, CK_PACKED_SKINNY, 32);
-    k.v5_rows = 64;
+    k.v5_rows = 1024;
     expect_packed(&H200, &k, CK_QT_FP8, 2400, 1, 0, 0, CK_PACKED_MMA, 32);
     k.int4 = 3; /* CLEF_CUDA_QGEMM_INT4=v3 */
     expect_packed(&H200, &k, CK_QT_INT4, 2400, 1, 0, 0, CK_PACKED_MMA, 32);
@@ -146,12 +159,15 @@ static void test_packed_experts(void **state) {
     expect_packed(&H200, &k, CK_QT_NVFP4, 2400, 1, 0, 0, CK_PACKED_TMA, 32);
     expect_packed(&H200, &k, CK_QT_FP8, 2400, 1, 0, 0, CK_PACKED_MMA, 32);
     clef_cuda_knobs_default(&k);
-    expect_packed(&H200, &k, CK_QT_NVFP4, 8192, 1, 0, 0, CK_PACKED_WGMMA, 128);
-    expect_packed(&H200, &k, CK_QT_INT4, 32000, 1, 0, 0, CK_PACKED_WGMMA, 128);
-    expect_packed(&H200, &k, CK_QT_INT4, 32000, 0, 0, 0, CK_PACKED_MMA, 64); /* does not fit wgmma */
+    expect_packed(&H200, &k, CK_QT_NVFP4, 8192, 1, 0, 0, CK_PACKED_SKINNY, 32);
+    expect_packed(&H200, &k, CK_QT_INT4, 32000, 1, 0, 0, CK_PACKED_SKINNY, 32); /* 250 per expert: v5 first */
+    expect_packed(&H200, &k, CK_QT_INT4, 200000, 1, 0, 0, CK_PACKED_WGMMA, 128); /* past v5's 1024 */
+    expect_packed(&H200, &k, CK_QT_INT4, 200000, 0, 0, 0, CK_PACKED_MMA, 64); /* does not fit wgmma */
     expect_packed(&H200, &k, CK_QT_FP8, 32000, 1, 0, 0, CK_PACKED_MMA, 64);  /* FP8 stays on mma.sync */
-    expect_packed(&A100, &k, CK_QT_NVFP4, 32000, 1, 0, 0, CK_PACKED_MMA, 128);
-    expect_packed(&RTX5090, &k, CK_QT_INT4, 32000, 1, 0, 0, CK_PACKED_MMA, 64);
+    expect_packed(&A100, &k, CK_QT_NVFP4, 32000, 1, 0, 0, CK_PACKED_SKINNY, 32); /* no wgmma: v5 to 1024 */
+    expect_packed(&A100, &k, CK_QT_NVFP4, 200000, 1, 0, 0, CK_PACKED_MMA, 128);
+    expect_packed(&RTX5090, &k, CK_QT_INT4, 32000, 1, 0, 0, CK_PACKED_SKINNY, 32);
+    expect_packed(&RTX5090, &k, CK_QT_INT4, 200000, 1, 0, 0, CK_PACKED_MMA, 64);
     /* W8A8 where asked for, on Hopper only, at every pass size */
     expect_packed(&H200, &k, CK_QT_FP8, 300, 1, 1, 1, CK_PACKED_FP8MMA, 128);
     expect_packed(&H200, &k, CK_QT_FP8, 32000, 1, 1, 0, CK_PACKED_MMA, 64); /* blocks do not fit */
@@ -160,9 +176,12 @@ static void test_packed_experts(void **state) {
     k.qwgmma = 2;
     expect_packed(&H200, &k, CK_QT_FP8, 32000, 1, 0, 0, CK_PACKED_WGMMA, 128);
     k.qwgmma = 0;
-    expect_packed(&H200, &k, CK_QT_NVFP4, 32000, 1, 0, 0, CK_PACKED_MMA, 128);
+    expect_packed(&H200, &k, CK_QT_NVFP4, 32000, 1, 0, 0, CK_PACKED_SKINNY, 32);
+    expect_packed(&H200, &k, CK_QT_NVFP4, 200000, 1, 0, 0, CK_PACKED_MMA, 128);
     clef_cuda_knobs_default(&k);
     k.qwgmma_rows = 1024;
+    expect_packed(&H200, &k, CK_QT_NVFP4, 2400, 1, 0, 0, CK_PACKED_SKINNY, 32); /* v5 ahead */
+    k.v5_rows = 8;
     expect_packed(&H200, &k, CK_QT_NVFP4, 2400, 1, 0, 0, CK_PACKED_WGMMA, 128);
     /* the tile rule itself */
     assert_int_equal(ck_qgemm_bm(CK_QT_NVFP4, 4096, 128), 32);

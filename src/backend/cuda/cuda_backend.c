@@ -2314,10 +2314,9 @@ void clef_cuda_describe(clef_backend *be, char *buf, size_t cap) {
     if (hopper && c->k.wgmma == 1) snprintf(wg, sizeof wg, ", wgmma experts");
     else if (hopper && c->k.wgmma == 2)
         snprintf(wg, sizeof wg, ", wgmma experts from %d rows (packed %d)", c->k.wgmma_rows, c->k.qwgmma_rows);
-    char v5[64] = "";
-    clef_cuda_knobs dflt; /* named only when not the default (cuda_env.c's table holds it) */
-    clef_cuda_knobs_default(&dflt);
-    if (c->k.v5_rows != dflt.v5_rows) snprintf(v5, sizeof v5, ", packed v5 up to %d rows per expert", c->k.v5_rows);
+    char v5[96] = ""; /* ck_pick_packed: v5 ahead of the packed wgmma kernel for fast INT4 / NVFP4 passes */
+    if (split_of(c, PRECISE_EXPERTS) == 1)
+        snprintf(v5, sizeof v5, ", packed INT4 / NVFP4 on v5 up to %d rows per expert", c->k.v5_rows);
     snprintf(buf, cap, "%s, %s kernels%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s", c->desc, clef_cuda_kernel_path(be),
              c->precise ? ", precise" : !c->precise_parts ? ", fast (bf16)" : "",
              !c->precise && (c->precise_parts & PRECISE_DENSE) ? ", precise dense" : "",

@@ -123,7 +123,7 @@ static const knob_def KNOBS[] = {
     KNOB_INT("CLEF_CUDA_QWGMMA_ROWS", 1, 1 << 30, 8192, qwgmma_rows),
     KNOB_INT("CLEF_CUDA_TMA", 0, 1, 1, tma),
     KNOB_INT("CLEF_CUDA_WGMMA_WS", 0, 2, 1, wgmma_ws),
-    KNOB_INT("CLEF_CUDA_V5_ROWS", 1, 1 << 20, 64, v5_rows),
+    KNOB_INT("CLEF_CUDA_V5_ROWS", 1, 1 << 20, 1024, v5_rows),
 };
 enum { N_KNOBS = sizeof KNOBS / sizeof *KNOBS };
 

@@ -59,8 +59,10 @@ typedef struct clef_cuda_knobs {
                       * persistent warp-specialised kernel (ck_gemm_wgmma_ws), 2 = the same in CTA pairs
                       * sharing weight tiles (CK_WS_PAIRS) */
     int v5_rows;     /* CLEF_CUDA_V5_ROWS: packed INT4 / NVFP4 fast passes averaging up to this many rows per
-                      * expert run kernel v5 on 32-row tiles (default 64: an expert of 33..64 rows takes two v5 tiles
-                      * instead of one 64-row v3 tile: 16.5% less time at 1 x 1,000 on an H200) */
+                      * expert run kernel v5 on 32-row tiles (default 1024: ahead of the packed wgmma kernel
+                      * too; on an H200 INT4 1 x 2,000 33% less time, 32 x 1,000 27% more tokens/s, NVFP4
+                      * 1 x 2,000 14% less, 8 x 1,000 equal; 64 was the default before, 16.5% less time than
+                      * v3 at 1 x 1,000) */
 } clef_cuda_knobs;
 
 /* Reads the user settings above from the process environment into *e (an

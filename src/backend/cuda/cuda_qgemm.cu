@@ -845,8 +845,9 @@ template <int QT, int BM> cudaError_t launch_v4(const ck_qgemm_args *a, cudaStre
 
 /* ---- kernel v5: skinny grouped products (a few rows per expert) ----------
  * For the grouped modes (GATEUP, DOWN) of passes averaging up to
- * CLEF_CUDA_V5_ROWS (64) rows per expert, on 32-row tiles (1 x 300 tokens is
- * ~19 per expert, 1 x 1,000 ~62: two tiles), fast numerics (split 1), INT4
+ * CLEF_CUDA_V5_ROWS (1024) rows per expert, on 32-row tiles (1 x 300 tokens
+ * is ~19 per expert, 1 x 1,000 ~62: two tiles; a pass of 8,192 tokens 512:
+ * sixteen), ahead of the packed wgmma kernel, fast numerics (split 1), INT4
  * and NVFP4 in the reordered layouts of cuda_qbits.h.  At these shapes the
  * products stream their weights once and the work per weight byte is the
  * limit (docs/BENCHMARKS.md, issue 18), so v5 is v3 rearranged to spend the

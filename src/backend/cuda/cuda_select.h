@@ -103,7 +103,9 @@ typedef struct ck_packed_pick {
  * ck_qgemm_bm's tile, on v4 where ck_packed_tma says, else ck_qgemm's v3 /
  * v2; but kernel v5 (CK_PACKED_SKINNY, 32-row tiles) for INT4 / NVFP4 passes
  * with split 1 averaging <= knobs->v5_rows rows per expert (knobs->int4 = 6,
- * knobs->nvfp4 = 5: the defaults). */
+ * knobs->nvfp4 = 5: the defaults), ahead of the wgmma kernel (at the default
+ * 1024 every fast INT4 / NVFP4 pass of the thinker: a pass holds at most
+ * 8,192 tokens, 512 rows per expert). */
 ck_packed_pick ck_pick_packed(const ck_caps *caps, const clef_cuda_knobs *k, int qtype, int64_t rows,
                               int64_t n_experts, int split, int wgmma_fits, int fp8_mma, int fp8mma_fits);
 /* Whether a packed product of `qtype` with `bm`-row tiles that would run ck_qgemm (mma.sync) runs it as
